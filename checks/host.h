@@ -1,0 +1,43 @@
+// Host side of checks: after every step of a plan with check sites, combine the flag vectors
+// of all replicas (so every replica reacts at the same step), report every raised check, and
+// apply the policy.
+#pragma once
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+#include "core/executable.h"
+
+namespace fjit {
+
+class Communicator;
+
+// Thrown (on every replica at once) when a step raised checks under the throw policy.
+// what() holds the whole report.
+class CheckError : public std::runtime_error {
+ public:
+  CheckError(const std::string& report, int64_t step) : std::runtime_error(report), step_(step) {}
+  int64_t step() const { return step_; }
+
+ private:
+  int64_t step_;
+};
+
+struct StepChecks {
+  const Executable* exe = nullptr;
+  uint32_t* flags = nullptr;   // num_check_sites() words, this replica's
+  double* payload = nullptr;   // kMaxCheckValues per site
+  Communicator* comm = nullptr;
+  int replica = 0;
+  int64_t step = 0;
+  CheckPolicy policy = CheckPolicy::throw_error;
+  const char* function = "fn";
+};
+
+// Returns true when the step's outputs must be discarded (skip_step policy and a check
+// raised on any replica). Throws CheckError under throw_error. Must be called by every replica
+// of a communicator after every step, whether or not it raised anything.
+bool handle_step_checks(const StepChecks& s);
+
+}  // namespace fjit

@@ -1,0 +1,172 @@
+#include "core/compiler.h"
+
+#include <atomic>
+#include <cstdlib>
+#include <fstream>
+
+#include "core/log.h"
+#include "core/memory_plan.h"
+#include "core/passes/pass.h"
+
+namespace fjit {
+
+class Compiler {
+ public:
+  static std::shared_ptr<Executable> lower(std::shared_ptr<const Graph> g, std::vector<CheckSite> sites);
+};
+
+namespace {
+
+void dump(const std::string& dir, const std::string& stem, const std::string& suffix,
+          const std::string& text) {
+  std::ofstream f(dir + "/" + stem + suffix);
+  if (!f) {
+    log().warn("FJIT_DUMP_DIR: cannot write {}/{}{}", dir, stem, suffix);
+    return;
+  }
+  f << text;
+}
+
+bool in_place_ok(const Node& n, const Node& in) {
+  return op_is_elementwise(n.op) && n.op != Op::Cast && in.shape == n.shape &&
+         dtype_size(in.dtype) == dtype_size(n.dtype);
+}
+
+}  // namespace
+
+Graph optimize(const Graph& traced, bool verify) {
+  if (verify) traced.verify();
+  std::vector<std::unique_ptr<Pass>> pipeline;
+  pipeline.push_back(make_algebraic_simplification());
+  pipeline.push_back(make_constant_folding());
+  pipeline.push_back(make_algebraic_simplification());
+  pipeline.push_back(make_dead_code_elimination());
+  Graph g = traced;
+  for (const auto& pass : pipeline) {
+    g = pass->run(g);
+    if (verify) g.verify();
+    log().trace("after {}:\n{}", pass->name(), g.to_string());
+  }
+  return g;
+}
+
+std::shared_ptr<Executable> Compiler::lower(std::shared_ptr<const Graph> gp, std::vector<CheckSite> sites) {
+  const Graph& g = *gp;
+  auto exe = std::make_shared<Executable>();
+  exe->graph = gp;
+  exe->check_sites = std::move(sites);
+  std::vector<int> node_buf(g.size(), -1);
+  auto new_buffer = [&](BufferRef r) {
+    exe->buffers.push_back(r);
+    return static_cast<int>(exe->buffers.size()) - 1;
+  };
+  for (size_t k = 0; k < g.parameters.size(); ++k) {
+    const Node& p = g.node(g.parameters[k]);
+    node_buf[g.parameters[k]] = new_buffer({BufferRef::kInput, static_cast<int64_t>(k)});
+    exe->input_types.push_back({p.dtype, p.shape});
+  }
+  std::vector<bool> live = live_nodes(g);
+  // Outputs computed by an instruction are written straight into the caller's buffer.
+  std::vector<int> output_of(g.size(), -1);
+  for (size_t k = 0; k < g.outputs.size(); ++k) {
+    const Node& o = g.node(g.outputs[k]);
+    exe->output_types.push_back({o.dtype, o.shape});
+    if (o.op != Op::Parameter && o.op != Op::Constant && output_of[g.outputs[k]] < 0)
+      output_of[g.outputs[k]] = static_cast<int>(k);
+  }
+  std::vector<PlannedValue> planned;
+  std::vector<int> planned_node;
+  std::vector<int> value_of(g.size(), -1);
+  for (int id = 0; id < g.size(); ++id) {
+    const Node& n = g.node(id);
+    if (!live[id] || n.op == Op::Parameter) continue;
+    if (n.op == Op::Constant) {
+      auto data = n.attrs.value ? n.attrs.value
+                                : std::make_shared<const Array>(Array::full(n.dtype, n.shape, n.attrs.scalar));
+      exe->constants.push_back(data);
+      node_buf[id] = new_buffer({BufferRef::kConstant, 0, data->raw()});
+      continue;
+    }
+    Instr instr;
+    instr.op = n.op;
+    instr.node = id;
+    instr.out = {n.dtype, n.shape};
+    instr.attrs = n.attrs;
+    for (int in : n.inputs) {
+      instr.ins.push_back({g.node(in).dtype, g.node(in).shape});
+      instr.in_bufs.push_back(node_buf[in]);
+    }
+    const int index = static_cast<int>(exe->instrs.size());
+    if (output_of[id] >= 0) {
+      node_buf[id] = new_buffer({BufferRef::kOutput, output_of[id]});
+    } else {
+      node_buf[id] = new_buffer({BufferRef::kArena, 0});
+      PlannedValue v;
+      v.bytes = n.size() * dtype_size(n.dtype);
+      v.def = v.last_use = index;
+      for (int in : n.inputs)
+        if (value_of[in] >= 0 && in_place_ok(n, g.node(in))) v.in_place_candidates.push_back(value_of[in]);
+      value_of[id] = static_cast<int>(planned.size());
+      planned.push_back(std::move(v));
+      planned_node.push_back(id);
+    }
+    for (int in : n.inputs)
+      if (value_of[in] >= 0) planned[value_of[in]].last_use = index;
+    if (n.op == Op::MatMul) {
+      const auto& a = instr.ins[0].shape;
+      const int64_t k = instr.attrs.trans_a ? a[a.size() - 2] : a.back();
+      exe->flops += 2 * n.size() * k;
+    }
+    select_kernel(instr);
+    exe->instrs.push_back(std::move(instr));
+  }
+  // Outputs that are inputs, constants, or repeats of another output are copied.
+  for (size_t k = 0; k < g.outputs.size(); ++k) {
+    const int id = g.outputs[k];
+    if (output_of[id] == static_cast<int>(k)) continue;
+    Instr copy;
+    copy.op = Op::Reshape;
+    copy.node = id;
+    copy.out = exe->output_types[k];
+    copy.ins = {copy.out};
+    copy.in_bufs = {node_buf[id]};
+    copy.out_buf = new_buffer({BufferRef::kOutput, static_cast<int64_t>(k)});
+    const int index = static_cast<int>(exe->instrs.size());
+    if (value_of[id] >= 0) planned[value_of[id]].last_use = index;
+    select_kernel(copy);
+    exe->instrs.push_back(std::move(copy));
+  }
+  for (Instr& instr : exe->instrs)
+    if (instr.out_buf < 0) instr.out_buf = node_buf[instr.node];
+  MemoryPlan plan = plan_memory(planned);
+  for (size_t v = 0; v < planned.size(); ++v)
+    exe->buffers[node_buf[planned_node[v]]].where = plan.offset[v];
+  exe->arena_bytes = plan.arena_bytes;
+  exe->min_live_bytes = plan.min_live_bytes;
+  exe->table_bytes_ = (exe->buffers.size() * sizeof(void*) + 63) / 64 * 64;
+  return exe;
+}
+
+std::shared_ptr<const Executable> compile(const Graph& traced, std::vector<CheckSite> sites,
+                                          const CompileOptions& options) {
+  static std::atomic<int> counter{0};
+  std::string dir = options.dump_dir;
+  if (dir.empty())
+    if (const char* env = std::getenv("FJIT_DUMP_DIR")) dir = env;
+  const std::string stem = options.name + "." + std::to_string(counter++);
+  if (!dir.empty()) {
+    dump(dir, stem, ".before.txt", traced.to_string(true));
+    dump(dir, stem, ".before.dot", traced.to_dot(options.name + " (traced)"));
+  }
+  auto optimized = std::make_shared<const Graph>(optimize(traced, options.verify));
+  std::shared_ptr<Executable> exe = Compiler::lower(optimized, std::move(sites));
+  if (!dir.empty()) {
+    dump(dir, stem, ".after.txt", optimized->to_string(true));
+    dump(dir, stem, ".after.dot", optimized->to_dot(options.name + " (optimized)"));
+    dump(dir, stem, ".plan.txt", exe->plan_string());
+    log().info("dumped {} to {}/{}.*", options.name, dir, stem);
+  }
+  return exe;
+}
+
+}  // namespace fjit

@@ -1,0 +1,28 @@
+// compile(): traced Graph -> optimized Graph -> Executable (instructions, kernels, buffers).
+//
+// The pass pipeline is fixed and ordered: algebraic simplification, constant folding,
+// simplification again, dead-code elimination. With FJIT_DUMP_DIR set (or
+// CompileOptions::dump_dir), the graph before and after the passes is written as .txt and .dot
+// and the plan as .plan.txt, named <name>.<n>.*.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "core/executable.h"
+
+namespace fjit {
+
+struct CompileOptions {
+  std::string name = "fn";
+  std::string dump_dir;  // empty: FJIT_DUMP_DIR, if set
+  bool verify = true;    // run the verifier before and after the passes
+};
+
+std::shared_ptr<const Executable> compile(const Graph& traced, std::vector<CheckSite> sites,
+                                          const CompileOptions& options = {});
+
+// The optimized graph alone (for tests and dumps).
+Graph optimize(const Graph& traced, bool verify = true);
+
+}  // namespace fjit

@@ -1,0 +1,75 @@
+// Kernels: how one instruction of a compiled plan computes its value.
+//
+// The compiler turns each graph node into an Instr, then calls select_kernel(), which picks
+// the fast (Eigen) kernel for the op, dtype and shapes and precomputes what the kernel needs
+// (strides, sizes) into the Instr. At run time the kernel reads its inputs and writes its
+// output through Frame::bufs; it must not allocate, lock, or throw.
+//
+// Every op also has a reference kernel: plain loops over host Arrays, simple enough to trust.
+// It is the oracle for the fast kernels in tests and the evaluator for constant folding.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "core/array.h"
+#include "core/node.h"
+
+namespace fjit {
+
+class Communicator;
+
+// Per-run state shared by all instructions of one execution.
+struct RunContext {
+  Communicator* comm = nullptr;  // null outside pmap
+  int replica = 0;
+  int num_replicas = 1;
+  uint32_t* flags = nullptr;     // one word per check site; nonzero = raised
+  double* payload = nullptr;     // check values: kMaxCheckValues doubles per site
+};
+inline constexpr int kMaxCheckValues = 4;
+
+struct ValueType {
+  DType dtype;
+  Shape shape;
+  int64_t size() const { return num_elements(shape); }
+};
+
+struct Instr;
+struct Frame {
+  void* const* bufs;  // buffer id -> address, valid for this run
+  RunContext* ctx;
+};
+using KernelFn = void (*)(const Instr&, const Frame&);
+
+struct Instr {
+  KernelFn fn = nullptr;
+  Op op = Op::Constant;
+  int node = -1;                  // id of the node it computes, in the compiled graph
+  ValueType out;
+  std::vector<ValueType> ins;
+  int out_buf = -1;
+  std::vector<int> in_bufs;
+  Attrs attrs;
+  // Kernel-private data filled by select_kernel(); opaque to everyone else.
+  int64_t p[8] = {};
+  std::vector<int64_t> v;         // e.g. broadcast strides
+  std::shared_ptr<const void> prepared;
+
+  template <class T> const T* in(const Frame& f, int i) const {
+    return static_cast<const T*>(f.bufs[in_bufs[i]]);
+  }
+  template <class T> T* output(const Frame& f) const { return static_cast<T*>(f.bufs[out_buf]); }
+};
+
+// Picks instr.fn and fills the private fields. Throws std::logic_error naming the op and
+// types when no kernel exists (a bug: the shape rules admitted something the kernels don't).
+void select_kernel(Instr& instr);
+
+// Reference evaluation of one op on host arrays; the result has type `out`.
+Array reference_eval(Op op, const Attrs& attrs, const ValueType& out,
+                     std::span<const Array> inputs, const RunContext* ctx = nullptr);
+
+}  // namespace fjit

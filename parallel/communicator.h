@@ -1,0 +1,57 @@
+// Communicator: the narrow interface every collective in fjit goes through.
+//
+// One Communicator object belongs to one replica (a thread or an MPI rank). All replicas of a
+// group must call the same collectives in the same order with the same sizes; a replica that
+// does not arrive is reported by the stall inspector (see StallPolicy), never waited on
+// silently forever.
+//
+// Promises shared by every implementation:
+//  - Reductions combine contributions in rank order 0, 1, ..., size-1, so every replica
+//    receives a bitwise-identical result, and the thread and MPI backends give identical
+//    results for the same data.
+//  - Buffers are the caller's; calls are blocking and return when the result is in place.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "core/dtype.h"
+
+namespace fjit {
+
+enum class ReduceOp : uint8_t { sum, max, min, logical_or };
+const char* reduce_op_name(ReduceOp op);
+
+// How long a collective may wait for the other replicas. After `warn_after` the replicas that
+// have not arrived are logged; after `abort_after` the whole job is aborted with that message
+// (threads: std::abort after logging; MPI: MPI_Abort). Zero disables the respective limit.
+struct StallPolicy {
+  std::chrono::milliseconds warn_after{std::chrono::seconds(30)};
+  std::chrono::milliseconds abort_after{std::chrono::seconds(300)};
+  // Reads FJIT_STALL_WARN_S and FJIT_STALL_ABORT_S (seconds, may be fractional).
+  static StallPolicy from_environment();
+};
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  // "threads" or "mpi".
+  virtual std::string backend() const = 0;
+
+  // In-place all-reduce of `count` elements of `dtype` (DType::boolean = bytes; logical_or
+  // and max/min apply to bytes too).
+  virtual void all_reduce(void* data, int64_t count, DType dtype, ReduceOp op) = 0;
+  // Copies `nbytes` from `root`'s buffer into every replica's buffer.
+  virtual void broadcast(void* data, size_t nbytes, int root) = 0;
+  // recv (size()*nbytes_per_rank bytes) receives every rank's `send` block in rank order.
+  virtual void all_gather(const void* send, void* recv, size_t nbytes_per_rank) = 0;
+  virtual void barrier() = 0;
+  // Ends the whole job (every replica) after logging `message`. Never returns.
+  [[noreturn]] virtual void abort_job(const std::string& message) = 0;
+};
+
+}  // namespace fjit
