@@ -123,11 +123,22 @@ class Jitted {
   // step was skipped by the check policy.
   template <class Out, class... A>
   StepResult run_into(Out& out, const A&... args) {
+    using R = std::decay_t<std::invoke_result_t<F, typename detail::ArgTraits<A>::Traced...>>;
+    static_assert(std::is_same_v<Out, typename detail::OutTraits<R>::Host>,
+                  "run_into: `out` must have the function's host result type");
     auto entry = prepare(args...);
     thread_local std::vector<Array*> ptrs;
     thread_local std::vector<Array> tmp;
     ptrs.clear();
     bind(out, ptrs);
+    if (ptrs.size() != entry->exe->output_types.size()) {  // first use: build the structure
+      tmp.clear();
+      tmp.resize(entry->exe->output_types.size());
+      StepResult r = core_->run(*entry, flat(), tmp);
+      size_t pos = 0, dict = 0;
+      out = detail::OutTraits<R>::unflatten(tmp, pos, entry->out, dict);
+      return r;
+    }
     tmp.resize(ptrs.size());
     for (size_t k = 0; k < ptrs.size(); ++k) tmp[k] = std::move(*ptrs[k]);
     StepResult r = core_->run(*entry, flat(), tmp);

@@ -1,6 +1,8 @@
 // Constant folding: a pure node whose inputs are all constants becomes a constant, evaluated
 // with the reference kernels. Broadcasts and reshapes of a filled constant stay fills (no
 // data), so folding never materializes large arrays.
+#include <cstring>
+
 #include "core/kernels/kernel.h"
 #include "core/passes/pass.h"
 
@@ -39,7 +41,13 @@ class ConstantFolding : public Pass {
       for (int in : n.inputs) ins.push_back(materialize(out.node(in)));
       Array v = reference_eval(n.op, n.attrs, ValueType{n.dtype, n.shape}, ins);
       Node c{Op::Constant, n.dtype, n.shape, {}, {}, n.site};
-      if (v.size() == 1) c.attrs.scalar = v.at_as_double(0);
+      // A result whose elements are all equal is kept as a fill: no data to store.
+      bool uniform = v.size() > 0;
+      const size_t esize = dtype_size(v.dtype());
+      const auto* bytes = static_cast<const unsigned char*>(v.raw());
+      for (int64_t i = 1; i < v.size() && uniform; ++i)
+        uniform = std::memcmp(bytes, bytes + i * esize, esize) == 0;
+      if (uniform) c.attrs.scalar = v.at_as_double(0);
       else c.attrs.value = std::make_shared<const Array>(std::move(v));
       return out.add(std::move(c));
     });

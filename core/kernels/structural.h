@@ -1,0 +1,56 @@
+// Internal: the structural kernel family (matmul, reductions, argmax, layout, indexing,
+// collectives), split by file. select_structural() and reference_structural() in
+// structural.cc dispatch to the functions below; each returns false for ops it does not own.
+//
+// Fast kernels precompute everything in select (sizes in Instr::p, shapes and strides in
+// Instr::v) so that at run time they only read those, never allocate, lock or throw.
+// Unless documented otherwise, a fast kernel requires its output buffer not to alias an
+// input (the memory planner only runs elementwise ops in place); Reshape and AllReduce
+// tolerate out == in.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+#include "core/kernels/families.h"
+
+namespace fjit::kernels::st {
+
+// Fast paths (matmul.cc, reduce.cc, reduce_argmax.cc, layout.cc, structural_index.cc,
+// structural_collective.cc).
+bool select_matmul(Instr& instr);
+bool select_reduce(Instr& instr);
+bool select_argmax(Instr& instr);
+bool select_layout(Instr& instr);
+bool select_index(Instr& instr);
+bool select_collective(Instr& instr);
+
+// The most dimensions a fast kernel walks with an on-stack odometer after merging
+// contiguous dimensions; select throws std::logic_error beyond it.
+inline constexpr int kMaxKernelRank = 32;
+
+// Unsigned integer of the given byte size: layout and gather kernels move bits, not values.
+template <int Bytes> struct Word;
+template <> struct Word<1> { using type = uint8_t; };
+template <> struct Word<4> { using type = uint32_t; };
+template <> struct Word<8> { using type = uint64_t; };
+
+// Picks Fn<uint8_t/uint32_t/uint64_t> by element size.
+template <template <class> class Fn>
+KernelFn by_element_size(DType t) {
+  switch (dtype_size(t)) {
+    case 1: return Fn<uint8_t>::run;
+    case 4: return Fn<uint32_t>::run;
+    case 8: return Fn<uint64_t>::run;
+  }
+  return nullptr;
+}
+
+// Reference kernels (reference_structural.cc, reference_structural_layout.cc): plain loops
+// over Arrays that share no code with the fast paths. `result` is pre-sized and zeroed.
+bool reference_matmul_reduce(Op op, const Attrs& attrs, const ValueType& out,
+                             std::span<const Array> ins, Array& result);
+bool reference_layout_index(Op op, const Attrs& attrs, const ValueType& out,
+                            std::span<const Array> ins, const RunContext* ctx, Array& result);
+
+}  // namespace fjit::kernels::st

@@ -1,0 +1,142 @@
+#include "parallel/collectives.h"
+
+#include <algorithm>
+#include <cstdlib>
+
+namespace fjit {
+namespace {
+
+void require_axis(const char* name, const std::string& axis, const Loc& loc) {
+  TraceContext* ctx = TraceContext::current();
+  if (!ctx) detail::fail(name, {}, "called outside a traced function", &loc);
+  const auto& names = ctx->axis_names;
+  if (std::find(names.begin(), names.end(), axis) == names.end()) {
+    std::string have;
+    for (const auto& n : names) have += (have.empty() ? "" : ", ") + n;
+    detail::fail(name, {}, "unknown axis name '" + axis + "' (pmap axes: " +
+                 (have.empty() ? std::string("none: not inside pmap") : have) + ")", &loc);
+  }
+}
+
+Tensor collective(const char* name, Op op, const Tensor& x, ReduceOp r, const std::string& axis,
+                  const ValueType& hint, const Loc& loc) {
+  require_axis(name, axis, loc);
+  Attrs a;
+  a.reduce = static_cast<uint8_t>(r);
+  a.name = axis;
+  a.index = TraceContext::current()->next_effect_id();
+  std::vector<Tensor> ins;
+  if (x.defined()) ins.push_back(x);
+  return detail::build(name, op, ins, std::move(a), hint, &loc);
+}
+
+}  // namespace
+
+int64_t default_fusion_bytes() {
+  if (const char* s = std::getenv("FJIT_FUSION_BYTES")) return std::max<int64_t>(1024, std::atoll(s));
+  return int64_t{64} << 20;
+}
+
+Tensor psum(const Tensor& x, const std::string& axis, Loc loc) {
+  return collective("psum", Op::AllReduce, x, ReduceOp::sum, axis, {}, loc);
+}
+
+Tensor pmax(const Tensor& x, const std::string& axis, Loc loc) {
+  return collective("pmax", Op::AllReduce, x, ReduceOp::max, axis, {}, loc);
+}
+
+Tensor pmean(const Tensor& x, const std::string& axis, Loc loc) {
+  require_axis("pmean", axis, loc);
+  if (!x.defined() || !is_floating(x.dtype())) detail::fail("pmean", {x}, "expects a floating-point tensor", &loc);
+  const int n = TraceContext::current()->num_replicas;
+  Tensor w = detail::replica_weight();
+  Tensor weighted = w.defined() ? mul(x, cast(w, x.dtype(), loc), loc) : x;
+  return mul(psum(weighted, axis, loc), scalar(x.dtype(), 1.0 / n, loc), loc);
+}
+
+Tensor all_gather(const Tensor& x, const std::string& axis, Loc loc) {
+  if (!x.defined() || x.rank() == 0) detail::fail("all_gather", {x}, "needs a tensor of rank >= 1", &loc);
+  require_axis("all_gather", axis, loc);
+  Shape s = x.shape();
+  s[0] *= TraceContext::current()->num_replicas;
+  return collective("all_gather", Op::AllGather, x, ReduceOp::sum, axis, {x.dtype(), s}, loc);
+}
+
+Tensor axis_index(const std::string& axis, Loc loc) {
+  return collective("axis_index", Op::AxisIndex, Tensor(), ReduceOp::sum, axis, {DType::i32, {}}, loc);
+}
+
+namespace detail {
+
+std::vector<Tensor> fused_all_reduce(const std::vector<Tensor>& xs, ReduceOp op,
+                                     const std::string& axis, int64_t bucket_bytes, const Loc& loc) {
+  std::vector<Tensor> out(xs.size());
+  size_t i = 0;
+  while (i < xs.size()) {
+    // Fill one bucket with consecutive tensors of one dtype.
+    size_t j = i;
+    int64_t bytes = 0;
+    std::vector<Tensor> flat;
+    while (j < xs.size() && xs[j].dtype() == xs[i].dtype() &&
+           (flat.empty() || bytes + xs[j].size() * dtype_size(xs[j].dtype()) <= bucket_bytes)) {
+      bytes += xs[j].size() * dtype_size(xs[j].dtype());
+      flat.push_back(reshape(xs[j], {xs[j].size()}, loc));
+      ++j;
+    }
+    Tensor packed = flat.size() == 1 ? flat[0] : concat(flat, 0, loc);
+    Tensor reduced = collective("psum", Op::AllReduce, packed, op, axis, {}, loc);
+    int64_t offset = 0;
+    for (size_t k = i; k < j; ++k) {
+      const int64_t n = xs[k].size();
+      Tensor piece = flat.size() == 1 ? reduced : slice(reduced, {offset}, {offset + n}, {1}, loc);
+      out[k] = reshape(piece, xs[k].shape(), loc);
+      offset += n;
+    }
+    i = j;
+  }
+  return out;
+}
+
+Tensor replica_weight() {
+  TraceContext* ctx = TraceContext::current();
+  if (!ctx) return Tensor();
+  for (int p : ctx->graph.parameters)
+    if (ctx->graph.node(p).attrs.name == "__replica_weight")
+      return Tensor::from_node(ctx, p);
+  return Tensor();
+}
+
+}  // namespace detail
+
+namespace {
+TensorDict reduce_dict(const TensorDict& xs, const std::string& axis, bool mean, const Loc& loc) {
+  std::vector<Tensor> leaves;
+  for (const auto& kv : xs) {
+    Tensor t = kv.second;
+    if (mean) {
+      if (!is_floating(t.dtype())) detail::fail("pmean", {t}, "expects floating-point tensors", &loc);
+      Tensor w = detail::replica_weight();
+      if (w.defined()) t = mul(t, cast(w, t.dtype(), loc), loc);
+    }
+    leaves.push_back(t);
+  }
+  std::vector<Tensor> r = detail::fused_all_reduce(leaves, ReduceOp::sum, axis, default_fusion_bytes(), loc);
+  TensorDict out;
+  const int n = TraceContext::current()->num_replicas;
+  for (size_t i = 0; i < r.size(); ++i)
+    out.set(xs.name(i), mean ? mul(r[i], scalar(r[i].dtype(), 1.0 / n, loc), loc) : r[i]);
+  return out;
+}
+}  // namespace
+
+TensorDict psum(const TensorDict& xs, const std::string& axis, Loc loc) {
+  require_axis("psum", axis, loc);
+  return reduce_dict(xs, axis, false, loc);
+}
+
+TensorDict pmean(const TensorDict& xs, const std::string& axis, Loc loc) {
+  require_axis("pmean", axis, loc);
+  return reduce_dict(xs, axis, true, loc);
+}
+
+}  // namespace fjit

@@ -1,0 +1,44 @@
+// Collective ops inside traced code, over a named replica axis (the axis pmap was given).
+// Each records one instruction that calls the replica's Communicator when the plan runs, and
+// has a VJP rule, so they compose with grad.
+//
+// The dict forms reduce every tensor of a TensorDict as a few large flat buffers (Horovod's
+// tensor fusion): tensors are packed in order into buckets of at most `bucket_bytes`, each
+// bucket is one all-reduce, and the results are unpacked. One call per small tensor would pay
+// the collective's latency once per tensor.
+#pragma once
+
+#include <string>
+
+#include "core/ops.h"
+#include "core/tree.h"
+#include "parallel/communicator.h"
+
+namespace fjit {
+
+// FJIT_FUSION_BYTES, default 64 MiB: gradients of most models fit in one bucket; see
+// bench/RESULTS.md for the measurement behind the default.
+int64_t default_fusion_bytes();
+
+Tensor psum(const Tensor& x, const std::string& axis, Loc loc = Loc::current());
+// Mean over replicas. When pmap split an uneven batch, each replica's term is weighted by its
+// share of the examples, so the mean of per-replica means is the exact mean over the batch.
+Tensor pmean(const Tensor& x, const std::string& axis, Loc loc = Loc::current());
+Tensor pmax(const Tensor& x, const std::string& axis, Loc loc = Loc::current());
+// Concatenation of every replica's x along axis 0, in replica order.
+Tensor all_gather(const Tensor& x, const std::string& axis, Loc loc = Loc::current());
+// This replica's index on the axis, an i32 scalar.
+Tensor axis_index(const std::string& axis, Loc loc = Loc::current());
+
+TensorDict psum(const TensorDict& xs, const std::string& axis, Loc loc = Loc::current());
+TensorDict pmean(const TensorDict& xs, const std::string& axis, Loc loc = Loc::current());
+
+namespace detail {
+// The fused all-reduce of several tensors (same dtype) as buckets; used by the dict forms.
+std::vector<Tensor> fused_all_reduce(const std::vector<Tensor>& xs, ReduceOp op,
+                                     const std::string& axis, int64_t bucket_bytes, const Loc& loc);
+// The replica-weight input of the current trace, if pmap added one (uneven batches).
+Tensor replica_weight();
+}  // namespace detail
+
+}  // namespace fjit

@@ -1,0 +1,118 @@
+#include "parallel/mesh.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+
+#include "parallel/mpi_communicator.h"
+#include "parallel/mpi_runtime.h"
+#include "parallel/shm_communicator.h"
+
+namespace fjit {
+
+struct Mesh::State {
+  bool mpi = false;
+  int size = 1;
+  int first = 0;
+  std::unique_ptr<ReplicaPool> pool;
+  mutable std::unique_ptr<ShmGroup> group;
+  mutable std::vector<std::unique_ptr<Communicator>> comms;
+};
+
+Mesh Mesh::threads(int n) {
+  if (n < 1) throw std::invalid_argument("Mesh::threads: need at least one replica, got " + std::to_string(n));
+  Mesh m;
+  m.state_ = std::make_shared<State>();
+  m.state_->size = n;
+  m.state_->pool = std::make_unique<ReplicaPool>(n);
+  m.reset_communicators();
+  return m;
+}
+
+Mesh Mesh::mpi(int* argc, char*** argv) {
+  mpi_init_once(argc, argv);
+  install_mpi_terminate_handler();
+  Mesh m;
+  m.state_ = std::make_shared<State>();
+  m.state_->mpi = true;
+  m.state_->pool = std::make_unique<ReplicaPool>(1);
+  m.state_->comms.push_back(std::make_unique<MpiCommunicator>());
+  m.state_->size = m.state_->comms[0]->size();
+  m.state_->first = m.state_->comms[0]->rank();
+  return m;
+}
+
+Mesh Mesh::from_environment(int& argc, char** argv) {
+  if (launched_under_mpi()) return mpi(&argc, &argv);
+  int n = 1;
+  if (const char* env = std::getenv("FJIT_REPLICAS")) n = std::atoi(env);
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--replicas") == 0 && i + 1 < argc) {
+      n = std::atoi(argv[i + 1]);
+      for (int j = i; j + 2 <= argc; ++j) argv[j] = argv[j + 2];
+      argc -= 2;
+      break;
+    }
+  }
+  return threads(n);
+}
+
+int Mesh::size() const { return state_->size; }
+int Mesh::local_size() const { return state_->mpi ? 1 : state_->size; }
+int Mesh::first_replica() const { return state_->first; }
+bool Mesh::is_mpi() const { return state_->mpi; }
+Communicator& Mesh::comm(int local) const { return *state_->comms.at(local); }
+ReplicaPool& Mesh::pool() const { return *state_->pool; }
+
+void Mesh::reset_communicators() const {
+  if (state_->mpi) return;
+  state_->comms.clear();
+  state_->group = std::make_unique<ShmGroup>(state_->size);
+  for (int r = 0; r < state_->size; ++r) state_->comms.push_back(state_->group->communicator(r));
+}
+
+void Mesh::cancel(int rank, const std::string& reason) const {
+  if (state_->group) state_->group->cancel(rank, reason);
+}
+
+Array Mesh::replicate(const Array& value) const {
+  if (!state_->mpi || state_->size == 1) return value;
+  Array out = value.clone();
+  comm(0).broadcast(out.raw(), out.nbytes(), 0);
+  return out;
+}
+
+ArrayDict Mesh::replicate(const ArrayDict& values) const {
+  ArrayDict out;
+  for (const auto& kv : values) out.set(kv.first, replicate(kv.second));
+  return out;
+}
+
+std::pair<int64_t, int64_t> Mesh::shard_range(int64_t rows, int parts, int r) {
+  const int64_t base = rows / parts, extra = rows % parts;
+  const int64_t begin = r * base + std::min<int64_t>(r, extra);
+  return {begin, begin + base + (r < extra ? 1 : 0)};
+}
+
+std::vector<Array> Mesh::shard(const Array& batch) const {
+  if (state_->mpi) return {batch};
+  if (batch.rank() == 0) throw std::invalid_argument("Mesh::shard: cannot shard a scalar");
+  const int n = local_size();
+  if (batch.shape()[0] < n)
+    throw std::invalid_argument("Mesh::shard: batch of " + std::to_string(batch.shape()[0]) +
+                                " rows cannot feed " + std::to_string(n) + " replicas");
+  std::vector<Array> out;
+  const size_t row_bytes = batch.shape()[0] ? batch.nbytes() / batch.shape()[0] : 0;
+  for (int r = 0; r < n; ++r) {
+    auto [b, e] = shard_range(batch.shape()[0], n, r);
+    Shape s = batch.shape();
+    s[0] = e - b;
+    Array a(batch.dtype(), s);
+    std::memcpy(a.raw(), static_cast<const std::byte*>(batch.raw()) + b * row_bytes, (e - b) * row_bytes);
+    out.push_back(std::move(a));
+  }
+  return out;
+}
+
+}  // namespace fjit

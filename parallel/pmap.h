@@ -1,0 +1,177 @@
+// pmap(mesh, axis, fn): compile fn once per signature and run the same plan on every replica
+// of the mesh, the step's collectives (psum, pmean, all_gather, ...) going over `axis`.
+//
+//   Mesh mesh = Mesh::from_environment(argc, argv);  // mpirun ranks, or --replicas N threads
+//   auto step = pmap(mesh, "batch", [](const Params& p, const Tensor& x, const Tensor& y) {
+//     auto [loss, g] = value_and_grad(loss_fn)(p, x, y);
+//     return std::tuple{sgd(p, pmean(g, "batch")), pmean(loss, "batch")};
+//   });
+//   auto [params2, loss] = step(params, x, y);
+//
+// Arguments: ArrayDicts are replicated (every replica gets the same values: make them equal
+// first with mesh.replicate()); Arrays are sharded along axis 0 over the threads of this
+// process (uneven splits are weighted so pmean stays exact), or under MPI are this rank's
+// shard as given. PmapOptions::replicated_args lists Array arguments to replicate instead.
+// The call returns this process's first replica's outputs; after pmean they are the same on
+// every replica (enable the divergence check to verify that).
+#pragma once
+
+#include "core/jit.h"
+#include "parallel/collectives.h"
+#include "parallel/mesh.h"
+#include "parallel/pmap_core.h"
+
+namespace fjit {
+
+struct PmapArgOptions {
+  std::vector<int> replicated_args;
+};
+
+template <class F>
+class Pmapped {
+ public:
+  Pmapped(Mesh mesh, std::string axis, F fn, PmapOptions options, std::vector<int> replicated)
+      : fn_(std::move(fn)), core_(std::make_shared<PmapCore>(std::move(mesh), std::move(axis), std::move(options))),
+        replicated_(std::move(replicated)) {}
+
+  template <class... A>
+  auto operator()(const A&... args) {
+    using R = std::decay_t<std::invoke_result_t<F, typename detail::ArgTraits<A>::Traced...>>;
+    step(args...);
+    size_t pos = 0, dict = 0;
+    return detail::OutTraits<R>::unflatten(outs_[0], pos, core_->last_entry()->out, dict);
+  }
+
+  // Writes this process's first replica's outputs into `out` (reusing its Arrays; they must
+  // not share storage with an argument: double-buffer state). No allocation once warm.
+  template <class Out, class... A>
+  StepResult run_into(Out& out, const A&... args) {
+    std::vector<Array*> ptrs;
+    bind(out, ptrs);
+    if (outs_.empty()) outs_.resize(core_->mesh().local_size());
+    outs_[0].resize(ptrs.size());
+    for (size_t k = 0; k < ptrs.size(); ++k) outs_[0][k] = std::move(*ptrs[k]);
+    StepResult r = step(args...);
+    using R = std::decay_t<std::invoke_result_t<F, typename detail::ArgTraits<A>::Traced...>>;
+    if (ptrs.size() != outs_[0].size()) {
+      size_t pos = 0, dict = 0;
+      out = detail::OutTraits<R>::unflatten(outs_[0], pos, core_->last_entry()->out, dict);
+    } else {
+      for (size_t k = 0; k < ptrs.size(); ++k) *ptrs[k] = std::move(outs_[0][k]);
+    }
+    return r;
+  }
+
+  PmapCore& core() { return *core_; }
+  JitCore& jit_core() { return core_->jit(); }
+
+ private:
+  template <class Out> static void bind(Out& out, std::vector<Array*>& ptrs) {
+    if constexpr (std::is_same_v<Out, Array>) ptrs.push_back(&out);
+    else if constexpr (std::is_same_v<Out, ArrayDict>) for (auto& kv : out) ptrs.push_back(&kv.second);
+    else std::apply([&](auto&... h) { (bind(h, ptrs), ...); }, out);
+  }
+
+  bool is_replicated(int arg) const {
+    return std::find(replicated_.begin(), replicated_.end(), arg) != replicated_.end();
+  }
+
+  template <class A>
+  void add_arg(const A& a, int arg, int local) {
+    if constexpr (std::is_same_v<A, Array>) {
+      if (!is_replicated(arg)) {
+        if (local == 0) {
+          shards_[arg] = core_->mesh().shard(a);
+          if (rows_source_ < 0) rows_source_ = arg;
+        }
+        detail::ArgTraits<Array>::flatten(shards_[arg][local], flat_[local], arg);
+        return;
+      }
+    }
+    detail::ArgTraits<A>::flatten(a, flat_[local], arg);
+  }
+
+  template <class... A>
+  StepResult step(const A&... args) {
+    const int local = core_->mesh().local_size();
+    flat_.resize(local);
+    weights_.resize(local);
+    outs_.resize(local);
+    shards_.resize(sizeof...(A));
+    rows_source_ = -1;
+    for (int r = 0; r < local; ++r) {
+      flat_[r].clear();
+      int arg = 0;
+      (add_arg(args, arg++, r), ...);
+      if (!weights_[r].defined()) weights_[r] = Array(DType::f32, {});
+      flat_[r].leaves.push_back(&weights_[r]);
+      flat_[r].arg_of_leaf.push_back(static_cast<int>(sizeof...(A)));
+      flat_[r].structure_hash = detail::mix_hash(flat_[r].structure_hash, 0x77);
+    }
+    std::vector<int64_t> rows(local, 0);
+    if (rows_source_ >= 0)
+      for (int r = 0; r < local; ++r) rows[r] = shards_[rows_source_][r].shape()[0];
+    return core_->step(
+        flat_, weights_, outs_, rows,
+        [&](TraceContext& ctx, int replica) {
+          lookup_replica_ = replica;
+          std::vector<std::string> paths;
+          int i = 0;
+          using Tuple = std::tuple<typename detail::ArgTraits<A>::Traced...>;
+          // Replica 0's shapes define the traced parameters (braced init: left to right).
+          traced_ = std::make_shared<Tuple>(Tuple{make_traced(args, ctx, i++, paths)...});
+          ctx.parameter(DType::f32, {}, "__replica_weight");
+          paths.push_back("__replica_weight");
+          return paths;
+        },
+        [&](TraceContext& ctx, OutTree& tree) {
+          using Tuple = std::tuple<typename detail::ArgTraits<A>::Traced...>;
+          using R = std::decay_t<std::invoke_result_t<F, typename detail::ArgTraits<A>::Traced...>>;
+          R result = std::apply(fn_, *std::static_pointer_cast<Tuple>(traced_));
+          traced_.reset();
+          std::vector<Tensor> leaves;
+          detail::OutTraits<R>::flatten(result, leaves, tree);
+          detail::find_passthrough(ctx, leaves, tree);
+          return leaves;
+        });
+  }
+
+  // The traced argument for the replica being compiled: its shard for sharded Arrays.
+  template <class A>
+  auto make_traced(const A& a, TraceContext& ctx, int arg, std::vector<std::string>& paths) {
+    const std::string path = "arg" + std::to_string(arg);
+    if constexpr (std::is_same_v<A, Array>) {
+      // The leaf being traced is whichever replica missed; its type is in the parameters the
+      // cache compares, so use the shard of the replica whose flat args are being compiled.
+      const Array* leaf = compiling_leaf(arg);
+      return detail::ArgTraits<Array>::make(leaf ? *leaf : a, ctx, path, paths);
+    } else {
+      return detail::ArgTraits<A>::make(a, ctx, path, paths);
+    }
+  }
+  // The shard of `arg` for the replica whose lookup missed (null for unsharded arguments).
+  const Array* compiling_leaf(int arg) const {
+    if (arg >= static_cast<int>(shards_.size()) || shards_[arg].empty()) return nullptr;
+    return &shards_[arg][std::min<int>(lookup_replica_, static_cast<int>(shards_[arg].size()) - 1)];
+  }
+
+  F fn_;
+  std::shared_ptr<PmapCore> core_;
+  std::vector<int> replicated_;
+  std::vector<FlatArgs> flat_;
+  std::vector<Array> weights_;
+  std::vector<std::vector<Array>> outs_;
+  std::vector<std::vector<Array>> shards_;
+  int rows_source_ = -1;
+  int lookup_replica_ = 0;
+  std::shared_ptr<void> traced_;
+};
+
+template <class F>
+Pmapped<F> pmap(const Mesh& mesh, const std::string& axis, F fn, PmapOptions options = {},
+                PmapArgOptions args = {}) {
+  if (options.jit.name == "fn") options.jit.name = "pmap";
+  return Pmapped<F>(mesh, axis, std::move(fn), std::move(options), std::move(args.replicated_args));
+}
+
+}  // namespace fjit

@@ -1,0 +1,198 @@
+#include "parallel/pmap_core.h"
+
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+
+#include "core/log.h"
+#include "parallel/shm_communicator.h"
+
+namespace fjit {
+namespace {
+uint64_t mix(uint64_t h, uint64_t v) { return (h ^ (v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2))); }
+constexpr size_t kDescBytes = 1024;
+}  // namespace
+
+uint64_t program_fingerprint(const CompiledEntry& entry) {
+  uint64_t h = 1469598103934665603ull;
+  const Graph& g = *entry.exe->graph;
+  for (const Node& n : g.nodes()) {
+    h = mix(h, static_cast<uint64_t>(n.op) * 131 + static_cast<uint64_t>(n.dtype) * 7 + n.shape.size());
+    if (op_kind(n.op) == OpKind::kCollective) {
+      for (int64_t d : n.shape) h = mix(h, static_cast<uint64_t>(d));
+      h = mix(h, n.attrs.reduce);
+    }
+  }
+  return mix(h, entry.exe->check_sites.size());
+}
+
+std::string program_description(const CompiledEntry& entry) {
+  std::string s = "inputs:";
+  for (size_t i = 0; i < entry.exe->input_types.size(); ++i) {
+    const ValueType& t = entry.exe->input_types[i];
+    s += " " + (i < entry.leaf_paths.size() ? entry.leaf_paths[i] : std::string("?")) + " " + type_str(t.dtype, t.shape);
+  }
+  s += "; collectives:";
+  for (const Node& n : entry.exe->graph->nodes())
+    if (op_kind(n.op) == OpKind::kCollective) s += std::string(" ") + op_name(n.op) + " " + type_str(n.dtype, n.shape);
+  s += "; " + std::to_string(entry.exe->graph->size()) + " nodes";
+  return s;
+}
+
+uint64_t data_fingerprint(const Array& a) {
+  uint64_t h = 0x243f6a8885a308d3ull ^ a.nbytes();
+  const auto* p = static_cast<const unsigned char*>(a.raw());
+  size_t n = a.nbytes(), i = 0;
+  for (; i + 8 <= n; i += 8) {
+    uint64_t w;
+    std::memcpy(&w, p + i, 8);
+    h = (h ^ w) * 0x100000001b3ull;
+    h ^= h >> 29;
+  }
+  for (; i < n; ++i) h = (h ^ p[i]) * 0x100000001b3ull;
+  return h;
+}
+
+PmapCore::PmapCore(Mesh mesh, std::string axis, PmapOptions options)
+    : mesh_(std::move(mesh)),
+      axis_(std::move(axis)),
+      divergence_every_(options.divergence_check_every >= 0
+                            ? options.divergence_check_every
+                            : (std::getenv("FJIT_DIVERGENCE_CHECK_EVERY") ? std::atoi(std::getenv("FJIT_DIVERGENCE_CHECK_EVERY")) : 0)),
+      jit_([&] {
+        JitOptions o = options.jit;
+        o.axis_names = {axis_};
+        o.num_replicas = mesh_.size();
+        return o;
+      }()) {}
+
+void PmapCore::compare_programs(const std::vector<const CompiledEntry*>& entries, std::vector<int64_t>& rows) {
+  const int local = mesh_.local_size();
+  std::vector<uint64_t> fps(local);
+  for (int r = 0; r < local; ++r) fps[r] = program_fingerprint(*entries[r]);
+  std::vector<std::string> descs;
+  bool same = true;
+  if (!mesh_.is_mpi()) {
+    for (int r = 1; r < local; ++r) same = same && fps[r] == fps[0];
+    if (!same)
+      for (int r = 0; r < local; ++r) descs.push_back(program_description(*entries[r]));
+  } else {
+    // One all-gather carries every rank's fingerprint and shard size.
+    const int n = mesh_.size();
+    int64_t mine[2] = {static_cast<int64_t>(fps[0]), rows[0]};
+    std::vector<int64_t> all(2 * n);
+    mesh_.comm(0).all_gather(mine, all.data(), sizeof mine);
+    rows.assign(n, 0);
+    for (int r = 0; r < n; ++r) {
+      rows[r] = all[2 * r + 1];
+      same = same && all[2 * r] == all[0];
+    }
+    if (!same) {
+      std::string d = program_description(*entries[0]);
+      d.resize(kDescBytes - 1, ' ');
+      std::vector<char> gathered(kDescBytes * n);
+      mesh_.comm(0).all_gather(d.c_str(), gathered.data(), kDescBytes);
+      for (int r = 0; r < n; ++r) {
+        std::string s(gathered.data() + r * kDescBytes, kDescBytes - 1);
+        s.erase(s.find_last_not_of(' ') + 1);
+        descs.push_back(s);
+      }
+    }
+  }
+  if (!same) {
+    std::string msg = "pmap '" + jit_.options().name + "': replicas traced different programs:";
+    for (size_t r = 0; r < descs.size(); ++r) msg += "\n  replica " + std::to_string(r) + ": " + descs[r];
+    log().error("{}", msg);
+    throw ReplicaMismatchError(msg);
+  }
+}
+
+void PmapCore::check_divergence(const CompiledEntry& entry, std::vector<std::vector<Array>>& outs) {
+  const size_t nout = outs[0].size();
+  const int n = mesh_.size();
+  std::vector<uint64_t> all(nout * n);
+  if (!mesh_.is_mpi()) {
+    for (int r = 0; r < n; ++r)
+      for (size_t k = 0; k < nout; ++k) all[r * nout + k] = data_fingerprint(outs[r][k]);
+  } else {
+    std::vector<uint64_t> mine(nout);
+    for (size_t k = 0; k < nout; ++k) mine[k] = data_fingerprint(outs[0][k]);
+    mesh_.comm(0).all_gather(mine.data(), all.data(), nout * sizeof(uint64_t));
+  }
+  for (size_t k = 0; k < nout; ++k) {
+    std::string bad;
+    for (int r = 1; r < n; ++r)
+      if (all[r * nout + k] != all[k]) bad += (bad.empty() ? "" : ", ") + std::to_string(r);
+    if (bad.empty()) continue;
+    std::string name = "output " + std::to_string(k);
+    const OutTree& t = entry.out;
+    if (k < t.leaf_dict.size() && t.leaf_dict[k] >= 0) {
+      size_t j = 0;
+      for (size_t i = 0; i < k; ++i) j += t.leaf_dict[i] == t.leaf_dict[k];
+      name = "'" + t.dict_names[t.leaf_dict[k]][j] + "' (output " + std::to_string(k) + ")";
+    }
+    std::string msg = "pmap '" + jit_.options().name + "': replicas diverged at step " +
+                      std::to_string(steps_) + ": first diverging tensor " + name +
+                      " differs from replica 0 on replica(s) " + bad;
+    log().error("{}", msg);
+    throw ReplicaMismatchError(msg);
+  }
+}
+
+StepResult PmapCore::step(std::vector<FlatArgs>& args, std::vector<Array>& weights,
+                          std::vector<std::vector<Array>>& outs, std::vector<int64_t> rows,
+                          const std::function<std::vector<std::string>(TraceContext&, int)>& params,
+                          const TraceFn& trace) {
+  const int local = mesh_.local_size();
+  std::vector<const CompiledEntry*> raw(local);
+  entries_.resize(local);
+  for (int r = 0; r < local; ++r) {
+    entries_[r] = jit_.lookup(args[r], [&](TraceContext& ctx) { return params(ctx, r); }, trace);
+    raw[r] = entries_[r].get();
+  }
+  compare_programs(raw, rows);  // fills rows with every replica's shard size under MPI
+  int64_t total = 0;
+  for (int64_t n : rows) total += n;
+  const int first = mesh_.first_replica();
+  for (int r = 0; r < local; ++r) {
+    const int64_t mine = rows[mesh_.is_mpi() ? first : r];
+    weights[r].data<float>()[0] =
+        total > 0 ? static_cast<float>(static_cast<double>(mine) * mesh_.size() / static_cast<double>(total)) : 1.0f;
+  }
+  std::vector<StepResult> results(local);
+  std::vector<std::exception_ptr> errors(local);
+  std::atomic<bool> cancelled{false};
+  mesh_.pool().run([&](int r) {
+    try {
+      results[r] = jit_.run(*entries_[r], args[r], outs[r], &mesh_.comm(r), first + r);
+    } catch (const std::exception& e) {
+      errors[r] = std::current_exception();
+      if (!mesh_.is_mpi() && local > 1) {
+        // Wake every replica waiting in a collective of this step: nobody hangs.
+        cancelled = true;
+        mesh_.cancel(r, e.what());
+      }
+    }
+  });
+  ++steps_;
+  std::exception_ptr root;
+  for (auto& e : errors) {
+    if (!e) continue;
+    try {
+      std::rethrow_exception(e);
+    } catch (const CollectiveCancelled&) {
+      if (!root) root = e;
+    } catch (...) {
+      root = e;
+      break;
+    }
+  }
+  if (root) {
+    if (cancelled) mesh_.reset_communicators();
+    std::rethrow_exception(root);
+  }
+  if (divergence_every_ > 0 && steps_ % divergence_every_ == 0) check_divergence(*entries_[0], outs);
+  return results[0];
+}
+
+}  // namespace fjit

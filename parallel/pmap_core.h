@@ -1,0 +1,73 @@
+// PmapCore: the type-erased runtime behind pmap(). One JitCore (one compile cache) serves
+// every replica; each step:
+//   1. every local replica looks up (or compiles) the plan for its shard's signature;
+//   2. replicas compare a fingerprint of what they traced (ops, dtypes, ranks, and the exact
+//      shape of every collective) — threads locally, MPI ranks with one small all-gather that
+//      also carries each rank's shard size. Different programs fail on every replica at once
+//      with an error showing each replica's program, instead of deadlocking in a collective;
+//   3. every replica runs the plan on its thread/rank with its communicator; shard weights
+//      (n_r * R / N) feed pmean so uneven batches give exact means;
+//   4. optionally every K steps, replicas compare fingerprints of their outputs (parameters
+//      and optimizer state) and fail naming the first diverging tensor.
+// A replica that throws cancels the thread group so no other replica waits forever; the
+// root-cause exception (not the cancellations it caused) is rethrown on the caller.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "core/jit_core.h"
+#include "parallel/mesh.h"
+
+namespace fjit {
+
+struct PmapOptions {
+  JitOptions jit;
+  // Compare output fingerprints across replicas every K steps; 0 = off. Default:
+  // FJIT_DIVERGENCE_CHECK_EVERY, else 0.
+  int divergence_check_every = -1;
+};
+
+// Thrown on every replica when replicas traced different programs or diverged.
+struct ReplicaMismatchError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+class PmapCore {
+ public:
+  PmapCore(Mesh mesh, std::string axis, PmapOptions options);
+
+  // One step. args[r] are local replica r's flattened arguments, the last leaf being its f32
+  // scalar weight (filled here). outs[r] receive replica r's outputs. `params`/`trace` are as
+  // for JitCore::lookup and are only called on a cache miss, on the calling thread.
+  // rows[r] is the number of examples in replica r's shard (0 when nothing is sharded).
+  StepResult step(std::vector<FlatArgs>& args, std::vector<Array>& weights,
+                  std::vector<std::vector<Array>>& outs, std::vector<int64_t> rows,
+                  const std::function<std::vector<std::string>(TraceContext&, int replica)>& params,
+                  const TraceFn& trace);
+
+  const Mesh& mesh() const { return mesh_; }
+  JitCore& jit() { return jit_; }
+  const std::string& axis() const { return axis_; }
+  std::shared_ptr<const CompiledEntry> last_entry() const { return jit_.last_entry(); }
+
+ private:
+  void compare_programs(const std::vector<const CompiledEntry*>& entries, std::vector<int64_t>& rows);
+  void check_divergence(const CompiledEntry& entry, std::vector<std::vector<Array>>& outs);
+
+  Mesh mesh_;
+  std::string axis_;
+  int divergence_every_;
+  JitCore jit_;
+  int64_t steps_ = 0;
+  std::vector<std::shared_ptr<const CompiledEntry>> entries_;  // per local replica, reused
+};
+
+// The fingerprint of a compiled program that replicas must agree on, and its description.
+uint64_t program_fingerprint(const CompiledEntry& entry);
+std::string program_description(const CompiledEntry& entry);
+// A fast fingerprint of an array's bytes (for divergence checks).
+uint64_t data_fingerprint(const Array& a);
+
+}  // namespace fjit

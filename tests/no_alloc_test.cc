@@ -1,0 +1,70 @@
+// fjit performs no heap allocation when a cached step runs: every malloc in this process is
+// counted (the hook forwards to glibc) and a warm run_into() must add none.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstdlib>
+
+#include "fjit.h"
+
+extern "C" {
+void* __libc_malloc(size_t);
+void* __libc_calloc(size_t, size_t);
+void* __libc_realloc(void*, size_t);
+void* __libc_memalign(size_t, size_t);
+}
+
+namespace {
+std::atomic<long> g_allocations{0};
+}
+
+extern "C" {
+void* malloc(size_t n) { g_allocations.fetch_add(1, std::memory_order_relaxed); return __libc_malloc(n); }
+void* calloc(size_t a, size_t b) { g_allocations.fetch_add(1, std::memory_order_relaxed); return __libc_calloc(a, b); }
+void* realloc(void* p, size_t n) { g_allocations.fetch_add(1, std::memory_order_relaxed); return __libc_realloc(p, n); }
+void* aligned_alloc(size_t a, size_t n) { g_allocations.fetch_add(1, std::memory_order_relaxed); return __libc_memalign(a, n); }
+int posix_memalign(void** out, size_t a, size_t n) {
+  g_allocations.fetch_add(1, std::memory_order_relaxed);
+  *out = __libc_memalign(a, n);
+  return *out ? 0 : 12;
+}
+}
+
+namespace fjit {
+namespace {
+
+TEST(NoAlloc, CountingHookSeesAllocations) {
+  const long before = g_allocations.load();
+  std::vector<int>* v = new std::vector<int>(1000);
+  delete v;
+  EXPECT_GE(g_allocations.load() - before, 2);
+}
+
+TEST(NoAlloc, CachedStepAllocatesNothing) {
+  auto step = jit([](const Params& p, const Tensor& x, const Tensor& y) {
+    Tensor h = relu(matmul(x, p["w1"]) + p["b1"]);
+    Tensor logits = matmul(h, p["w2"]) + p["b2"];
+    Tensor loss = mean(softmax_cross_entropy(logits, y));
+    TensorDict next;
+    next.set("w1", p["w1"] * 0.99);
+    next.set("b1", p["b1"]);
+    next.set("w2", p["w2"] * 0.99);
+    next.set("b2", p["b2"]);
+    return std::tuple{next, loss};
+  });
+  ArrayDict p{{"w1", Array::full(DType::f32, {16, 32}, 0.01)}, {"b1", Array::full(DType::f32, {32}, 0.0)},
+              {"w2", Array::full(DType::f32, {32, 10}, 0.02)}, {"b2", Array::full(DType::f32, {10}, 0.0)}};
+  Array x = Array::full(DType::f32, {8, 16}, 0.5);
+  Array y = Array::from_vector(std::vector<int32_t>{0, 1, 2, 3, 4, 5, 6, 7});
+  std::tuple<ArrayDict, Array> out;
+  step.run_into(out, p, x, y);  // compiles
+  step.run_into(out, p, x, y);  // warms thread-local scratch
+  const long before = g_allocations.load();
+  for (int i = 0; i < 100; ++i) step.run_into(out, p, x, y);
+  EXPECT_EQ(g_allocations.load() - before, 0);
+  EXPECT_EQ(step.core().trace_count(), 1);
+  EXPECT_NEAR(std::get<1>(out).item<float>(), std::log(10.0f), 1e-3);
+}
+
+}  // namespace
+}  // namespace fjit

@@ -1,0 +1,34 @@
+// Helpers shared by tests: capturing fjit's log output.
+#pragma once
+
+#include <spdlog/sinks/ringbuffer_sink.h>
+
+#include <string>
+
+#include "core/log.h"
+
+namespace fjit::testing {
+
+// Captures everything fjit logs while alive (and restores the previous logger after).
+class LogCapture {
+ public:
+  LogCapture() : sink_(std::make_shared<spdlog::sinks::ringbuffer_sink_mt>(512)) {
+    auto logger = std::make_shared<spdlog::logger>("fjit", sink_);
+    logger->set_level(spdlog::level::trace);
+    logger->set_pattern("%l %v");
+    previous_ = set_logger(logger);
+  }
+  ~LogCapture() { set_logger(previous_); }
+  std::string text() const {
+    std::string out;
+    for (const auto& line : sink_->last_formatted()) out += line;
+    return out;
+  }
+  bool contains(const std::string& s) const { return text().find(s) != std::string::npos; }
+
+ private:
+  std::shared_ptr<spdlog::sinks::ringbuffer_sink_mt> sink_;
+  std::shared_ptr<spdlog::logger> previous_;
+};
+
+}  // namespace fjit::testing
