@@ -46,10 +46,10 @@ void report_unused(TraceContext& ctx, const std::vector<std::string>& unused, co
                    const Loc& loc) {
   std::string list;
   for (const std::string& u : unused) list += (list.empty() ? "" : ", ") + u;
+  const bool one = unused.size() == 1;
   const std::string what = std::to_string(unused.size()) + " differentiated parameter" +
-                           (unused.size() == 1 ? "" : "s") + " never reach the output, so " +
-                           (unused.size() == 1 ? "its gradient is" : "their gradients are") +
-                           " zero: " + list;
+                           (one ? " never reaches" : "s never reach") + " the output, so " +
+                           (one ? "its gradient is" : "their gradients are") + " zero: " + list;
   if (strict_unused_parameters())
     detail::fail(api, {}, what + " (strict mode: FJIT_STRICT_UNUSED / set_strict_unused_parameters)", &loc);
   std::string msg = std::string("fjit: ") + api + ": " + what + " (at " + Site::from(loc).str() + ")";

@@ -68,8 +68,9 @@ VjpRule vjp_rule(Op op);
 namespace autodiff {
 // Internal, shared by the rule files (core/autodiff_rules*.cc).
 // Sums a broadcast cotangent back to `shape`: over the leading axes and the axes where
-// `shape` has extent 1, then reshapes.
-Tensor unbroadcast(const Tensor& ct, const Shape& shape);
+// `shape` has extent 1, then reshapes. (Rules copy shapes before building ops: a Tensor's
+// shape() refers into the graph's node list, which building ops may reallocate.)
+Tensor unbroadcast(const Tensor& ct, Shape shape);
 VjpRule rule_for(Op op);             // elementwise and matmul (autodiff_rules.cc)
 VjpRule structural_rule_for(Op op);  // the rest (autodiff_rules_structural.cc)
 }  // namespace autodiff

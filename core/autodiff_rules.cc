@@ -11,7 +11,7 @@
 
 namespace fjit::autodiff {
 
-Tensor unbroadcast(const Tensor& ct, const Shape& shape) {
+Tensor unbroadcast(const Tensor& ct, Shape shape) {
   if (ct.shape() == shape) return ct;
   const int lead = ct.rank() - static_cast<int>(shape.size());
   Axes axes;
@@ -24,6 +24,11 @@ Tensor unbroadcast(const Tensor& ct, const Shape& shape) {
 namespace {
 
 using Cts = std::vector<Tensor>;
+
+// Scalars broadcast inside the elementwise kernels; a zeros_like would be a full-size
+// constant buffer read by every run.
+Tensor zero(const Tensor& like) { return scalar(like.dtype(), 0.0); }
+Tensor one(const Tensor& like) { return scalar(like.dtype(), 1.0); }
 
 // Cotangent of a broadcasting binary op's inputs from their elementwise partials.
 Cts binary_cts(const VjpArgs& a, const std::function<Tensor()>& da, const std::function<Tensor()>& db) {
@@ -44,10 +49,9 @@ Cts rule_sqrt(const VjpArgs& a) { return {div(a.ct * 0.5, a.out)}; }
 Cts rule_rsqrt(const VjpArgs& a) { return {mul(a.ct * -0.5, a.out * a.out * a.out)}; }
 Cts rule_tanh(const VjpArgs& a) { return {mul(a.ct, 1.0 - a.out * a.out)}; }
 Cts rule_sigmoid(const VjpArgs& a) { return {mul(a.ct, a.out * (1.0 - a.out))}; }
-// relu'(0) = 0, as in JAX and PyTorch.
-Cts rule_relu(const VjpArgs& a) {
-  return {where(a.ins[0] > 0.0, a.ct, zeros_like(a.ct))};
-}
+// relu'(0) = 0, as in JAX and PyTorch. The mask comes from the output (y > 0 iff x > 0), so
+// the pre-activation need not stay alive for the backward pass and relu can run in place.
+Cts rule_relu(const VjpArgs& a) { return {where(a.out > 0.0, a.ct, zero(a.ct))}; }
 // Float-to-float casts cast the cotangent back; casts to or from integers carry none.
 Cts rule_cast(const VjpArgs& a) {
   if (!is_floating(a.ins[0].dtype()) || !is_floating(a.out.dtype())) return {Tensor()};
@@ -77,13 +81,13 @@ Cts rule_pow(const VjpArgs& a) {
       a,
       [&] {
         Tensor d = mul(p, pow(x, p - 1.0));
-        return mul(a.ct, where(eq(p, zeros_like(p)), zeros_like(d), d));
+        return mul(a.ct, where(eq(p, zero(p)), zero(d), d));
       },
       [&] {
         Tensor pos = x > 0.0;
-        Tensor safe = where(pos, x, ones_like(x));
+        Tensor safe = where(pos, x, one(x));
         Tensor d = mul(a.out, log(safe));
-        return mul(a.ct, where(pos, d, zeros_like(d)));
+        return mul(a.ct, where(pos, d, zero(d)));
       });
 }
 // Ties split the cotangent equally: the mean of the one-sided derivatives, which is what
@@ -91,8 +95,8 @@ Cts rule_pow(const VjpArgs& a) {
 Cts extremum(const VjpArgs& a, bool is_max) {
   const Tensor &x = a.ins[0], &y = a.ins[1];
   Tensor wins = is_max ? x > y : lt(x, y);
-  Tensor one = ones_like(a.ct), half = one * 0.5, zero = zeros_like(a.ct);
-  Tensor wx = where(wins, one, where(eq(x, y), half, zero));
+  const DType t = a.ct.dtype();
+  Tensor wx = where(wins, scalar(t, 1.0), where(eq(x, y), scalar(t, 0.5), scalar(t, 0.0)));
   return binary_cts(a, [&] { return mul(a.ct, wx); }, [&] { return mul(a.ct, 1.0 - wx); });
 }
 Cts rule_maximum(const VjpArgs& a) { return extremum(a, true); }
@@ -101,8 +105,8 @@ Cts rule_minimum(const VjpArgs& a) { return extremum(a, false); }
 Cts rule_select(const VjpArgs& a) {
   Cts r(3);
   const Tensor& c = a.ins[0];
-  if (a.need[1]) r[1] = unbroadcast(where(c, a.ct, zeros_like(a.ct)), a.ins[1].shape());
-  if (a.need[2]) r[2] = unbroadcast(where(c, zeros_like(a.ct), a.ct), a.ins[2].shape());
+  if (a.need[1]) r[1] = unbroadcast(where(c, a.ct, zero(a.ct)), a.ins[1].shape());
+  if (a.need[2]) r[2] = unbroadcast(where(c, zero(a.ct), a.ct), a.ins[2].shape());
   return r;
 }
 

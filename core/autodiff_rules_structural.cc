@@ -17,7 +17,7 @@ Shape kept_shape(const Node& n, const Shape& in) {
 }
 
 Cts rule_reduce_sum(const VjpArgs& a) {
-  const Shape& xs = a.ins[0].shape();
+  const Shape xs = a.ins[0].shape();  // a copy: building ops grows the node list
   return {broadcast_to(reshape(a.ct, kept_shape(a.node, xs)), xs)};
 }
 
@@ -27,7 +27,7 @@ Cts rule_reduce_extremum(const VjpArgs& a) {
   const Tensor& x = a.ins[0];
   const Shape ks = kept_shape(a.node, x.shape());
   Tensor hit = eq(x, reshape(a.out, ks));
-  Tensor mask = where(hit, ones_like(x), zeros_like(x));
+  Tensor mask = where(hit, scalar(x.dtype(), 1.0), scalar(x.dtype(), 0.0));
   Tensor count = sum(mask, a.node.attrs.axes, true);
   return {mul(mask, div(reshape(a.ct, ks), count))};
 }
@@ -48,7 +48,7 @@ Cts rule_concat(const VjpArgs& a) {
   Cts r(a.ins.size());
   int64_t offset = 0;
   for (size_t i = 0; i < a.ins.size(); ++i) {
-    const Shape& s = a.ins[i].shape();
+    const Shape s = a.ins[i].shape();
     if (a.need[i]) {
       Axes starts(s.size(), 0), limits(a.ct.shape().begin(), a.ct.shape().end());
       starts[axis] = offset;
@@ -65,7 +65,7 @@ Cts rule_concat(const VjpArgs& a) {
 // positions (start + step * j) otherwise.
 Cts rule_slice(const VjpArgs& a) {
   const Attrs& at = a.node.attrs;
-  const Shape& xs = a.ins[0].shape();
+  const Shape xs = a.ins[0].shape();
   Tensor g = a.ct;
   if (g.size() == 0) return {zeros_like(a.ins[0])};
   for (int d = 0; d < static_cast<int>(xs.size()); ++d) {
@@ -111,7 +111,7 @@ Cts rule_all_reduce(const VjpArgs& a) {
   Tensor total = psum(a.ct, axis);
   if (op == ReduceOp::sum) return {total};
   const Tensor& x = a.ins[0];
-  Tensor mask = where(eq(x, a.out), ones_like(x), zeros_like(x));
+  Tensor mask = where(eq(x, a.out), scalar(x.dtype(), 1.0), scalar(x.dtype(), 0.0));
   return {div(mul(total, mask), psum(mask, axis))};
 }
 

@@ -124,8 +124,10 @@ ArrayDict mlp_params(const std::vector<int64_t>& sizes, uint64_t seed, Init init
       case Init::he_uniform: weights = he_uniform(w, layer_seed, dtype); break;
       case Init::he_normal: weights = he_normal(w, layer_seed, dtype); break;
     }
-    p.set("w" + std::to_string(k), weights);
-    p.set("b" + std::to_string(k), zeros({sizes[k]}, dtype));
+    // append() rather than "w" + ...: GCC 12 warns falsely (-Wrestrict) on the latter at -O3.
+    const std::string index = std::to_string(k);
+    p.set(std::string("w").append(index), weights);
+    p.set(std::string("b").append(index), zeros({sizes[k]}, dtype));
   }
   return p;
 }

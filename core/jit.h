@@ -161,11 +161,12 @@ class Jitted {
   }
 
   template <class... A>
-  std::shared_ptr<const CompiledEntry> prepare(const A&... args) {
+  const CompiledEntry* prepare(const A&... args) {
     FlatArgs& f = flat();
     f.clear();
     int arg = 0;
     (detail::ArgTraits<A>::flatten(args, f, arg++), ...);
+    if (const CompiledEntry* hit = core_->find(f)) return hit;  // no std::function on a hit
     return core_->lookup(
         f,
         [&](TraceContext& ctx) {
@@ -186,7 +187,7 @@ class Jitted {
           traced_args_.reset();
           detail::find_passthrough(ctx, leaves, tree);
           return leaves;
-        });
+        }).get();
   }
 
   F fn_;

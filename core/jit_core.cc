@@ -59,7 +59,8 @@ struct Scratch {
 thread_local Scratch t_scratch;
 
 bool same_type(const Array& a, const ValueType& t) {
-  return a.defined() && a.dtype() == t.dtype && a.shape() == t.shape;
+  // valid(): a moved-from Array keeps its type but not its storage (pmap moves outputs out).
+  return a.defined() && a.valid() && a.dtype() == t.dtype && a.shape() == t.shape;
 }
 
 }  // namespace
@@ -116,17 +117,20 @@ static bool matches(const CompiledEntry& e, const FlatArgs& args, CheckMode mode
   return true;
 }
 
+const CompiledEntry* JitCore::find(const FlatArgs& args) const {
+  const CheckMode mode = options_.checks.value_or(default_check_mode());
+  absl::ReaderMutexLock lock(&mu_);
+  for (const auto& e : entries_)
+    if (matches(*e, args, mode)) {
+      metrics().cache_hits.fetch_add(1, std::memory_order_relaxed);
+      return e.get();
+    }
+  return nullptr;
+}
+
 std::shared_ptr<const CompiledEntry> JitCore::lookup(const FlatArgs& args, const ParamFn& params,
                                                      const TraceFn& trace) {
   const CheckMode mode = options_.checks.value_or(default_check_mode());
-  {
-    absl::ReaderMutexLock lock(&mu_);
-    for (const auto& e : entries_)
-      if (matches(*e, args, mode)) {
-        metrics().cache_hits.fetch_add(1, std::memory_order_relaxed);
-        return e;
-      }
-  }
   absl::MutexLock lock(&mu_);
   for (const auto& e : entries_)
     if (matches(*e, args, mode)) {
@@ -178,7 +182,7 @@ std::shared_ptr<const CompiledEntry> JitCore::compile_locked(const FlatArgs& arg
   metrics().traces.fetch_add(1);
   std::vector<Tensor> outs = trace(ctx, entry->out);
   for (const Tensor& t : outs) {
-    if (!t.defined() || t.context() != &ctx)
+    if (!t.defined() || t.context() != &ctx || t.trace_id() != ctx.trace_id())
       throw TraceError("fjit: jit '" + options_.name + "': an output is undefined or comes from another trace");
     ctx.graph.outputs.push_back(t.id());
   }

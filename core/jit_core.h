@@ -79,6 +79,9 @@ class JitCore {
  public:
   explicit JitCore(JitOptions options);
 
+  // The cached plan for `args`, or null (no tracing, no allocation). Entries live as long
+  // as the JitCore.
+  const CompiledEntry* find(const FlatArgs& args) const;
   // Finds or builds the plan for `args`. Thread-safe; compiles at most once per signature.
   std::shared_ptr<const CompiledEntry> lookup(const FlatArgs& args, const ParamFn& params,
                                               const TraceFn& trace);

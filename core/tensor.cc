@@ -1,5 +1,7 @@
 #include "core/tensor.h"
 
+#include <atomic>
+
 #include "checks/stack_trace.h"
 #include "core/log.h"
 #include "core/shape_rules.h"
@@ -22,7 +24,7 @@ TraceContext& require_trace(const char* name, const std::vector<Tensor>& inputs,
                      detail::call_site(loc) + "); ops on Tensors only run inside jit, grad or pmap");
   for (const Tensor& t : inputs) {
     if (!t.defined()) detail::fail(name, {}, "an operand is an undefined Tensor", loc);
-    if (t.context() != ctx)
+    if (t.context() != ctx || t.trace_id() != ctx->trace_id())
       detail::fail(name, {}, "an operand belongs to another trace (a Tensor kept from an "
                    "earlier trace leaked out; pass values as arguments instead)", loc);
   }
@@ -31,6 +33,8 @@ TraceContext& require_trace(const char* name, const std::vector<Tensor>& inputs,
 }  // namespace
 
 TraceContext::TraceContext(TraceOptions opts) : options(opts), previous_(t_current) {
+  static std::atomic<uint64_t> next_id{1};
+  trace_id_ = next_id.fetch_add(1);
   if (options.checks != CheckMode::off) options.capture_stacks = true;
   t_current = this;
 }

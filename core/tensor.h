@@ -55,9 +55,12 @@ class TraceContext {
   // Adds an input of the traced function.
   Tensor parameter(DType dtype, const Shape& shape, const std::string& name);
   int next_effect_id() { return effect_counter_++; }
+  // Unique per trace in this process (a later trace may reuse this object's address).
+  uint64_t trace_id() const { return trace_id_; }
 
  private:
   TraceContext* previous_;
+  uint64_t trace_id_;
   int effect_counter_ = 0;
 };
 
@@ -76,6 +79,7 @@ class Tensor {
   int64_t dim(int axis) const;  // negative axes count from the end
   int id() const { return id_; }
   TraceContext* context() const { return ctx_; }
+  uint64_t trace_id() const { return trace_id_; }
   const Node& node() const;
   std::string type_string() const { return type_str(dtype(), shape()); }
 
@@ -83,9 +87,10 @@ class Tensor {
   static Tensor from_node(TraceContext* ctx, int id) { return Tensor(ctx, id); }
 
  private:
-  Tensor(TraceContext* ctx, int id) : ctx_(ctx), id_(id) {}
+  Tensor(TraceContext* ctx, int id) : ctx_(ctx), id_(id), trace_id_(ctx->trace_id()) {}
   TraceContext* ctx_ = nullptr;
   int id_ = -1;
+  uint64_t trace_id_ = 0;
 };
 
 namespace detail {

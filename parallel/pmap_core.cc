@@ -144,13 +144,15 @@ StepResult PmapCore::step(std::vector<FlatArgs>& args, std::vector<Array>& weigh
                           const std::function<std::vector<std::string>(TraceContext&, int)>& params,
                           const TraceFn& trace) {
   const int local = mesh_.local_size();
-  std::vector<const CompiledEntry*> raw(local);
   entries_.resize(local);
   for (int r = 0; r < local; ++r) {
-    entries_[r] = jit_.lookup(args[r], [&](TraceContext& ctx) { return params(ctx, r); }, trace);
-    raw[r] = entries_[r].get();
+    entries_[r] = jit_.find(args[r]);  // no std::function or tracing on a hit
+    if (!entries_[r])
+      entries_[r] = jit_.lookup(args[r], [&](TraceContext& ctx) { return params(ctx, r); }, trace).get();
+    // JitCore::run writes one Array per plan output (existing ones are reused when they fit).
+    outs[r].resize(entries_[r]->exe->output_types.size());
   }
-  compare_programs(raw, rows);  // fills rows with every replica's shard size under MPI
+  compare_programs(entries_, rows);  // fills rows with every replica's shard size under MPI
   int64_t total = 0;
   for (int64_t n : rows) total += n;
   const int first = mesh_.first_replica();

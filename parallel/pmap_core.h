@@ -61,7 +61,7 @@ class PmapCore {
   int divergence_every_;
   JitCore jit_;
   int64_t steps_ = 0;
-  std::vector<std::shared_ptr<const CompiledEntry>> entries_;  // per local replica, reused
+  std::vector<const CompiledEntry*> entries_;  // per local replica, reused
 };
 
 // The fingerprint of a compiled program that replicas must agree on, and its description.

@@ -1,31 +1,69 @@
 // The check instruction: raises flag `site` when its predicate is false and, on the first
-// raise in a step, records up to kMaxCheckValues scalar values for the report. Its value (the
-// predicate) is also written out so the instruction has a defined result.
+// raise in a step, records up to kMaxCheckValues values for the report: a user check's
+// scalar values as they are, an automatic check's summary of the tensor it checks (see
+// checks/payload.h). Its value (the predicate) is also written out so the instruction has a
+// defined result. A passing check costs one load and one store; the rest is out of line.
+#include <cmath>
+
+#include "checks/payload.h"
 #include "core/kernels/families.h"
 
 namespace fjit::kernels {
 namespace {
 
-double load_as_double(const void* p, DType t) {
+double load_as_double(const void* p, DType t, int64_t i = 0) {
   switch (t) {
-    case DType::f32: return *static_cast<const float*>(p);
-    case DType::f64: return *static_cast<const double*>(p);
-    case DType::i32: return *static_cast<const int32_t*>(p);
-    case DType::boolean: return *static_cast<const uint8_t*>(p);
+    case DType::f32: return static_cast<const float*>(p)[i];
+    case DType::f64: return static_cast<const double*>(p)[i];
+    case DType::i32: return static_cast<const int32_t*>(p)[i];
+    case DType::boolean: return static_cast<const uint8_t*>(p)[i];
   }
   return 0;
+}
+
+// One pass over the checked tensor; only runs on a failing step.
+void summarize(CheckKind kind, double bound, const void* data, const ValueType& t, double* out) {
+  using namespace check_payload;
+  const int64_t n = t.size();
+  double bad = 0, nans = 0;
+  out[kFirstIndex] = -1;
+  out[kFirstValue] = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const double v = load_as_double(data, t.dtype, i);
+    if (!is_bad(kind, v, bound)) continue;
+    if (bad == 0) {
+      out[kFirstIndex] = static_cast<double>(i);
+      out[kFirstValue] = v;
+    }
+    ++bad;
+    nans += std::isnan(v) ? 1 : 0;
+  }
+  out[kBadCount] = bad;
+  switch (kind) {
+    case CheckKind::nan: case CheckKind::inf: out[kDetail] = nans; break;
+    case CheckKind::div_by_zero: out[kDetail] = static_cast<double>(n); break;
+    default: out[kDetail] = bound; break;
+  }
+}
+
+[[gnu::noinline, gnu::cold]] void raise(const Instr& in, const Frame& f) {
+  const int64_t site = in.attrs.index;
+  if (f.ctx->flags[site]++ != 0 || !f.ctx->payload) return;
+  double* values = f.ctx->payload + site * kMaxCheckValues;
+  const auto kind = static_cast<CheckKind>(in.attrs.axis);
+  if (kind != CheckKind::user && in.in_bufs.size() >= 2) {
+    summarize(kind, in.attrs.scalar, f.bufs[in.in_bufs[1]], in.ins[1], values);
+    return;
+  }
+  const int n = std::min<int>(static_cast<int>(in.in_bufs.size()) - 1, kMaxCheckValues);
+  for (int k = 0; k < n; ++k) values[k] = load_as_double(f.bufs[in.in_bufs[k + 1]], in.ins[k + 1].dtype);
 }
 
 void check_kernel(const Instr& in, const Frame& f) {
   const uint8_t ok = *in.in<uint8_t>(f, 0);
   *in.output<uint8_t>(f) = ok;
-  if (ok || !f.ctx->flags) return;
-  const int64_t site = in.attrs.index;
-  if (f.ctx->flags[site]++ == 0 && f.ctx->payload) {
-    double* values = f.ctx->payload + site * kMaxCheckValues;
-    const int n = std::min<int>(static_cast<int>(in.in_bufs.size()) - 1, kMaxCheckValues);
-    for (int k = 0; k < n; ++k) values[k] = load_as_double(f.bufs[in.in_bufs[k + 1]], in.ins[k + 1].dtype);
-  }
+  if (ok || !f.ctx->flags) [[likely]] return;
+  raise(in, f);
 }
 }  // namespace
 

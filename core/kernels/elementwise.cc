@@ -62,6 +62,7 @@ int plan_broadcast(Instr& instr) {
     for (int k = 0; k < num_ins; ++k) st[k].push_back(1);
   }
   const int r = static_cast<int>(ext.size());
+  if (r > kMaxCollapsedRank + 1) throw std::logic_error("elementwise: broadcast rank too high");
   instr.p[0] = r;
   instr.p[1] = num_ins;
   int64_t rows = 1;

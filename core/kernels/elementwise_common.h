@@ -8,7 +8,8 @@
 //   same shape, or one operand of size 1    -> rank 1: one row over the whole output
 //   [M,N] op [N] or [1,N] (row broadcast)    -> rank 2, operand 1 has outer stride 0
 //   [M,N] op [M,1] (column broadcast)        -> rank 2, operand 1 inner stride 0 (a scalar per row)
-//   anything else ([2,1,4] op [3,1], ...)    -> rank >= 3: odometer over the outer dims
+//   anything else ([2,1,4] op [3,1], ...)    -> rank >= 3
+// and one loop walks them all: rows in order, an odometer advancing each operand's offset.
 // The innermost stride of every operand is 0 (broadcast) or 1 (contiguous); which one is a
 // template parameter of the row kernel, chosen at select time from plan_broadcast()'s mask.
 //
@@ -35,52 +36,38 @@ namespace fjit::kernels::ew {
 // Returns a mask with bit k set when operand k is contiguous (stride 1) along the row.
 int plan_broadcast(Instr& instr);
 
-inline constexpr int kMaxOdometerRank = 8;
+// An output with collapsed rank r has at least 2^r elements, so this bound is never reached
+// by a buffer that fits in memory; plan_broadcast() rejects more.
+inline constexpr int kMaxCollapsedRank = 40;
 
 // Calls row(out_offset, in_offsets, n) for every innermost row of instr's plan, in order.
+// One call site, so the row body is inlined: short rows must not pay a call each.
 template <int K, class Row>
 inline void for_each_row(const Instr& instr, Row&& row) {
   const int r = static_cast<int>(instr.p[0]);
+  const int64_t rows = instr.p[2];
   const int64_t* ext = instr.v.data();
   const int64_t* st = ext + r;  // st[k * r + d]
   const int64_t n = ext[r - 1];
-  std::array<int64_t, K> off{};
-  if (r == 1) {
-    row(int64_t{0}, off, n);
-    return;
-  }
-  if (r == 2) {
-    for (int64_t i = 0; i < ext[0]; ++i) {
-      for (int k = 0; k < K; ++k) off[k] = i * st[k * 2];
-      row(i * n, off, n);
-    }
-    return;
-  }
-  const int64_t rows = instr.p[2];
-  if (r - 1 <= kMaxOdometerRank) {
-    int64_t idx[kMaxOdometerRank] = {};
-    for (int64_t o = 0; o < rows; ++o) {
-      row(o * n, off, n);
-      for (int d = r - 2; d >= 0; --d) {
-        if (++idx[d] < ext[d]) {
-          for (int k = 0; k < K; ++k) off[k] += st[k * r + d];
-          break;
-        }
-        idx[d] = 0;
-        for (int k = 0; k < K; ++k) off[k] -= st[k * r + d] * (ext[d] - 1);
-      }
-    }
-    return;
-  }
-  for (int64_t o = 0; o < rows; ++o) {  // very high collapsed rank: unravel each row
-    int64_t rem = o;
-    off = {};
-    for (int d = r - 2; d >= 0; --d) {
-      const int64_t i = rem % ext[d];
-      rem /= ext[d];
-      for (int k = 0; k < K; ++k) off[k] += i * st[k * r + d];
-    }
+  std::array<int64_t, K> off{}, outer{};  // outer: rank-2 strides, kept in registers
+  if (r == 2)
+    for (int k = 0; k < K; ++k) outer[k] = st[k * 2];
+  int64_t idx[kMaxCollapsedRank];
+  for (int d = 0; d < r - 1; ++d) idx[d] = 0;
+  for (int64_t o = 0; o < rows; ++o) {
     row(o * n, off, n);
+    if (r == 2) {
+      for (int k = 0; k < K; ++k) off[k] += outer[k];
+      continue;
+    }
+    for (int d = r - 2; d >= 0; --d) {  // odometer over the outer dims
+      if (++idx[d] < ext[d]) {
+        for (int k = 0; k < K; ++k) off[k] += st[k * r + d];
+        break;
+      }
+      idx[d] = 0;
+      for (int k = 0; k < K; ++k) off[k] -= st[k * r + d] * (ext[d] - 1);
+    }
   }
 }
 

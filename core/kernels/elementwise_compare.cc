@@ -27,7 +27,7 @@ void compare_kernel(const Instr& in, const Frame& f) {
   const T* a = in.in<T>(f, 0);
   const T* b = in.in<T>(f, 1);
   uint8_t* o = in.output<uint8_t>(f);
-  for_each_row<2>(in, [&](int64_t oo, const std::array<int64_t, 2>& off, int64_t n) {
+  for_each_row<2>(in, [=](int64_t oo, const std::array<int64_t, 2>& off, int64_t n) {
     const auto x = loop_operand<S0>(a + off[0]);
     const auto y = loop_operand<S1>(b + off[1]);
     uint8_t* out = o + oo;
@@ -63,7 +63,7 @@ void select_op_kernel(const Instr& in, const Frame& f) {
   const T* a = in.in<T>(f, 1);
   const T* b = in.in<T>(f, 2);
   T* o = in.output<T>(f);
-  for_each_row<3>(in, [&](int64_t oo, const std::array<int64_t, 3>& off, int64_t n) {
+  for_each_row<3>(in, [=](int64_t oo, const std::array<int64_t, 3>& off, int64_t n) {
     const auto cv = loop_operand<SC>(c + off[0]);
     const auto av = loop_operand<SA>(a + off[1]);
     const auto bv = loop_operand<SB>(b + off[2]);

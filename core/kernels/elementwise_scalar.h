@@ -27,10 +27,16 @@ inline To convert_element(From x) {
   } else if constexpr (std::is_same_v<From, uint8_t>) {
     return x != 0 ? To(1) : To(0);
   } else if constexpr (std::is_same_v<To, int32_t> && std::is_floating_point_v<From>) {
-    if (std::isnan(x)) return 0;
-    if (x >= From(2147483648.0)) return std::numeric_limits<int32_t>::max();
-    if (x <= From(-2147483648.0)) return std::numeric_limits<int32_t>::min();
-    return static_cast<int32_t>(x);
+    // Written without branches so that loops over it vectorize: NaN -> 0, clamp into the
+    // range of values whose truncation fits, truncate, then saturate the top end (float has
+    // no value between 2147483520 and 2^31).
+    constexpr From kLow = From(-2147483648.0);
+    constexpr From kHigh = std::is_same_v<From, float> ? From(2147483520.0) : From(2147483647.0);
+    From y = x != x ? From(0) : x;
+    y = y < kLow ? kLow : y;
+    y = y > kHigh ? kHigh : y;
+    const int32_t r = static_cast<int32_t>(y);
+    return x >= From(2147483648.0) ? std::numeric_limits<int32_t>::max() : r;
   } else {
     return static_cast<To>(x);
   }

@@ -3,7 +3,7 @@
 // select() drops extent-1 dimensions and merges neighbours that are both reduced or both
 // kept, which leaves an alternating list of groups. The common layouts get their own kernel:
 //   [R]        full reduction to a scalar      (Eigen redux, blocked pairwise for sums)
-//   [K, R]     row-wise, one redux per row     (softmax max/sum over classes)
+//   [K, R]     row-wise, one redux per row (a scalar fold for short rows: class logits)
 //   [K?, R, K] (outer, reduced, inner) with the inner rows combined element-wise, vectorised
 //              along inner and tiled so the accumulator row stays in L1 (bias gradients)
 // Anything else walks the input once in order, combining into the (pre-initialised)
@@ -99,6 +99,19 @@ template <class T, class R> void rows_kernel(const Instr& in, const Frame& f) {
   T* out = in.output<T>(f);
   const int64_t rows = in.p[0], len = in.p[1];
   for (int64_t r = 0; r < rows; ++r) out[r] = R::span(x + r * len, len);
+}
+
+// Rows shorter than kShortRow (class logits): a scalar fold beats a redux call per row.
+constexpr int64_t kShortRow = 16;
+template <class T, class R> void short_rows_kernel(const Instr& in, const Frame& f) {
+  const T* x = in.in<T>(f, 0);
+  T* out = in.output<T>(f);
+  const int64_t rows = in.p[0], len = in.p[1];
+  for (int64_t r = 0; r < rows; ++r, x += len) {
+    T acc = x[0];
+    for (int64_t i = 1; i < len; ++i) acc = R::combine(acc, x[i]);
+    out[r] = acc;
+  }
 }
 
 // p[0] = outer, p[1] = reduced (>= 1), p[2] = inner
@@ -198,7 +211,7 @@ template <class T, class R> bool choose(Instr& instr) {
   } else if (g == 2 && red[1]) {
     instr.p[0] = ext[0];
     instr.p[1] = ext[1];
-    instr.fn = rows_kernel<T, R>;
+    instr.fn = ext[1] < kShortRow ? short_rows_kernel<T, R> : rows_kernel<T, R>;
   } else if ((g == 2 && red[0]) || (g == 3 && red[1])) {
     instr.p[0] = g == 3 ? ext[0] : 1;
     instr.p[1] = ext[g - 2];

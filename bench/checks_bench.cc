@@ -1,0 +1,188 @@
+// What checks cost per training step: SGD steps of a relu MLP (784-512-512-10 at batch 128,
+// 64-128-10 at batch 64, f32) with the checks a production job would write, compiled
+//   off   CheckMode::off: check() records nothing (the baseline)
+//   prod  CheckMode::user: the checks below, no automatic ones
+//   all   CheckMode::all: the same plus automatic NaN/Inf, division, index and domain checks
+// Production checks: loss finite and below a bound, global gradient norm finite (so no
+// gradient holds a NaN or Inf: the norm is non-finite iff one does, or the squares overflow)
+// and below a bound. Three step shapes:
+//   loss       the step returns (params, loss): the gradient norm exists only for the checks,
+//              so its computation (a square and a sum over every gradient) is part of what
+//              they cost
+//   loss+norm  the step also returns the norm (most training loops log it): the checks then
+//              only add their predicates and the host's flag handling
+//   loss,sum   like loss, but gradients are checked through the sum of all their elements
+//              (non-finite iff one is, barring overflow): one read of each gradient, no norm
+//              bound
+//
+//   build/bench/checks_bench
+//   FJIT_BENCH_INTERLEAVED=1 build/bench/checks_bench --benchmark_filter=none
+//     alternates the three modes step by step and prints median CPU times and overheads
+//     (fairer on a loaded machine than back-to-back runs).
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
+#include <functional>
+
+#include "core/fjit.h"
+#include "core/init.h"
+
+using namespace fjit;
+
+namespace {
+
+constexpr double kLr = 0.01;
+
+struct Config {
+  const char* title;
+  std::vector<int64_t> sizes;
+  int64_t batch;
+};
+const Config kLarge{"MLP 784-512-512-10, batch 128", {784, 512, 512, 10}, 128};
+const Config kSmall{"MLP 64-128-10, batch 64", {64, 128, 10}, 64};
+
+Tensor mlp_loss(const Params& p, const Tensor& x, const Tensor& y) {
+  const int layers = static_cast<int>(p.size() / 2);
+  Tensor h = x;
+  for (int k = 1; k <= layers; ++k) {
+    h = matmul(h, p["w" + std::to_string(k)]) + p["b" + std::to_string(k)];
+    if (k < layers) h = relu(h);
+  }
+  return mean(softmax_cross_entropy(h, y));
+}
+
+enum StepShape { kLoss, kLossNorm, kLossSum };
+const char* shape_name(StepShape s) { return s == kLoss ? "loss" : s == kLossNorm ? "loss+norm" : "loss,sum"; }
+
+template <StepShape kShape>
+auto make_step(CheckMode mode) {
+  JitOptions o;
+  o.name = "train_step";
+  o.checks = mode;
+  o.policy = CheckPolicy::throw_error;
+  return jit([](const Params& p, const Tensor& x, const Tensor& y) {
+    auto [loss, g] = value_and_grad(mlp_loss)(p, x, y);
+    check(isfinite(loss), "loss is {}", loss);
+    check(loss < 1e4, "loss {} exploded", loss);
+    if constexpr (kShape == kLossSum) {
+      Tensor total = scalar(DType::f32, 0);
+      for (const auto& kv : g) total = total + sum(kv.second);
+      check(isfinite(total), "a gradient holds NaN or Inf (their sum is {})", total);
+      return std::tuple{sgd(p, g, kLr), loss};
+    } else {
+      Tensor gnorm = global_norm(g);
+      check(isfinite(gnorm), "gradient norm is {}: a gradient holds NaN or Inf", gnorm);
+      check(gnorm < 1e4, "gradient norm {} exploded", gnorm);
+      if constexpr (kShape == kLossNorm) return std::tuple{sgd(p, g, kLr), loss, gnorm};
+      else return std::tuple{sgd(p, g, kLr), loss};
+    }
+  }, o);
+}
+
+// One compiled step with its double-buffered state; step() runs it once (no allocation).
+struct Runner {
+  std::function<void()> step;
+  int sites = 0;
+  size_t instrs = 0;
+};
+
+template <StepShape kShape>
+Runner make_runner(const Config& c, CheckMode mode) {
+  struct State {
+    decltype(make_step<kShape>(CheckMode::off)) fn;
+    ArrayDict p;
+    Array x, y;
+    std::conditional_t<kShape == kLossNorm, std::tuple<ArrayDict, Array, Array>, std::tuple<ArrayDict, Array>> out;
+  };
+  auto s = std::make_shared<State>(State{make_step<kShape>(mode), mlp_params(c.sizes, 1),
+                                         he_uniform(Shape{c.batch, c.sizes.front()}, 3), Array(DType::i32, Shape{c.batch}), {}});
+  for (int64_t i = 0; i < c.batch; ++i) s->y.template data<int32_t>()[i] = static_cast<int32_t>((i * 7) % c.sizes.back());
+  s->fn.run_into(s->out, s->p, s->x, s->y);
+  Runner r;
+  r.step = [s] {
+    s->fn.run_into(s->out, s->p, s->x, s->y);
+    std::swap(s->p, std::get<0>(s->out));
+    benchmark::DoNotOptimize(std::get<1>(s->out).raw());
+  };
+  r.step();
+  const auto& exe = *s->fn.core().last_entry()->exe;
+  r.sites = exe.num_check_sites();
+  r.instrs = exe.instrs.size();
+  return r;
+}
+
+Runner make_runner(const Config& c, CheckMode mode, StepShape shape) {
+  switch (shape) {
+    case kLoss: return make_runner<kLoss>(c, mode);
+    case kLossNorm: return make_runner<kLossNorm>(c, mode);
+    case kLossSum: break;
+  }
+  return make_runner<kLossSum>(c, mode);
+}
+
+void BM_Step(benchmark::State& state, const Config& c, CheckMode mode, StepShape shape) {
+  Runner r = make_runner(c, mode, shape);
+  for (auto _ : state) r.step();
+  state.counters["checks"] = r.sites;
+  state.counters["instrs"] = static_cast<double>(r.instrs);
+}
+
+#define CHECKS_BENCH(config, tag, shape)                                                          \
+  BENCHMARK_CAPTURE(BM_Step, config##_##tag##_off, config, CheckMode::off, shape)->Unit(benchmark::kMicrosecond); \
+  BENCHMARK_CAPTURE(BM_Step, config##_##tag##_prod, config, CheckMode::user, shape)->Unit(benchmark::kMicrosecond); \
+  BENCHMARK_CAPTURE(BM_Step, config##_##tag##_all, config, CheckMode::all, shape)->Unit(benchmark::kMicrosecond)
+CHECKS_BENCH(kLarge, loss, kLoss);
+CHECKS_BENCH(kLarge, loss_norm, kLossNorm);
+CHECKS_BENCH(kLarge, loss_sum, kLossSum);
+CHECKS_BENCH(kSmall, loss, kLoss);
+CHECKS_BENCH(kSmall, loss_norm, kLossNorm);
+CHECKS_BENCH(kSmall, loss_sum, kLossSum);
+
+double cpu_ns() {
+  timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) * 1e9 + static_cast<double>(ts.tv_nsec);
+}
+
+double median(std::vector<double> v) {
+  std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
+  return v[v.size() / 2];
+}
+
+// Each round runs `batch` steps of every mode in turn, so all modes see the same background
+// load; the result is the median per-step time over rounds.
+void interleaved(const Config& c, StepShape shape, int rounds, int batch) {
+  const CheckMode modes[] = {CheckMode::off, CheckMode::user, CheckMode::all};
+  std::vector<Runner> runners;
+  for (CheckMode m : modes) runners.push_back(make_runner(c, m, shape));
+  std::vector<std::vector<double>> times(3);
+  for (int round = 0; round < rounds; ++round)
+    for (size_t m = 0; m < runners.size(); ++m) {
+      const double t0 = cpu_ns();
+      for (int i = 0; i < batch; ++i) runners[m].step();
+      times[m].push_back((cpu_ns() - t0) / batch);
+    }
+  const double off = median(times[0]) / 1e3, prod = median(times[1]) / 1e3, all = median(times[2]) / 1e3;
+  std::printf("%-31s %-9s off %8.1f us | prod %8.1f us %+6.2f%% (%d checks) | all %8.1f us %+6.2f%% (%d checks)\n",
+              c.title, shape_name(shape), off, prod, 100 * (prod / off - 1), runners[1].sites, all,
+              100 * (all / off - 1), runners[2].sites);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  if (const char* env = std::getenv("FJIT_BENCH_INTERLEAVED"); env && *env && *env != '0') {
+    std::printf("median CPU time per step, modes interleaved\n");
+    for (StepShape shape : {kLoss, kLossNorm, kLossSum}) {
+      interleaved(kLarge, shape, 101, 3);
+      interleaved(kSmall, shape, 301, 100);
+    }
+  }
+  return 0;
+}

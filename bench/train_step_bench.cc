@@ -1,0 +1,239 @@
+// One full training step, fjit against a hand-written Eigen baseline (bench/mlp_reference.h):
+//   fjit:  jit(value_and_grad(mlp_loss) + sgd), run with run_into (no output allocation)
+//   hand:  the same math with preallocated buffers and noalias GEMMs
+// for a relu MLP 784-512-512-10 at batch 128 and 64-128-10 at batch 64, f32.
+//
+//   build/bench/train_step_bench
+//   FJIT_PROFILE_PLAN=1 build/bench/train_step_bench --benchmark_filter=none
+//     prints the time of every instruction of each fjit plan, grouped by op, and the total.
+//   FJIT_BENCH_INTERLEAVED=1 build/bench/train_step_bench --benchmark_filter=none
+//     alternates fjit and hand-written steps and prints median times and ratios (fairer on a
+//     loaded machine).
+// Before timing, each pair is checked to compute the same loss and updated parameters.
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
+#include <map>
+
+#include "bench/mlp_reference.h"
+#include "core/fjit.h"
+#include "core/init.h"
+
+using namespace fjit;
+
+namespace {
+
+constexpr double kLr = 0.01;
+
+struct Config {
+  std::vector<int64_t> sizes;
+  int64_t batch;
+};
+const Config kLarge{{784, 512, 512, 10}, 128};
+const Config kSmall{{64, 128, 10}, 64};
+
+Tensor mlp_loss(const Params& p, const Tensor& x, const Tensor& y) {
+  const int layers = static_cast<int>(p.size() / 2);
+  Tensor h = x;
+  for (int k = 1; k <= layers; ++k) {
+    h = matmul(h, p["w" + std::to_string(k)]) + p["b" + std::to_string(k)];
+    if (k < layers) h = relu(h);
+  }
+  return mean(softmax_cross_entropy(h, y));
+}
+
+auto make_step() {
+  return jit([](const Params& p, const Tensor& x, const Tensor& y) {
+    auto [loss, g] = value_and_grad(mlp_loss)(p, x, y);
+    return std::tuple{sgd(p, g, kLr), loss};
+  }, JitOptions{.name = "train_step"});
+}
+
+struct Data {
+  Array x, y;
+};
+Data make_data(const Config& c) {
+  Data d{he_uniform({c.batch, c.sizes.front()}, 3), Array(DType::i32, {c.batch})};
+  for (int64_t i = 0; i < c.batch; ++i) d.y.data<int32_t>()[i] = static_cast<int32_t>((i * 7) % c.sizes.back());
+  return d;
+}
+
+bench::HandWrittenMlp make_hand(const Config& c, const ArrayDict& p) {
+  bench::HandWrittenMlp h(c.sizes, c.batch);
+  for (size_t k = 0; k < h.w.size(); ++k) {
+    const Array& w = p["w" + std::to_string(k + 1)];
+    const Array& b = p["b" + std::to_string(k + 1)];
+    std::copy_n(w.data<float>(), w.size(), h.w[k].data());
+    std::copy_n(b.data<float>(), b.size(), h.b[k].data());
+  }
+  return h;
+}
+
+// The two implementations agree on one step (loss and every updated parameter).
+void check_same(const Config& c) {
+  ArrayDict p = mlp_params(c.sizes, 1);
+  Data d = make_data(c);
+  bench::HandWrittenMlp hand = make_hand(c, p);
+  const float hand_loss = hand.step(d.x.data<float>(), d.y.data<int32_t>(), kLr);
+  auto step = make_step();
+  auto [p2, loss] = step(p, d.x, d.y);
+  double worst = std::abs(loss.item<float>() - hand_loss);
+  for (size_t k = 0; k < hand.w.size(); ++k) {
+    const Array& w = p2["w" + std::to_string(k + 1)];
+    for (int64_t i = 0; i < w.size(); ++i) worst = std::max<double>(worst, std::abs(w.data<float>()[i] - hand.w[k].data()[i]));
+    const Array& b = p2["b" + std::to_string(k + 1)];
+    for (int64_t i = 0; i < b.size(); ++i) worst = std::max<double>(worst, std::abs(b.data<float>()[i] - hand.b[k].data()[i]));
+  }
+  if (worst > 1e-4) {
+    std::fprintf(stderr, "train_step_bench: fjit and hand-written steps differ by %g\n", worst);
+    std::exit(1);
+  }
+}
+
+void BM_Fjit(benchmark::State& state, const Config& c) {
+  ArrayDict p = mlp_params(c.sizes, 1);
+  Data d = make_data(c);
+  auto step = make_step();
+  std::tuple<ArrayDict, Array> out;
+  step.run_into(out, p, d.x, d.y);
+  for (auto _ : state) {
+    step.run_into(out, p, d.x, d.y);
+    std::swap(p, std::get<0>(out));  // double-buffered parameters: no allocation
+    benchmark::DoNotOptimize(std::get<1>(out).raw());
+  }
+  state.counters["GFLOP/s"] = benchmark::Counter(
+      static_cast<double>(step.core().last_entry()->exe->flops) * state.iterations() / 1e9,
+      benchmark::Counter::kIsRate);
+}
+
+void BM_Hand(benchmark::State& state, const Config& c) {
+  Data d = make_data(c);
+  bench::HandWrittenMlp hand = make_hand(c, mlp_params(c.sizes, 1));
+  for (auto _ : state) benchmark::DoNotOptimize(hand.step(d.x.data<float>(), d.y.data<int32_t>(), kLr));
+}
+
+BENCHMARK_CAPTURE(BM_Fjit, mlp_784_512_512_10_b128, kLarge)->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_Hand, mlp_784_512_512_10_b128, kLarge)->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_Fjit, mlp_64_128_10_b64, kSmall)->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_Hand, mlp_64_128_10_b64, kSmall)->Unit(benchmark::kMicrosecond);
+
+// Times every instruction of the compiled step by running the plan's kernels one by one over
+// a buffer table built the way Executable::run builds it.
+void profile_plan(const Config& c, const char* title) {
+  ArrayDict p = mlp_params(c.sizes, 1);
+  Data d = make_data(c);
+  auto step = make_step();
+  std::tuple<ArrayDict, Array> out;
+  step.run_into(out, p, d.x, d.y);
+  const Executable& exe = *step.core().last_entry()->exe;
+  std::vector<const Array*> ins;
+  for (const auto& kv : p) ins.push_back(&kv.second);
+  ins.push_back(&d.x);
+  ins.push_back(&d.y);
+  std::vector<Array*> outs;
+  for (auto& kv : std::get<0>(out)) outs.push_back(&kv.second);
+  outs.push_back(&std::get<1>(out));
+  std::vector<std::byte> arena(exe.arena_bytes + 64);
+  auto* base = reinterpret_cast<std::byte*>((reinterpret_cast<uintptr_t>(arena.data()) + 63) & ~uintptr_t{63});
+  std::vector<void*> table(exe.buffers.size());
+  for (size_t b = 0; b < table.size(); ++b) {
+    const BufferRef& r = exe.buffers[b];
+    switch (r.kind) {
+      case BufferRef::kInput: table[b] = const_cast<void*>(ins[r.where]->raw()); break;
+      case BufferRef::kOutput: table[b] = outs[r.where]->raw(); break;
+      case BufferRef::kConstant: table[b] = const_cast<void*>(r.constant); break;
+      case BufferRef::kArena: table[b] = base + r.where; break;
+    }
+  }
+  RunContext ctx;
+  const Frame frame{table.data(), &ctx};
+  // Medians, not means: a preempted sample on a shared machine would dominate a mean.
+  const int reps = 301;
+  std::vector<std::vector<double>> ns(exe.instrs.size());
+  for (int rep = 0; rep < reps + 10; ++rep)
+    for (size_t i = 0; i < exe.instrs.size(); ++i) {
+      const auto t0 = std::chrono::steady_clock::now();
+      exe.instrs[i].fn(exe.instrs[i], frame);
+      const auto t1 = std::chrono::steady_clock::now();
+      if (rep >= 10) ns[i].push_back(std::chrono::duration<double, std::nano>(t1 - t0).count());
+    }
+  double total = 0;
+  std::map<std::string, std::pair<double, int>> by_op;
+  std::printf("\n== %s: %zu instructions, arena %zu bytes; median us over %d runs\n", title,
+              exe.instrs.size(), exe.arena_bytes, reps);
+  for (size_t i = 0; i < exe.instrs.size(); ++i) {
+    const Instr& in = exe.instrs[i];
+    std::nth_element(ns[i].begin(), ns[i].begin() + reps / 2, ns[i].end());
+    const double us = ns[i][reps / 2] / 1e3;
+    total += us;
+    auto& [t, n] = by_op[op_name(in.op)];
+    t += us;
+    ++n;
+    std::string args;
+    for (const ValueType& t : in.ins) args += (args.empty() ? "" : ", ") + type_str(t.dtype, t.shape);
+    std::printf("  %3zu %9.2f us  %-12s %-16s <- %s%s%s\n", i, us, op_name(in.op),
+                type_str(in.out.dtype, in.out.shape).c_str(), args.c_str(), in.attrs.trans_a ? " trans_a" : "",
+                in.attrs.trans_b ? " trans_b" : "");
+  }
+  std::printf("  by op:\n");
+  for (const auto& [op, tn] : by_op) std::printf("    %-12s %3d instr %9.2f us\n", op.c_str(), tn.second, tn.first);
+  std::printf("  total %.2f us\n", total);
+}
+
+// Alternates one fjit step and one hand-written step, timing each by thread CPU time, and
+// prints the medians and their ratio: on a shared machine, interleaving exposes both sides to
+// the same background load, which back-to-back benchmark runs do not.
+void interleaved(const Config& c, const char* title, int steps) {
+  ArrayDict p = mlp_params(c.sizes, 1);
+  Data d = make_data(c);
+  auto step = make_step();
+  std::tuple<ArrayDict, Array> out;
+  step.run_into(out, p, d.x, d.y);
+  bench::HandWrittenMlp hand = make_hand(c, p);
+  auto cpu_ns = [] {
+    timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return ts.tv_sec * 1e9 + ts.tv_nsec;
+  };
+  std::vector<double> tf, th;
+  for (int i = 0; i < steps; ++i) {
+    double t0 = cpu_ns();
+    step.run_into(out, p, d.x, d.y);
+    std::swap(p, std::get<0>(out));
+    double t1 = cpu_ns();
+    benchmark::DoNotOptimize(hand.step(d.x.data<float>(), d.y.data<int32_t>(), kLr));
+    double t2 = cpu_ns();
+    tf.push_back(t1 - t0);
+    th.push_back(t2 - t1);
+  }
+  auto median = [](std::vector<double> v) {
+    std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
+    return v[v.size() / 2];
+  };
+  const double mf = median(tf) / 1e3, mh = median(th) / 1e3;
+  std::printf("%-44s fjit %9.1f us  hand %9.1f us  ratio %.3f  (median CPU time of %d interleaved steps)\n",
+              title, mf, mh, mf / mh, steps);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  check_same(kLarge);
+  check_same(kSmall);
+  benchmark::Initialize(&argc, argv);
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  if (const char* env = std::getenv("FJIT_BENCH_INTERLEAVED"); env && *env && *env != '0') {
+    interleaved(kLarge, "MLP 784-512-512-10, batch 128", 300);
+    interleaved(kSmall, "MLP 64-128-10, batch 64", 20000);
+  }
+  if (const char* env = std::getenv("FJIT_PROFILE_PLAN"); env && *env && *env != '0') {
+    profile_plan(kLarge, "fjit step, MLP 784-512-512-10, batch 128");
+    profile_plan(kSmall, "fjit step, MLP 64-128-10, batch 64");
+  }
+  return 0;
+}

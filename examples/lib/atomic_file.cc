@@ -1,0 +1,113 @@
+#include "lib/atomic_file.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <stdexcept>
+
+namespace fjit::io {
+namespace {
+
+std::atomic<uint64_t> g_temp_counter{0};
+
+std::optional<uint64_t> fail_after_from_env() {
+  const char* v = std::getenv("FJIT_TEST_FAIL_SAVE_AFTER_BYTES");
+  if (!v || !*v) return std::nullopt;
+  char* end = nullptr;
+  errno = 0;
+  unsigned long long k = std::strtoull(v, &end, 10);
+  if (errno || *end || *v == '-')
+    throw std::invalid_argument(std::string("FJIT_TEST_FAIL_SAVE_AFTER_BYTES must be a byte count, got \"") +
+                                v + "\"");
+  return k;
+}
+
+std::string parent_dir(const std::string& path) {
+  std::string dir = std::filesystem::path(path).parent_path().string();
+  return dir.empty() ? "." : dir;
+}
+
+}  // namespace
+
+AtomicFile::AtomicFile(std::string target)
+    : target_(std::move(target)), fail_after_(fail_after_from_env()) {
+  // O_EXCL never reuses a file: a leftover from a crashed process with a recycled pid
+  // makes us try the next name instead of writing into someone else's file.
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    temp_ = target_ + ".tmp-" + std::to_string(::getpid()) + "-" +
+            std::to_string(g_temp_counter.fetch_add(1));
+    fd_ = ::open(temp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd_ >= 0) return;
+    if (errno != EEXIST) break;
+  }
+  int err = errno;
+  std::string tried = temp_;
+  temp_.clear();  // nothing of ours to remove
+  fail("cannot create temporary file " + tried, err);
+}
+
+AtomicFile::~AtomicFile() {
+  if (fd_ >= 0) ::close(fd_);
+  if (!committed_ && !temp_.empty()) ::unlink(temp_.c_str());
+}
+
+void AtomicFile::fail(const std::string& what, int err) {
+  throw std::runtime_error(target_ + ": " + what + (err ? std::string(": ") + std::strerror(err) : ""));
+}
+
+void AtomicFile::write(const void* data, size_t n) {
+  if (fd_ < 0) fail("write after the file was closed", 0);
+  const auto* p = static_cast<const char*>(data);
+  while (n > 0) {
+    size_t chunk = n;
+    bool inject = false;
+    if (fail_after_) {
+      uint64_t room = *fail_after_ > written_ ? *fail_after_ - written_ : 0;
+      if (room < chunk) {
+        chunk = static_cast<size_t>(room);
+        inject = true;
+      }
+    }
+    if (chunk == 0 && inject)
+      fail("write failed after " + std::to_string(written_) +
+               " bytes (injected by FJIT_TEST_FAIL_SAVE_AFTER_BYTES)", ENOSPC);
+    ssize_t r = ::write(fd_, p, chunk);
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      fail("write failed after " + std::to_string(written_) + " bytes", errno);
+    }
+    p += r;
+    n -= static_cast<size_t>(r);
+    written_ += static_cast<uint64_t>(r);
+  }
+}
+
+void AtomicFile::commit() {
+  if (fd_ < 0 || committed_) fail("commit called twice", 0);
+  // Data first, then the name: a rename that reached the disk before the data would
+  // leave a complete-looking file full of holes after a crash.
+  if (::fsync(fd_) != 0) fail("fsync of " + temp_ + " failed", errno);
+  int fd = fd_;
+  fd_ = -1;
+  if (::close(fd) != 0) fail("close of " + temp_ + " failed", errno);
+  if (::rename(temp_.c_str(), target_.c_str()) != 0)
+    fail("cannot rename " + temp_ + " over it", errno);
+  committed_ = true;
+  const std::string dir = parent_dir(target_);
+  int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd < 0) fail("saved, but cannot open directory " + dir + " to fsync it", errno);
+  int rc = ::fsync(dfd);
+  int err = errno;
+  ::close(dfd);
+  // Some file systems cannot fsync a directory (EINVAL); there is nothing more to do there.
+  if (rc != 0 && err != EINVAL)
+    fail("saved, but fsync of directory " + dir + " failed", err);
+}
+
+}  // namespace fjit::io

@@ -1,0 +1,49 @@
+// AtomicFile: replaces a file with new content all at once, or leaves it untouched.
+//
+// The content goes to a temporary file next to the target (same directory, hence the same
+// file system, which rename() needs to be atomic). commit() fsyncs that file, renames it
+// over the target and fsyncs the directory so the rename itself survives a power cut.
+// Until commit() succeeds the target is never touched; destroying an uncommitted
+// AtomicFile (say, while an exception unwinds) closes and deletes the temporary file.
+//
+// Every failure throws std::runtime_error "<target>: <what failed>: <strerror>".
+//
+// Testing hook: with FJIT_TEST_FAIL_SAVE_AFTER_BYTES=K in the environment, write() stores
+// the first K bytes and then fails as a full disk would (ENOSPC), so tests can check that
+// a failed save leaves the previous file intact and no temporary file behind.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace fjit::io {
+
+class AtomicFile {
+ public:
+  // Creates the temporary file "<target>.tmp-<pid>-<n>" with mode 0644 (less the umask).
+  explicit AtomicFile(std::string target);
+  ~AtomicFile();
+  AtomicFile(const AtomicFile&) = delete;
+  AtomicFile& operator=(const AtomicFile&) = delete;
+
+  // Appends n bytes (all of them, or throws).
+  void write(const void* data, size_t n);
+  // Makes the written content the target's. Requires no earlier failure; call at most once.
+  void commit();
+
+  const std::string& temp_path() const { return temp_; }
+  uint64_t bytes_written() const { return written_; }
+
+ private:
+  [[noreturn]] void fail(const std::string& what, int err);
+
+  std::string target_, temp_;
+  int fd_ = -1;
+  uint64_t written_ = 0;
+  std::optional<uint64_t> fail_after_;  // from FJIT_TEST_FAIL_SAVE_AFTER_BYTES
+  bool committed_ = false;
+};
+
+}  // namespace fjit::io

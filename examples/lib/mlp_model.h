@@ -1,0 +1,80 @@
+// The model the examples train: an MLP classifier (ReLU hidden layers, softmax cross entropy)
+// and its data-parallel training step and evaluation, shared by examples/train_fashion_mnist.cc,
+// examples/poisoned_batch.cc and the end-to-end tests.
+//
+// The training step is one pmap'd function of (params, optimizer state, images, labels, lr):
+//   value_and_grad of the loss on this replica's shard,
+//   check: the local loss is finite (so a report names the replica whose data was bad),
+//   pmean of the gradients (one fused all-reduce of the whole TensorDict) and of the loss,
+//   check: the global norm of the averaged gradient is finite and below a bound,
+//   AdamW update with the learning rate given as an f32 scalar argument (replicated, not
+//   sharded), so a schedule changes it every step without recompiling.
+// It returns {params', state', mean loss, mean accuracy, gradient norm}. Params and state
+// mirror the inputs, so under the skip_step policy a step whose checks fail keeps them.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "fjit.h"
+#include "parallel/pmap.h"
+
+namespace fjit::examples {
+
+// Layer sizes of the Fashion-MNIST classifier: 784-512-256-10.
+inline const std::vector<int64_t> kFashionMnistLayers = {784, 512, 256, 10};
+
+// Parameters "w1", "b1", ..., "wL", "bL" for layer sizes {in, h1, ..., out}: He-normal
+// weights, zero biases, drawn from `seed` (core/init.h).
+ArrayDict init_mlp(const std::vector<int64_t>& sizes, uint64_t seed);
+
+// Logits [batch, classes] of x [batch, in]: ReLU after every layer but the last.
+Tensor mlp_logits(const Params& p, const Tensor& x);
+
+// Mean softmax cross entropy of the batch, and the logits (for accuracy). Checks (user
+// check) that every label is a class of the model.
+std::tuple<Tensor, Tensor> mlp_loss(const Params& p, const Tensor& x, const Tensor& y);
+
+// The traced training step (see the top of this file). A named type so that the pmap'd step
+// has a type callers can hold. optimizer.lr is ignored: the step's `lr` argument is used.
+struct TrainStepFn {
+  AdamW optimizer;
+  double max_grad_norm = 1e3;
+  std::string axis = "batch";
+  std::tuple<TensorDict, TensorDict, Tensor, Tensor, Tensor> operator()(
+      const Params& params, const Params& state, const Tensor& x, const Tensor& y,
+      const Tensor& lr) const;
+};
+using TrainStep = Pmapped<TrainStepFn>;
+// Host values of one step's outputs: {params, state, loss, accuracy, grad norm}.
+using TrainStepOut = std::tuple<ArrayDict, ArrayDict, Array, Array, Array>;
+
+// Correct predictions (argmax of the logits equals the label) summed over every replica's
+// shard, as an f32 scalar (exact up to 2^24).
+struct CorrectCountFn {
+  std::string axis = "batch";
+  Tensor operator()(const Params& params, const Tensor& x, const Tensor& y) const;
+};
+using EvalStep = Pmapped<CorrectCountFn>;
+
+TrainStep make_train_step(const Mesh& mesh, TrainStepFn fn, PmapOptions options);
+EvalStep make_eval_step(const Mesh& mesh, PmapOptions options);
+
+// Rows [begin, end) of `src` (rank >= 1) copied into `dst`, which is (re)allocated only when
+// its type differs. For handing an MPI rank its shard of a global batch without allocating.
+void copy_rows(const Array& src, int64_t begin, int64_t end, Array& dst);
+
+// The part of a global batch this process feeds to a pmap: the whole batch for thread
+// replicas (pmap shards it), this rank's Mesh::shard_range rows under MPI (copied into
+// `buffer`, which the result then shares).
+const Array& local_part(const Mesh& mesh, const Array& global, Array& buffer);
+
+// Fraction of `images`/`labels` the model classifies correctly, evaluated data-parallel in
+// batches of `batch_size` (the last one may be smaller: at most two compiled shapes).
+// Every replica must call it (it runs collectives).
+double evaluate_accuracy(EvalStep& eval, const Mesh& mesh, const ArrayDict& params,
+                         const Array& images, const Array& labels, int64_t batch_size = 1000);
+
+}  // namespace fjit::examples

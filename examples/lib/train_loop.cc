@@ -1,0 +1,283 @@
+#include "lib/train_loop.h"
+
+#include <cmath>
+#include <filesystem>
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+namespace fjit::examples {
+namespace {
+
+constexpr const char* kFormat = "fjit-mlp-classifier-v1";
+
+std::string join(const std::vector<int64_t>& v) {
+  std::string s;
+  for (int64_t x : v) s += (s.empty() ? "" : ",") + std::to_string(x);
+  return s;
+}
+
+// Puts d's entries in the order of `like`'s names (same set of names).
+void conform(ArrayDict& d, const ArrayDict& like) {
+  if (d.empty() || d.names() == like.names()) return;
+  ArrayDict out;
+  for (const std::string& name : like.names()) out.set(name, d.at(name));
+  d = std::move(out);
+}
+
+int64_t metadata_int(const io::Checkpoint& ck, const std::string& path, const std::string& key) {
+  auto it = ck.metadata.find(key);
+  if (it == ck.metadata.end())
+    throw std::runtime_error(path + ": not a training checkpoint (no metadata '" + key + "')");
+  try {
+    size_t used = 0;
+    int64_t v = std::stoll(it->second, &used);
+    if (used == it->second.size() && v >= 0) return v;
+  } catch (const std::exception&) {
+  }
+  throw std::runtime_error(path + ": metadata '" + key + "' = '" + it->second +
+                           "' is not a non-negative integer");
+}
+
+std::string metadata_str(const io::Checkpoint& ck, const std::string& key) {
+  auto it = ck.metadata.find(key);
+  return it == ck.metadata.end() ? std::string() : it->second;
+}
+
+io::BatchIterator make_batches(const io::Dataset& train, const TrainOptions& o) {
+  return io::BatchIterator(train.images, train.labels,
+                           io::BatchOptions{.batch_size = o.batch_size, .seed = o.seed,
+                                            .shuffle = true, .drop_last = true});
+}
+
+}  // namespace
+
+io::NamedArrays checkpoint_tensors(const ArrayDict& params, const ArrayDict& state) {
+  io::NamedArrays out;
+  for (const auto& [name, a] : params) out.emplace_back("params/" + name, a);
+  for (const auto& [name, a] : state) out.emplace_back("opt/" + name, a);
+  return out;
+}
+
+PmapOptions Trainer::pmap_options(const char* name) const {
+  PmapOptions o;
+  o.jit.name = name;
+  o.jit.checks = options_.checks;
+  o.jit.policy = options_.on_check_failure;
+  o.divergence_check_every = options_.divergence_check_every;
+  return o;
+}
+
+Trainer::Trainer(Mesh mesh, TrainOptions options, io::Dataset train, io::Dataset test)
+    : mesh_(std::move(mesh)),
+      options_(std::move(options)),
+      train_(std::move(train)),
+      test_(std::move(test)),
+      batches_(make_batches(train_, options_)),
+      train_step_(make_train_step(
+          mesh_,
+          TrainStepFn{.optimizer = AdamW{.lr = options_.lr, .weight_decay = options_.weight_decay},
+                      .max_grad_norm = options_.max_grad_norm},
+          pmap_options("train_step"))),
+      eval_step_(make_eval_step(mesh_, [this] {
+        PmapOptions o = pmap_options("eval_step");
+        o.divergence_check_every = 0;
+        return o;
+      }())) {
+  const int64_t features = train_.images.rank() == 2 ? train_.images.shape()[1] : -1;
+  if (options_.layers.size() < 2 || features != options_.layers.front())
+    throw std::invalid_argument(fmt::format("Trainer: images {} do not fit the first layer ({} inputs)",
+                                            type_str(train_.images.dtype(), train_.images.shape()),
+                                            options_.layers.empty() ? 0 : options_.layers.front()));
+  if (options_.batch_size < mesh_.size())
+    throw std::invalid_argument(fmt::format("Trainer: a global batch of {} cannot feed {} replicas",
+                                            options_.batch_size, mesh_.size()));
+  if (batches_.batches_per_epoch() == 0)
+    throw std::invalid_argument(fmt::format("Trainer: {} training examples make no batch of {}",
+                                            batches_.num_examples(), options_.batch_size));
+  ArrayDict params = mesh_.replicate(init_mlp(options_.layers, options_.seed));
+  AdamW opt{.lr = options_.lr, .weight_decay = options_.weight_decay};
+  ArrayDict state = opt.init_state(params);
+  buffers_[0] = TrainStepOut{std::move(params), std::move(state), Array(), Array(), Array()};
+  lr_ = Array(DType::f32, {});
+}
+
+double Trainer::learning_rate(int64_t step) const {
+  if (!options_.cosine_schedule) return options_.lr;
+  const double all = static_cast<double>(options_.epochs * batches_.batches_per_epoch());
+  const double t = std::min(1.0, static_cast<double>(step) / all);
+  return options_.lr * 0.5 * (1.0 + std::cos(3.141592653589793 * t));
+}
+
+int64_t Trainer::total_steps() const {
+  const int64_t all = options_.epochs * batches_.batches_per_epoch();
+  return options_.max_steps >= 0 ? std::min(all, options_.max_steps) : all;
+}
+
+bool Trainer::done() const { return steps_done_ >= total_steps(); }
+
+std::optional<io::Batch> Trainer::next_batch() {
+  if (done()) return std::nullopt;
+  std::optional<io::Batch> b = batches_.next();
+  if (!b) {
+    batches_.set_epoch(epoch_ + 1);
+    b = batches_.next();
+    if (!b) return std::nullopt;
+  }
+  epoch_ = b->epoch;
+  batch_in_epoch_ = b->index + 1;
+  ++steps_done_;
+  return b;
+}
+
+StepStats Trainer::train_on(const io::Batch& batch) {
+  const Array& x = local_part(mesh_, batch.images, x_part_);
+  const Array& y = local_part(mesh_, batch.labels, y_part_);
+  TrainStepOut& in = buffers_[current_];
+  TrainStepOut& out = buffers_[1 - current_];
+  const int64_t step = steps_done_ - 1;
+  lr_.data<float>()[0] = static_cast<float>(learning_rate(step));
+  StepResult r = train_step_.run_into(out, std::get<0>(in), std::get<1>(in), x, y, lr_);
+  current_ = 1 - current_;
+  if (!buffers_conformed_) {
+    // The buffer the next step writes must list its arrays in the step's output order.
+    conform(std::get<0>(in), std::get<0>(out));
+    conform(std::get<1>(in), std::get<1>(out));
+    buffers_conformed_ = true;
+  }
+  StepStats s;
+  s.step = step;
+  s.lr = lr_.data<float>()[0];
+  s.epoch = batch.epoch;
+  s.batch = batch.index;
+  s.skipped = r.skipped;
+  s.loss = std::get<2>(out).item<float>();
+  s.accuracy = std::get<3>(out).item<float>();
+  s.grad_norm = std::get<4>(out).item<float>();
+  return s;
+}
+
+std::optional<StepStats> Trainer::step() {
+  std::optional<io::Batch> b = next_batch();
+  if (!b) return std::nullopt;
+  return train_on(*b);
+}
+
+double Trainer::evaluate() {
+  if (!test_.images.defined() || test_.images.shape()[0] == 0) return -1;
+  return evaluate_accuracy(eval_step_, mesh_, params(), test_.images, test_.labels,
+                           options_.eval_batch_size);
+}
+
+void Trainer::save(const std::string& path) {
+  int failed = 0;
+  std::string error;
+  if (mesh_.is_primary()) {
+    try {
+      const std::filesystem::path parent = std::filesystem::path(path).parent_path();
+      if (!parent.empty()) std::filesystem::create_directories(parent);
+      io::Checkpoint ck;
+      ck.tensors = checkpoint_tensors(params(), optimizer_state());
+      ck.metadata = {{"format", kFormat},
+                     {"step", std::to_string(steps_done_)},
+                     {"epoch", std::to_string(epoch_)},
+                     {"batch_in_epoch", std::to_string(batch_in_epoch_)},
+                     {"seed", std::to_string(options_.seed)},
+                     {"batch_size", std::to_string(options_.batch_size)},
+                     {"layers", join(options_.layers)},
+                     {"lr", fmt::format("{}", options_.lr)},
+                     {"lr_schedule", options_.cosine_schedule ? "cosine" : "constant"},
+                     {"weight_decay", fmt::format("{}", options_.weight_decay)}};
+      io::save_checkpoint(path, ck);
+    } catch (const std::exception& e) {
+      failed = 1;
+      error = e.what();
+    }
+  }
+  // Doubles as the barrier: nobody reads the file before rank 0 has renamed it into place,
+  // and a failed save fails on every rank instead of leaving the others waiting.
+  if (mesh_.is_mpi()) mesh_.comm(0).all_reduce(&failed, 1, DType::i32, ReduceOp::max);
+  if (failed)
+    throw std::runtime_error(mesh_.is_primary() ? error : "checkpoint save failed on rank 0: " + path);
+}
+
+void Trainer::load(const std::string& path) {
+  io::Checkpoint ck = io::load_checkpoint(path);
+  if (metadata_str(ck, "format") != kFormat)
+    throw std::runtime_error(path + ": not a checkpoint of this trainer (format '" +
+                             metadata_str(ck, "format") + "', expected '" + kFormat + "')");
+  io::check_compatible(ck, checkpoint_tensors(params(), optimizer_state()));
+  const int64_t batch_size = metadata_int(ck, path, "batch_size");
+  if (batch_size != options_.batch_size)
+    throw std::runtime_error(fmt::format("{}: saved with global batch {}, this run uses {}: the data "
+                                         "position would not carry over",
+                                         path, batch_size, options_.batch_size));
+  const uint64_t seed = static_cast<uint64_t>(metadata_int(ck, path, "seed"));
+  const int64_t step = metadata_int(ck, path, "step");
+  const int64_t epoch = metadata_int(ck, path, "epoch");
+  const int64_t batch = metadata_int(ck, path, "batch_in_epoch");
+  if (batch > batches_.batches_per_epoch())
+    throw std::runtime_error(fmt::format("{}: batch {} of an epoch of {} batches", path, batch,
+                                         batches_.batches_per_epoch()));
+  // The data order continues from the checkpoint's seed, whatever this run was given.
+  if (seed != options_.seed) {
+    options_.seed = seed;
+    batches_ = make_batches(train_, options_);
+  }
+  ArrayDict params, state;
+  for (const auto& [name, a] : this->params()) params.set(name, *ck.find("params/" + name));
+  for (const auto& [name, a] : optimizer_state()) state.set(name, *ck.find("opt/" + name));
+  buffers_[current_] = TrainStepOut{std::move(params), std::move(state), Array(), Array(), Array()};
+  buffers_conformed_ = false;
+  batches_.seek(epoch, batch);
+  steps_done_ = step;
+  epoch_ = epoch;
+  batch_in_epoch_ = batch;
+}
+
+Progress Trainer::make_progress() const {
+  return Progress(mesh_.is_primary(), steps_done_, total_steps(), batches_.batches_per_epoch(),
+                  options_.batch_size, options_.log_every);
+}
+
+void Trainer::save_at_step() {
+  save(io::checkpoint_path(options_.checkpoint_dir, steps_done_));
+}
+
+double Trainer::run() {
+  const bool checkpoints = !options_.checkpoint_dir.empty();
+  std::string resumed;
+  if (options_.resume && checkpoints) {
+    const std::string path = io::latest_checkpoint(options_.checkpoint_dir);
+    if (!path.empty()) {
+      load(path);
+      resumed = fmt::format("resumed from {} (step {}, epoch {}, batch {})", path, steps_done_,
+                            epoch_ + 1, batch_in_epoch_);
+    } else {
+      resumed = "no checkpoint in " + options_.checkpoint_dir + ": starting from scratch";
+    }
+  }
+  run_started_at_ = steps_done_;
+  Progress progress = make_progress();
+  if (!resumed.empty()) progress.note(resumed);
+  double accuracy = -1;
+  int64_t evaluated_at = -1, saved_at = steps_done_;
+  while (std::optional<StepStats> s = step()) {
+    progress.on_step(*s);
+    if (checkpoints && options_.checkpoint_every > 0 && steps_done_ % options_.checkpoint_every == 0) {
+      save_at_step();
+      saved_at = steps_done_;
+    }
+    if (s->batch == batches_.batches_per_epoch() - 1) {
+      const int64_t t0 = now_ns();
+      accuracy = evaluate();
+      evaluated_at = steps_done_;
+      progress.on_epoch_end(s->epoch, accuracy, (now_ns() - t0) * 1e-9);
+    }
+  }
+  if (checkpoints && saved_at != steps_done_) save_at_step();
+  if (evaluated_at != steps_done_) accuracy = evaluate();
+  return accuracy;
+}
+
+}  // namespace fjit::examples

@@ -1,0 +1,108 @@
+// Trainer: the training loop of the examples — parameters and AdamW state, the data order,
+// the pmap'd step, evaluation and checkpoints — usable a step at a time (tests, the
+// poisoned-batch example) or as a whole run with progress lines (run()).
+//
+// Promises:
+//  - Deterministic: the data order comes from (seed, epoch) through io::BatchIterator, the
+//    initial parameters from the seed, and each step is the same compiled plan, so two runs
+//    with the same options produce bit-identical parameters.
+//  - A checkpoint holds params, optimizer state, seed and the position in the data (step,
+//    epoch, batch within the epoch); a run resumed from it continues bit-for-bit as the
+//    uninterrupted run would have.
+//  - Steps allocate no parameter memory: params/state are double-buffered and the step writes
+//    into the buffer it did not read (pmap's run_into).
+//  - Every replica (thread or MPI rank) runs the same sequence of calls; under MPI every rank
+//    holds the whole data set and takes its Mesh::shard_range rows of each global batch.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "lib/batch_iterator.h"
+#include "lib/checkpoint.h"
+#include "lib/idx_reader.h"
+#include "lib/mlp_model.h"
+#include "lib/train_options.h"
+#include "lib/train_progress.h"
+
+namespace fjit::examples {
+
+class Trainer {
+ public:
+  // `test` may be empty (no evaluation). Throws std::invalid_argument when the data do not
+  // fit the model (image size vs. first layer) or the global batch is smaller than the mesh.
+  Trainer(Mesh mesh, TrainOptions options, io::Dataset train, io::Dataset test = {});
+
+  // The global batch at the current position, advancing it (to the next epoch when one is
+  // done); nullopt once every epoch is done. The arrays are the iterator's buffers: valid
+  // until the next call.
+  std::optional<io::Batch> next_batch();
+  // One training step on a global batch (this process passes its part to the pmap). May throw
+  // CheckError (throw policy) or ReplicaMismatchError (divergence check).
+  StepStats train_on(const io::Batch& batch);
+  // next_batch() + train_on(); nullopt when the run is over (epochs or max_steps).
+  std::optional<StepStats> step();
+  // True when the run is over: every epoch done, or max_steps reached.
+  bool done() const;
+
+  // Test-set accuracy of the current parameters (every replica must call it).
+  double evaluate();
+
+  // Writes a checkpoint (primary replica only; under MPI the others wait at a barrier until
+  // the file is complete). Creates the directory if needed.
+  void save(const std::string& path);
+  // Restores parameters, optimizer state and the data position. Every replica reads the file.
+  // Throws std::runtime_error when it does not match the model or the batch size.
+  void load(const std::string& path);
+
+  // The whole run: progress lines, evaluation at each epoch end, checkpoints every
+  // checkpoint_every steps and at the end (when checkpoint_dir is set), starting from the
+  // latest checkpoint with options.resume. Returns the final test accuracy (or -1).
+  double run();
+  // A Progress configured for this run from the current position (prints on the primary
+  // replica only).
+  Progress make_progress() const;
+
+  const ArrayDict& params() const { return std::get<0>(buffers_[current_]); }
+  const ArrayDict& optimizer_state() const { return std::get<1>(buffers_[current_]); }
+  int64_t steps_done() const { return steps_done_; }
+  // Steps the last run() took (not counting those before the checkpoint it resumed from).
+  int64_t steps_this_run() const { return steps_done_ - run_started_at_; }
+  int64_t epoch() const { return epoch_; }
+  int64_t batch_in_epoch() const { return batch_in_epoch_; }
+  int64_t batches_per_epoch() const { return batches_.batches_per_epoch(); }
+  int64_t total_steps() const;
+  // The learning rate of step `step` (0-based) under the schedule: a function of the step and
+  // of epochs * batches_per_epoch only, so a resumed or poisoned run sees the same values.
+  double learning_rate(int64_t step) const;
+  const Mesh& mesh() const { return mesh_; }
+  const TrainOptions& options() const { return options_; }
+  TrainStep& train_step() { return train_step_; }
+
+ private:
+  PmapOptions pmap_options(const char* name) const;
+  void save_at_step();
+
+  Mesh mesh_;
+  TrainOptions options_;
+  io::Dataset train_, test_;
+  io::BatchIterator batches_;
+  TrainStep train_step_;
+  EvalStep eval_step_;
+  // Double buffer: step k reads buffers_[current_] and writes buffers_[1 - current_].
+  TrainStepOut buffers_[2];
+  int current_ = 0;
+  bool buffers_conformed_ = false;
+  Array x_part_, y_part_;        // this rank's rows of the batch (MPI)
+  Array lr_;                     // f32 scalar argument of the step
+  int64_t steps_done_ = 0;       // batches consumed, skipped ones included
+  int64_t epoch_ = 0;            // of the next batch
+  int64_t batch_in_epoch_ = 0;   // of the next batch
+  int64_t run_started_at_ = 0;   // steps_done_ when run() began training
+};
+
+// The checkpoint's tensors: "params/<name>" and "opt/<name>".
+io::NamedArrays checkpoint_tensors(const ArrayDict& params, const ArrayDict& state);
+
+}  // namespace fjit::examples

@@ -1,0 +1,105 @@
+#include "parallel/mpi_runtime.h"
+
+#include <cxxabi.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <mutex>
+#include <string>
+#include <typeinfo>
+
+#include "core/log.h"
+
+namespace fjit {
+
+bool launched_under_mpi() {
+  // OpenMPI's mpiexec sets OMPI_COMM_WORLD_SIZE; PMI (MPICH, Slurm) and PMIx launchers set
+  // the others. None of them is set for a plain run.
+  for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"}) {
+    if (std::getenv(name) != nullptr) return true;
+  }
+  return false;
+}
+
+bool mpi_active() {
+  int initialized = 0;
+  int finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  return initialized && !finalized;
+}
+
+int mpi_world_rank() {
+  if (!mpi_active()) return 0;
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  return rank;
+}
+
+namespace {
+
+void finalize_at_exit() {
+  // Someone (a test main, the user) may have finalised already; finalising twice is an error.
+  if (mpi_active()) MPI_Finalize();
+}
+
+}  // namespace
+
+void mpi_init_once(int* argc, char*** argv) {
+  static std::once_flag once;
+  std::call_once(once, [argc, argv] {
+    int initialized = 0;
+    MPI_Initialized(&initialized);
+    if (initialized) return;  // the user initialised MPI and owns its finalisation
+    int provided = MPI_THREAD_SINGLE;
+    if (MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS) {
+      log().critical("MPI_Init_thread failed");
+      log().flush();
+      std::abort();
+    }
+    if (provided < MPI_THREAD_FUNNELED) {
+      log().critical("MPI gives thread level {}; fjit needs MPI_THREAD_FUNNELED", provided);
+      log().flush();
+      MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    std::atexit(finalize_at_exit);
+  });
+}
+
+namespace {
+
+std::string describe_current_exception() {
+  std::exception_ptr e = std::current_exception();
+  if (!e) return "std::terminate called without an active exception";
+  try {
+    std::rethrow_exception(e);
+  } catch (const std::exception& ex) {
+    int status = 0;
+    char* name = abi::__cxa_demangle(typeid(ex).name(), nullptr, nullptr, &status);
+    std::string text = fmt::format("uncaught exception ({}): {}",
+                                   status == 0 ? name : typeid(ex).name(), ex.what());
+    std::free(name);
+    return text;
+  } catch (...) {
+    return "uncaught exception of a type not derived from std::exception";
+  }
+}
+
+[[noreturn]] void terminate_job() {
+  const int rank = mpi_world_rank();
+  const std::string what = describe_current_exception();
+  // stderr, not the logger: mpiexec forwards every rank's stderr to the terminal, while the
+  // logger may point at a file nobody watches, or be what threw.
+  std::fprintf(stderr, "[fjit] [critical] rank %d: %s; aborting the MPI job\n", rank,
+               what.c_str());
+  std::fflush(stderr);
+  if (mpi_active()) MPI_Abort(MPI_COMM_WORLD, 1);
+  std::abort();
+}
+
+}  // namespace
+
+void install_mpi_terminate_handler() { std::set_terminate(terminate_job); }
+
+}  // namespace fjit

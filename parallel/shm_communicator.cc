@@ -1,0 +1,217 @@
+#include "parallel/shm_communicator.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <thread>
+#include <vector>
+
+#include "core/log.h"
+#include "parallel/communicator_reduce.h"
+
+namespace fjit {
+
+class ShmCommunicator final : public Communicator {
+ public:
+  ShmCommunicator(ShmGroup* group, int rank)
+      : group_(group), rank_(rank), ptrs_(static_cast<size_t>(group->size_)) {}
+
+  int rank() const override { return rank_; }
+  int size() const override { return group_->size_; }
+  std::string backend() const override { return "threads"; }
+
+  void all_reduce(void* data, int64_t count, DType dtype, ReduceOp op) override {
+    enter("all_reduce");
+    const int n = group_->size_;
+    if (count <= 0) return;
+    if (n == 1) {
+      if (single_contribution_changes(dtype, op)) {
+        combine_in_rank_order(&data, 1, &data, 1, 0, count, dtype, op);
+      }
+      return;
+    }
+    me().data = data;
+    group_->arrive_and_wait(rank_);
+    for (int r = 0; r < n; ++r) ptrs_[r] = group_->slots_[r].data;
+    // Each replica owns one chunk of the elements: it reads that chunk from every buffer and
+    // writes the result into every buffer, so one pass does both reduce and copy-back.
+    const ElementRange mine = chunk_of(count, n, rank_, dtype_size(dtype));
+    combine_in_rank_order(ptrs_.data(), n, ptrs_.data(), n, mine.begin, mine.count, dtype, op);
+    // No replica may return (and touch its buffer) while others still write into it.
+    group_->arrive_and_wait(rank_);
+  }
+
+  void broadcast(void* data, size_t nbytes, int root) override {
+    enter("broadcast");
+    check_root(root);
+    if (nbytes == 0 || group_->size_ == 1) return;
+    me().data = data;
+    group_->arrive_and_wait(rank_);
+    const void* src = group_->slots_[root].data;
+    if (rank_ != root && src != data) std::memcpy(data, src, nbytes);
+    group_->arrive_and_wait(rank_);
+  }
+
+  void all_gather(const void* send, void* recv, size_t nbytes_per_rank) override {
+    enter("all_gather");
+    if (nbytes_per_rank == 0) return;
+    auto* out = static_cast<unsigned char*>(recv);
+    const int n = group_->size_;
+    if (n == 1) {
+      if (send != recv) std::memmove(out, send, nbytes_per_rank);
+      return;
+    }
+    me().send = send;
+    group_->arrive_and_wait(rank_);
+    for (int r = 0; r < n; ++r) {
+      const void* src = group_->slots_[r].send;
+      void* dst = out + static_cast<size_t>(r) * nbytes_per_rank;
+      if (src != dst) std::memcpy(dst, src, nbytes_per_rank);
+    }
+    group_->arrive_and_wait(rank_);
+  }
+
+  void barrier() override {
+    enter("barrier");
+    if (group_->size_ > 1) group_->arrive_and_wait(rank_);
+  }
+
+  [[noreturn]] void abort_job(const std::string& message) override {
+    group_->abort_job(rank_, message);
+  }
+
+ private:
+  ShmGroup::Slot& me() { return group_->slots_[rank_]; }
+
+  // Records which collective this replica is in, for the stall reports of the others.
+  void enter(const char* name) {
+    me().collective.store(name, std::memory_order_relaxed);
+    me().calls.fetch_add(1, std::memory_order_relaxed);
+    if (group_->cancelled()) group_->throw_cancelled(rank_);
+  }
+
+  void check_root(int root) {
+    if (root < 0 || root >= group_->size_) {
+      abort_job(fmt::format("broadcast root {} is not a rank of a group of {}", root,
+                            group_->size_));
+    }
+  }
+
+  ShmGroup* group_;
+  const int rank_;
+  std::vector<void*> ptrs_;  // scratch for the all-reduce, sized once
+};
+
+ShmGroup::ShmGroup(int size, StallPolicy policy)
+    : size_(size), policy_(policy), slots_(new Slot[size > 0 ? size : 1]), barrier_(size) {
+  if (size < 1) abort_job(0, fmt::format("ShmGroup needs at least one replica, got {}", size));
+}
+
+ShmGroup::~ShmGroup() = default;
+
+std::unique_ptr<Communicator> ShmGroup::communicator(int rank) {
+  if (rank < 0 || rank >= size_) {
+    abort_job(0, fmt::format("communicator({}) asked of a group of {}", rank, size_));
+  }
+  return std::make_unique<ShmCommunicator>(this, rank);
+}
+
+class ShmGroup::StallReporter final : public ShmBarrier::Waiter {
+ public:
+  StallReporter(const ShmGroup& group, int rank) : group_(group), rank_(rank) {}
+  bool cancelled() const override { return group_.cancelled(); }
+  void on_warn(double waited) override { log().warn("{}", group_.describe_stall(rank_, waited)); }
+  [[noreturn]] void on_abort(double waited) override {
+    group_.abort_job(rank_, group_.describe_stall(rank_, waited));
+  }
+
+ private:
+  const ShmGroup& group_;
+  const int rank_;
+};
+
+void ShmGroup::arrive_and_wait(int rank) {
+  Slot& me = slots_[rank];
+  me.arrivals.fetch_add(1, std::memory_order_relaxed);
+  if (cancelled()) throw_cancelled(rank);
+  StallReporter reporter(*this, rank);
+  if (!barrier_.arrive_and_wait(&me.local_sense, policy_, reporter)) throw_cancelled(rank);
+}
+
+void ShmGroup::throw_cancelled(int rank) const {
+  const Slot& me = slots_[rank];
+  absl::MutexLock lock(&mu_);
+  throw CollectiveCancelled(fmt::format("replica {}: {} #{} cancelled: {}", rank,
+                                        me.collective.load(), me.calls.load(), cancel_reason_));
+}
+
+std::string ShmGroup::describe_stall(int rank, double waited_seconds) const {
+  const Slot& me = slots_[rank];
+  const uint64_t mine = me.arrivals.load(std::memory_order_relaxed);
+  std::string missing;
+  for (int r = 0; r < size_; ++r) {
+    const Slot& s = slots_[r];
+    if (s.arrivals.load(std::memory_order_relaxed) >= mine) continue;
+    if (!missing.empty()) missing += ", ";
+    missing += fmt::format("replica {} (last entered {} #{})", r, s.collective.load(),
+                           s.calls.load(std::memory_order_relaxed));
+  }
+  if (missing.empty()) missing = "none (all arrived; the barrier is being released)";
+  return fmt::format("stall: replica {} of {} (threads) has waited {:.2f} s in {} #{}; "
+                     "not arrived: {}",
+                     rank, size_, waited_seconds, me.collective.load(),
+                     me.calls.load(std::memory_order_relaxed), missing);
+}
+
+void ShmGroup::abort_job(int rank, const std::string& message) const {
+  log().critical("aborting the job (replica {} of {}, threads): {}", rank, size_, message);
+  log().flush();
+  std::abort();
+}
+
+void ShmGroup::cancel(int rank, const std::string& reason) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (cancelled_.load(std::memory_order_relaxed)) return;
+    cancel_reason_ = fmt::format("replica {} failed: {}", rank, reason);
+    cancelled_.store(true, std::memory_order_release);
+  }
+  barrier_.wake_all();
+}
+
+void ShmGroup::run(const std::function<void(Communicator&)>& fn) {
+  absl::Mutex error_mu;
+  std::exception_ptr first_error;   // the cause: the first non-cancellation failure
+  std::exception_ptr cancellation;  // reported only when nothing else failed
+  std::vector<std::thread> threads;
+  threads.reserve(static_cast<size_t>(size_));
+  for (int r = 0; r < size_; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        std::unique_ptr<Communicator> comm = communicator(r);
+        fn(*comm);
+      } catch (const CollectiveCancelled&) {
+        absl::MutexLock lock(&error_mu);
+        if (!cancellation) cancellation = std::current_exception();
+      } catch (...) {
+        std::string what = "unknown exception";
+        try {
+          throw;
+        } catch (const std::exception& e) {
+          what = e.what();
+        } catch (...) {
+        }
+        {
+          absl::MutexLock lock(&error_mu);
+          if (!first_error) first_error = std::current_exception();
+        }
+        cancel(r, what);
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  if (first_error) std::rethrow_exception(first_error);
+  if (cancellation) std::rethrow_exception(cancellation);
+}
+
+}  // namespace fjit

@@ -1,0 +1,392 @@
+// Tests for examples/lib/checkpoint (safetensors save/load), atomic_file and json_lite:
+// round trips, the on-disk format checked byte by byte, every documented load error,
+// failed saves that must leave the previous file alone, and model compatibility checks.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+
+#include "lib/checkpoint.h"
+#include "lib/json_lite.h"
+
+namespace fs = std::filesystem;
+using namespace fjit;
+using namespace fjit::io;
+
+namespace {
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+void write_file(const std::string& path, const std::string& bytes) {
+  std::ofstream(path, std::ios::binary) << bytes;
+}
+uint64_t le64(const std::string& s) {
+  uint64_t v = 0;
+  for (int i = 0; i < 8; ++i) v |= uint64_t{static_cast<unsigned char>(s[i])} << (8 * i);
+  return v;
+}
+std::string le64_bytes(uint64_t v) {
+  std::string s(8, '\0');
+  for (int i = 0; i < 8; ++i) s[i] = static_cast<char>(v >> (8 * i));
+  return s;
+}
+// A safetensors file made by hand, as another tool might write it.
+std::string st_file(const std::string& header, const std::string& data) {
+  return le64_bytes(header.size()) + header + data;
+}
+std::string raw_bytes(const Array& a) {
+  return std::string(static_cast<const char*>(a.raw()), a.nbytes());
+}
+
+template <class F>
+std::string error_of(F f) {
+  try {
+    f();
+  } catch (const std::runtime_error& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "expected std::runtime_error";
+  return "";
+}
+#define EXPECT_CONTAINS(haystack, needle) \
+  EXPECT_NE(std::string(haystack).find(needle), std::string::npos) << (haystack)
+
+Checkpoint sample() {
+  Checkpoint c;
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  c.tensors.emplace_back("w1", Array::from_vector<float>(
+                                   {1.5f, -0.0f, nan, inf, -inf, 1e-42f, 3.25f, -7.f, 0.1f, 2.f, 9.f, 1.f},
+                                   {3, 4}));
+  c.tensors.emplace_back("b1", Array::from_vector<double>({0.1, -2.5e300}, {2}));
+  c.tensors.emplace_back("step_count", Array::from_vector<int32_t>({-3, 0, 2147483647, -2147483647 - 1, 5}, {5}));
+  c.tensors.emplace_back("mask", Array::from_vector<uint8_t>({1, 0, 0, 1}, {2, 2}));
+  c.tensors.emplace_back("lr", Array::scalar(0.01f));
+  c.tensors.emplace_back("empty", Array(DType::f32, {0, 3}));
+  c.metadata = {{"step", "1200"}, {"seed", "7"}, {"note", "quote \" backslash \\ newline \n ü"}};
+  return c;
+}
+
+class CheckpointTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("fjit-ckpt-" + std::to_string(::getpid()) + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    path_ = (dir_ / "model.safetensors").string();
+  }
+  void TearDown() override {
+    ::unsetenv("FJIT_TEST_FAIL_SAVE_AFTER_BYTES");
+    fs::permissions(dir_, fs::perms::owner_all, fs::perm_options::add);
+    fs::remove_all(dir_);
+  }
+  std::vector<std::string> listing() const {
+    std::vector<std::string> names;
+    for (const auto& e : fs::directory_iterator(dir_)) names.push_back(e.path().filename().string());
+    std::sort(names.begin(), names.end());
+    return names;
+  }
+  // Saves sample() and returns the file's bytes and the header length.
+  std::string saved(uint64_t* header_len = nullptr) {
+    save_checkpoint(path_, sample());
+    std::string bytes = slurp(path_);
+    if (header_len) *header_len = le64(bytes);
+    return bytes;
+  }
+  fs::path dir_;
+  std::string path_;
+};
+
+}  // namespace
+
+TEST_F(CheckpointTest, RoundTripIsBitExactForAllDtypes) {
+  Checkpoint in = sample();
+  save_checkpoint(path_, in);
+  Checkpoint out = load_checkpoint(path_);
+  ASSERT_EQ(out.tensors.size(), in.tensors.size());
+  for (size_t i = 0; i < in.tensors.size(); ++i) {
+    EXPECT_EQ(out.tensors[i].first, in.tensors[i].first);
+    EXPECT_TRUE(out.tensors[i].second.bit_equal(in.tensors[i].second))
+        << in.tensors[i].first << ": " << out.tensors[i].second.to_string();
+  }
+  EXPECT_EQ(out.find("empty")->shape(), (Shape{0, 3}));
+  EXPECT_EQ(out.find("lr")->shape(), Shape{});
+  EXPECT_EQ(out.find("absent"), nullptr);
+  auto expected_meta = in.metadata;
+  ASSERT_EQ(out.metadata.count(kChecksumKey), 1u);
+  EXPECT_EQ(out.metadata.at(kChecksumKey).size(), 8u);
+  expected_meta[kChecksumKey] = out.metadata.at(kChecksumKey);
+  EXPECT_EQ(out.metadata, expected_meta);
+  EXPECT_EQ(listing(), std::vector<std::string>{"model.safetensors"});
+}
+
+TEST_F(CheckpointTest, FileIsStandardSafetensors) {
+  uint64_t n = 0;
+  std::string bytes = saved(&n);
+  ASSERT_GE(bytes.size(), 8 + n);
+  EXPECT_EQ((8 + n) % 8, 0u) << "data must start 8-byte aligned";
+  std::string header = bytes.substr(8, n);
+  // The literal text a safetensors reader will see (checked without our parser). Data is
+  // laid out widest dtype first, so every tensor is aligned to its element size.
+  EXPECT_EQ(header.rfind("{\"__metadata__\":{", 0), 0u) << header;
+  EXPECT_CONTAINS(header, "\"w1\":{\"dtype\":\"F32\",\"shape\":[3,4],\"data_offsets\":[16,64]}");
+  EXPECT_CONTAINS(header, "\"b1\":{\"dtype\":\"F64\",\"shape\":[2],\"data_offsets\":[0,16]}");
+  EXPECT_CONTAINS(header, "\"step_count\":{\"dtype\":\"I32\",\"shape\":[5],\"data_offsets\":[64,84]}");
+  EXPECT_CONTAINS(header, "\"mask\":{\"dtype\":\"BOOL\",\"shape\":[2,2],\"data_offsets\":[88,92]}");
+  EXPECT_CONTAINS(header, "\"lr\":{\"dtype\":\"F32\",\"shape\":[],\"data_offsets\":[84,88]}");
+  EXPECT_CONTAINS(header, "\"empty\":{\"dtype\":\"F32\",\"shape\":[0,3],\"data_offsets\":[88,88]}");
+  EXPECT_CONTAINS(header, "\"step\":\"1200\"");
+  EXPECT_CONTAINS(header, "\"note\":\"quote \\\" backslash \\\\ newline \\n ü\"");
+  EXPECT_LT(header.find("\"w1\""), header.find("\"b1\"")) << "header keeps the saved order";
+  EXPECT_EQ(bytes.size(), 8 + n + 92) << "no bytes after the last tensor";
+  // Every documented key, through the parser; the data sits where the offsets say.
+  json::Value root = json::parse(header);
+  Checkpoint c = sample();
+  for (const auto& [name, a] : c.tensors) {
+    const json::Value* spec = root.find(name);
+    ASSERT_NE(spec, nullptr) << name;
+    ASSERT_NE(spec->find("dtype"), nullptr);
+    ASSERT_NE(spec->find("shape"), nullptr);
+    const json::Value* off = spec->find("data_offsets");
+    ASSERT_NE(off, nullptr);
+    EXPECT_EQ(bytes.substr(8 + n + off->items[0].integer, a.nbytes()), raw_bytes(a)) << name;
+    EXPECT_EQ((8 + n + off->items[0].integer) % dtype_size(a.dtype()), 0u) << name << " misaligned";
+  }
+  EXPECT_EQ(root.find("__metadata__")->find("seed")->string, "7");
+}
+
+TEST_F(CheckpointTest, LoadsFilesWithoutOurChecksum) {
+  // As another tool writes them: no __metadata__, members not in offset order.
+  std::string header =
+      R"({"b":{"dtype":"I32","shape":[1],"data_offsets":[4,8]},"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})";
+  float a = 2.5f;
+  int32_t b = -9;
+  write_file(path_, st_file(header, std::string(reinterpret_cast<char*>(&a), 4) +
+                                        std::string(reinterpret_cast<char*>(&b), 4)));
+  Checkpoint c = load_checkpoint(path_);
+  ASSERT_EQ(c.tensors.size(), 2u);
+  EXPECT_EQ(c.tensors[0].first, "b") << "tensors come back in the header's order";
+  EXPECT_EQ(c.tensors[0].second.item<int32_t>(), -9);
+  EXPECT_EQ(c.tensors[1].second.item<float>(), 2.5f);
+  EXPECT_TRUE(c.metadata.empty());
+}
+
+TEST_F(CheckpointTest, TruncatedFiles) {
+  uint64_t n = 0;
+  std::string bytes = saved(&n);
+  write_file(path_, bytes.substr(0, 5));
+  EXPECT_EQ(error_of([&] { load_checkpoint(path_); }),
+            path_ + ": truncated: file holds 5 bytes, too few for the 8-byte header length");
+  write_file(path_, bytes.substr(0, 8 + n - 10));
+  EXPECT_EQ(error_of([&] { load_checkpoint(path_); }),
+            path_ + ": header length " + std::to_string(n) + " is larger than the rest of the file (" +
+                std::to_string(n - 10) + " bytes): truncated or not a safetensors file");
+  write_file(path_, bytes.substr(0, bytes.size() - 1));
+  EXPECT_CONTAINS(error_of([&] { load_checkpoint(path_); }),
+                  path_ + ": tensor \"mask\": data_offsets [88, 92] run past the end of the data (91 bytes");
+}
+
+TEST_F(CheckpointTest, CorruptedDataByteFailsTheChecksum) {
+  uint64_t n = 0;
+  std::string bytes = saved(&n);
+  bytes[8 + n + 50] ^= 0x01;  // inside w1
+  write_file(path_, bytes);
+  std::string msg = error_of([&] { load_checkpoint(path_); });
+  EXPECT_EQ(msg.rfind(path_ + ": checksum mismatch: metadata fjit.crc32 is ", 0), 0u) << msg;
+  EXPECT_CONTAINS(msg, "(the data is corrupt)");
+}
+
+TEST_F(CheckpointTest, CorruptedHeaderJson) {
+  uint64_t n = 0;
+  std::string bytes = saved(&n);
+  size_t colon = bytes.find("\"w1\":") + 4;
+  bytes[colon] = ';';
+  write_file(path_, bytes);
+  EXPECT_EQ(error_of([&] { load_checkpoint(path_); }),
+            path_ + ": malformed header: JSON error at byte " + std::to_string(colon - 8) +
+                ": expected ':', found ';'");
+}
+
+TEST_F(CheckpointTest, HeaderLengthLargerThanFile) {
+  std::string bytes = saved();
+  std::string forged = le64_bytes(uint64_t{1} << 40) + bytes.substr(8);
+  write_file(path_, forged);
+  EXPECT_EQ(error_of([&] { load_checkpoint(path_); }),
+            path_ + ": header length 1099511627776 is larger than the rest of the file (" +
+                std::to_string(bytes.size() - 8) + " bytes): truncated or not a safetensors file");
+}
+
+TEST_F(CheckpointTest, HeaderContentErrors) {
+  auto load_with = [&](const std::string& header, const std::string& data) {
+    write_file(path_, st_file(header, data));
+    return error_of([&] { load_checkpoint(path_); });
+  };
+  const std::string d8(8, '\0');
+  EXPECT_EQ(load_with(R"({"x":{"dtype":"F16","shape":[4],"data_offsets":[0,8]}})", d8),
+            path_ + ": tensor \"x\": dtype \"F16\" is not supported (fjit reads F32, F64, I32, BOOL)");
+  EXPECT_EQ(load_with(R"({"x":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", d8),
+            path_ + ": tensor \"x\": f32[3] needs 12 bytes but data_offsets [0, 8] span 8");
+  EXPECT_EQ(load_with(R"({"x":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"y":{"dtype":"F32","shape":[1],"data_offsets":[2,6]}})", d8),
+            path_ + ": tensor \"y\" overlaps the tensor before it (begins at byte 2, previous one ends at 4)");
+  EXPECT_EQ(load_with(R"({"x":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})", d8),
+            path_ + ": gap of 4 bytes before tensor \"x\" (begins at byte 4)");
+  EXPECT_EQ(load_with(R"({"x":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})", d8),
+            path_ + ": the tensors cover 4 bytes but the file holds 8 bytes of data after the header");
+  EXPECT_EQ(load_with(R"({"x":{"dtype":"BOOL","shape":[2],"data_offsets":[0,2]}})", std::string("\1\2", 2)),
+            path_ + ": tensor \"x\": BOOL element 1 holds 2, expected 0 or 1");
+  EXPECT_EQ(load_with(R"({"x":{"dtype":"F32","shape":[-1],"data_offsets":[0,0]}})", ""),
+            path_ + ": tensor \"x\": shape must hold non-negative integers");
+  EXPECT_EQ(load_with(R"({"x":{"dtype":"F32","shape":[1],"data_offsets":[0,4],"extra":1}})", "1234"),
+            path_ + ": tensor \"x\": unexpected key \"extra\" (expected dtype, shape, data_offsets)");
+  EXPECT_EQ(load_with(R"({"x":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"x":{"dtype":"F32","shape":[0],"data_offsets":[4,4]}})", "1234"),
+            path_ + ": header names \"x\" twice");
+  EXPECT_EQ(load_with(R"({"__metadata__":{"step":3}})", ""),
+            path_ + ": __metadata__ value for \"step\" must be a string, found integer");
+  EXPECT_EQ(load_with(R"([1,2])", ""), path_ + ": malformed header: the JSON header must start with '{'");
+  EXPECT_EQ(load_with(R"({"x":{"dtype":"F32","shape":[1.5],"data_offsets":[0,4]}})", "1234"),
+            path_ + ": malformed header: JSON error at byte 30: only integers are supported (no "
+                    "fractions or exponents)");
+  EXPECT_CONTAINS(load_with(R"({"x":{"dtype":"F32","shape":[4611686018427387904,4],"data_offsets":[0,0]}})", ""),
+                  "has too many elements");
+  EXPECT_EQ(load_with(R"({"x":{"dtype":"F64","shape":[1000000000000,1000],"data_offsets":[0,8]}})", d8),
+            path_ + ": tensor \"x\": f64[1000000000000,1000] needs 8000000000000000 bytes but data_offsets "
+                    "[0, 8] span 8");
+  // A zero extent empties the tensor, however large the other extents are.
+  write_file(path_, st_file(R"({"x":{"dtype":"F64","shape":[1000000000000,0],"data_offsets":[0,0]}})", ""));
+  EXPECT_EQ(load_checkpoint(path_).tensors.at(0).second.shape(), (Shape{1000000000000, 0}));
+}
+
+TEST_F(CheckpointTest, MissingFile) {
+  EXPECT_EQ(error_of([&] { load_checkpoint(path_); }),
+            path_ + ": cannot open checkpoint: No such file or directory");
+}
+
+TEST_F(CheckpointTest, CheckCompatibleNamesTheFirstMismatch) {
+  Checkpoint c;
+  c.tensors = {{"w1", Array(DType::f32, {784, 512})}, {"b1", Array(DType::f32, {512})}};
+  NamedArrays same = {{"w1", Array(DType::f32, {784, 512})}, {"b1", Array(DType::f32, {512})}};
+  EXPECT_NO_THROW(check_compatible(c, same));
+  EXPECT_EQ(error_of([&] { check_compatible(c, {{"w1", Array(DType::f32, {784, 256})}, same[1]}); }),
+            "incompatible checkpoint: checkpoint has w1 f32[784,512], model expects f32[784,256]");
+  EXPECT_EQ(error_of([&] { check_compatible(c, {same[0], {"b1", Array(DType::f64, {512})}}); }),
+            "incompatible checkpoint: checkpoint has b1 f32[512], model expects f64[512]");
+  EXPECT_EQ(error_of([&] { check_compatible(c, {same[0], same[1], {"w2", Array(DType::f32, {512, 10})}}); }),
+            "incompatible checkpoint: it lacks w2, model expects f32[512,10]");
+  EXPECT_EQ(error_of([&] { check_compatible(c, {same[0]}); }),
+            "incompatible checkpoint: checkpoint has b1 f32[512], which the model does not expect");
+}
+
+TEST_F(CheckpointTest, FailedSaveLeavesPreviousFileAndNoTempFiles) {
+  std::string before = saved();
+  Checkpoint next = sample();
+  next.tensors[0].second.data<float>()[0] = 99.f;
+  next.metadata["step"] = "1300";
+  for (uint64_t k : {uint64_t{0}, uint64_t{5}, uint64_t{8}, uint64_t{40}, uint64_t{before.size() - 1}}) {
+    ::setenv("FJIT_TEST_FAIL_SAVE_AFTER_BYTES", std::to_string(k).c_str(), 1);
+    std::string msg = error_of([&] { save_checkpoint(path_, next); });
+    EXPECT_EQ(msg, path_ + ": write failed after " + std::to_string(k) +
+                       " bytes (injected by FJIT_TEST_FAIL_SAVE_AFTER_BYTES): No space left on device");
+    EXPECT_EQ(slurp(path_), before) << "previous checkpoint changed after a failure at byte " << k;
+    EXPECT_EQ(listing(), std::vector<std::string>{"model.safetensors"}) << "after failing at byte " << k;
+  }
+  // A limit at the file's size lets the save through.
+  ::setenv("FJIT_TEST_FAIL_SAVE_AFTER_BYTES", std::to_string(before.size()).c_str(), 1);
+  save_checkpoint(path_, next);
+  ::unsetenv("FJIT_TEST_FAIL_SAVE_AFTER_BYTES");
+  EXPECT_EQ(load_checkpoint(path_).metadata.at("step"), "1300");
+  EXPECT_EQ(load_checkpoint(path_).tensors[0].second.data<float>()[0], 99.f);
+  EXPECT_EQ(listing(), std::vector<std::string>{"model.safetensors"});
+}
+
+TEST_F(CheckpointTest, SaveIntoMissingDirectory) {
+  std::string missing = (dir_ / "no-such-dir" / "model.safetensors").string();
+  std::string msg = error_of([&] { save_checkpoint(missing, sample()); });
+  EXPECT_EQ(msg.rfind(missing + ": cannot create temporary file " + missing + ".tmp-", 0), 0u) << msg;
+  EXPECT_CONTAINS(msg, ": No such file or directory");
+  EXPECT_TRUE(listing().empty());
+}
+
+TEST_F(CheckpointTest, SaveIntoReadOnlyDirectory) {
+  if (::geteuid() == 0) GTEST_SKIP() << "root ignores directory permissions";
+  std::string before = saved();
+  fs::permissions(dir_, fs::perms::owner_read | fs::perms::owner_exec);
+  EXPECT_CONTAINS(error_of([&] { save_checkpoint(path_, Checkpoint{}); }), "Permission denied");
+  fs::permissions(dir_, fs::perms::owner_all);
+  EXPECT_EQ(slurp(path_), before);
+}
+
+TEST_F(CheckpointTest, SaveRejectsBadNamesBeforeTouchingDisk) {
+  Array a(DType::f32, {1});
+  EXPECT_THROW(save_checkpoint(path_, Checkpoint{{{"a", a}, {"a", a}}, {}}), std::invalid_argument);
+  EXPECT_THROW(save_checkpoint(path_, Checkpoint{{{"", a}}, {}}), std::invalid_argument);
+  EXPECT_THROW(save_checkpoint(path_, Checkpoint{{{"__metadata__", a}}, {}}), std::invalid_argument);
+  EXPECT_THROW(save_checkpoint(path_, Checkpoint{{{"u", Array()}}, {}}), std::invalid_argument);
+  EXPECT_TRUE(listing().empty());
+}
+
+TEST_F(CheckpointTest, CallerChecksumIsReplacedAndEmptyCheckpointWorks) {
+  Checkpoint c = sample();
+  c.metadata[kChecksumKey] = "00000000";
+  save_checkpoint(path_, c);
+  EXPECT_NE(load_checkpoint(path_).metadata.at(kChecksumKey), "00000000");
+  save_checkpoint(path_, Checkpoint{});
+  Checkpoint empty = load_checkpoint(path_);
+  EXPECT_TRUE(empty.tensors.empty());
+  EXPECT_EQ(empty.metadata.at(kChecksumKey), "00000000") << "crc32 of no bytes";
+}
+
+TEST_F(CheckpointTest, LatestCheckpointPicksHighestStep) {
+  EXPECT_EQ(latest_checkpoint(dir_.string()), "");
+  EXPECT_EQ(latest_checkpoint((dir_ / "absent").string()), "");
+  EXPECT_EQ(checkpoint_path(dir_.string(), 40), (dir_ / "ckpt-40.safetensors").string());
+  for (int64_t step : {5, 100, 40}) save_checkpoint(checkpoint_path(dir_.string(), step), sample());
+  write_file((dir_ / "ckpt-200.safetensors.tmp-1-0").string(), "partial");
+  write_file((dir_ / "ckpt-x.safetensors").string(), "junk");
+  write_file((dir_ / "ckpt-.safetensors").string(), "junk");
+  EXPECT_EQ(latest_checkpoint(dir_.string()), (dir_ / "ckpt-100.safetensors").string());
+}
+
+// ---- json_lite ----
+
+TEST(JsonLite, RoundTripsStringsAndIntegers) {
+  json::Value v = json::parse(
+      R"( {"a" : [0, -1, 9223372036854775807, -9223372036854775808], "s": "\"\\\/\b\f\n\r\t\u00e9\ud83d\ude00", "t": true, "f": false, "n": null, "o": {}} )");
+  EXPECT_EQ(v.find("a")->items[2].integer, std::numeric_limits<int64_t>::max());
+  EXPECT_EQ(v.find("a")->items[3].integer, std::numeric_limits<int64_t>::min());
+  EXPECT_EQ(v.find("s")->string, "\"\\/\b\f\n\r\t\xc3\xa9\xf0\x9f\x98\x80");
+  EXPECT_TRUE(v.find("t")->boolean);
+  EXPECT_TRUE(v.find("n")->is(json::Value::Kind::null));
+  json::Value again = json::parse(json::dump(v));
+  EXPECT_EQ(json::dump(again), json::dump(v));
+  EXPECT_EQ(json::quote(std::string("a\x01z", 3)), "\"a\\u0001z\"");
+}
+
+TEST(JsonLite, RejectsWhatSafetensorsNeverHolds) {
+  auto err = [](std::string_view s) {
+    try {
+      json::parse(s);
+    } catch (const json::ParseError& e) {
+      return std::string(e.what());
+    }
+    return std::string("parsed");
+  };
+  EXPECT_EQ(err("[1] x"), "JSON error at byte 4: unexpected 'x' after the JSON value");
+  EXPECT_EQ(err("9223372036854775808"), "JSON error at byte 0: integer does not fit in 64 bits");
+  EXPECT_EQ(err("1e5"), "JSON error at byte 1: only integers are supported (no fractions or exponents)");
+  EXPECT_EQ(err("01"), "JSON error at byte 0: numbers may not have leading zeros");
+  EXPECT_EQ(err("\"a\nb\""), "JSON error at byte 2: control character byte 0x0a inside a string must be escaped");
+  EXPECT_EQ(err("\"\\ud800\""), "JSON error at byte 7: high surrogate without a low one");
+  EXPECT_EQ(err("{\"a\" 1}"), "JSON error at byte 5: expected ':', found '1'");
+  EXPECT_EQ(err("[1,]"), "JSON error at byte 3: expected a value, found ']'");
+  EXPECT_EQ(err("\"abc"), "JSON error at byte 4: unterminated string");
+  EXPECT_EQ(err(std::string(100, '[')), "JSON error at byte 65: nesting deeper than 64");
+  EXPECT_EQ(err(""), "JSON error at byte 0: expected a value, found end of input");
+}

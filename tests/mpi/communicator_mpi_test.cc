@@ -1,0 +1,346 @@
+// The MPI backend under mpiexec (run with 2 and 3 ranks): closed-form results, bitwise
+// agreement with the thread backend, stall reports, and a failing or hanging rank ending the
+// job with a non-zero exit instead of a hang. Every rank runs every test; the exit code is
+// non-zero when any rank failed. Rank 0 prints gtest's report, the others only failures.
+//
+// Child modes, started by the tests through a nested mpiexec:
+//   --throw-on-rank R   rank R throws an uncaught exception after the first barrier
+//   --hang-on-rank R    rank R never reaches the first barrier
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <mpi.h>
+#include <spawn.h>
+#include <spdlog/sinks/ringbuffer_sink.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <thread>
+#include <vector>
+
+#include "core/log.h"
+#include "parallel/communicator_testing.h"
+#include "parallel/mpi_communicator.h"
+#include "parallel/mpi_runtime.h"
+#include "parallel/shm_communicator.h"
+
+extern char** environ;
+
+namespace fjit {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::contribution;
+using testing::expected;
+
+// Short enough that a test bug (ranks calling different collectives) ends the job quickly.
+StallPolicy test_policy() {
+  StallPolicy p;
+  p.warn_after = 5s;
+  p.abort_after = 30s;
+  return p;
+}
+
+MpiCommunicator& comm() {
+  static MpiCommunicator* c = new MpiCommunicator(MPI_COMM_WORLD, test_policy());
+  return *c;
+}
+
+class LogCapture {
+ public:
+  LogCapture() : sink_(std::make_shared<spdlog::sinks::ringbuffer_sink_mt>(256)) {
+    auto logger = std::make_shared<spdlog::logger>("fjit", sink_);
+    logger->set_pattern("%l %v");
+    previous_ = set_logger(logger);
+  }
+  ~LogCapture() { set_logger(previous_); }
+  std::string text() const {
+    std::string out;
+    for (const std::string& line : sink_->last_formatted()) out += line;
+    return out;
+  }
+
+ private:
+  std::shared_ptr<spdlog::sinks::ringbuffer_sink_mt> sink_;
+  std::shared_ptr<spdlog::logger> previous_;
+};
+
+constexpr int64_t kCounts[] = {1, 17, 1000, 70001};  // small (one all-gather) and large paths
+constexpr ReduceOp kOps[] = {ReduceOp::sum, ReduceOp::max, ReduceOp::min, ReduceOp::logical_or};
+
+template <class T>
+void check_closed_form() {
+  Communicator& c = comm();
+  const int n = c.size();
+  for (ReduceOp op : kOps) {
+    for (int64_t count : kCounts) {
+      std::vector<T> buf(static_cast<size_t>(count));
+      for (int64_t i = 0; i < count; ++i) buf[i] = contribution<T>(op, c.rank(), n, i);
+      c.all_reduce(buf.data(), count, dtype_of<T>::value, op);
+      int64_t wrong = 0, first = -1;
+      for (int64_t i = 0; i < count; ++i) {
+        if (buf[i] != expected<T>(op, n, i) && wrong++ == 0) first = i;
+      }
+      EXPECT_EQ(wrong, 0) << dtype_name(dtype_of<T>::value) << " " << reduce_op_name(op)
+                          << " count=" << count << " first wrong element " << first;
+    }
+  }
+}
+
+TEST(MpiCommunicator, AllReduceClosedFormEveryDtypeAndOp) {
+  EXPECT_EQ(comm().backend(), "mpi");
+  check_closed_form<float>();
+  check_closed_form<double>();
+  check_closed_form<int32_t>();
+  check_closed_form<uint8_t>();
+}
+
+// Each rank replays the whole job on a ShmGroup of `size` threads and compares bytes.
+template <class T>
+void check_matches_threads(ReduceOp op, int64_t count) {
+  Communicator& c = comm();
+  const int n = c.size();
+  std::vector<T> mpi_result = testing::fill<T>(count, testing::order_sensitive<T>, c.rank());
+  c.all_reduce(mpi_result.data(), count, dtype_of<T>::value, op);
+
+  std::vector<T> thread_result;
+  ShmGroup group(n, test_policy());
+  group.run([&](Communicator& t) {
+    std::vector<T> buf = testing::fill<T>(count, testing::order_sensitive<T>, t.rank());
+    t.all_reduce(buf.data(), count, dtype_of<T>::value, op);
+    if (t.rank() == 0) thread_result = std::move(buf);
+  });
+  ASSERT_EQ(thread_result.size(), mpi_result.size());
+  EXPECT_EQ(std::memcmp(thread_result.data(), mpi_result.data(), count * sizeof(T)), 0)
+      << dtype_name(dtype_of<T>::value) << " " << reduce_op_name(op) << " count=" << count;
+  if (op == ReduceOp::sum) {
+    int64_t wrong = 0;
+    for (int64_t i = 0; i < count; ++i) {
+      const T want = testing::rank_order_sum<T>(n, i);
+      wrong += std::memcmp(&mpi_result[i], &want, sizeof(T)) != 0;
+    }
+    EXPECT_EQ(wrong, 0) << "elements not summed as ((x0 + x1) + x2) + ...";
+  }
+}
+
+TEST(MpiCommunicator, BitwiseEqualToThreadBackend) {
+  for (ReduceOp op : kOps) {
+    for (int64_t count : {int64_t{1000}, int64_t{100003}}) {
+      check_matches_threads<float>(op, count);
+      check_matches_threads<double>(op, count);
+    }
+  }
+}
+
+TEST(MpiCommunicator, BroadcastFromNonZeroRoot) {
+  Communicator& c = comm();
+  const int root = c.size() - 1;
+  for (size_t nbytes : {size_t{13}, size_t{3} << 20}) {
+    std::vector<uint8_t> buf(nbytes, 0xEE);
+    if (c.rank() == root) {
+      for (size_t j = 0; j < nbytes; ++j) buf[j] = static_cast<uint8_t>(j * 31 + 7);
+    }
+    c.broadcast(buf.data(), nbytes, root);
+    size_t wrong = 0;
+    for (size_t j = 0; j < nbytes; ++j) wrong += buf[j] != static_cast<uint8_t>(j * 31 + 7);
+    EXPECT_EQ(wrong, 0u) << nbytes << " bytes";
+  }
+}
+
+TEST(MpiCommunicator, AllGatherInRankOrderAndInPlace) {
+  Communicator& c = comm();
+  const int n = c.size();
+  const size_t block = 1001;
+  std::vector<uint8_t> send(block), recv(block * n, 0), want(block * n);
+  for (size_t j = 0; j < block; ++j) send[j] = static_cast<uint8_t>(c.rank() * 50 + j);
+  for (int r = 0; r < n; ++r) {
+    for (size_t j = 0; j < block; ++j) want[r * block + j] = static_cast<uint8_t>(r * 50 + j);
+  }
+  c.all_gather(send.data(), recv.data(), block);
+  EXPECT_EQ(recv, want);
+  std::vector<uint8_t> inplace(block * n, 0);
+  std::memcpy(&inplace[c.rank() * block], send.data(), block);
+  c.all_gather(&inplace[c.rank() * block], inplace.data(), block);
+  EXPECT_EQ(inplace, want) << "in place";
+}
+
+TEST(MpiCommunicator, ZeroLengthBuffersAreNoOps) {
+  Communicator& c = comm();
+  c.all_reduce(nullptr, 0, DType::f32, ReduceOp::sum);
+  c.broadcast(nullptr, 0, c.size() - 1);
+  c.all_gather(nullptr, nullptr, 0);
+  c.barrier();
+  int32_t x = c.rank();
+  c.all_reduce(&x, 1, DType::i32, ReduceOp::sum);
+  EXPECT_EQ(x, c.size() * (c.size() - 1) / 2);
+}
+
+TEST(MpiCommunicator, StalledRankIsReported) {
+  StallPolicy policy;
+  policy.warn_after = 200ms;
+  policy.abort_after = 0ms;
+  MpiCommunicator c(MPI_COMM_WORLD, policy);
+  LogCapture capture;
+  if (c.rank() == c.size() - 1) std::this_thread::sleep_for(700ms);
+  float x = 1.0f;
+  c.all_reduce(&x, 1, DType::f32, ReduceOp::sum);
+  EXPECT_EQ(x, static_cast<float>(c.size()));
+  if (c.rank() == 0) {
+    const std::string log = capture.text();
+    EXPECT_NE(log.find(fmt::format("warning stall: rank 0 of {} (mpi) has waited", c.size())),
+              std::string::npos) << log;
+    EXPECT_NE(log.find("in all_reduce #1"), std::string::npos) << log;
+  }
+}
+
+// ---- a failing rank must end the job: run a nested mpiexec and time it -----------------
+
+struct ChildRun {
+  int exit_code = -1;
+  double seconds = 0;
+  std::string output;
+};
+
+// The child must not see this job's launcher variables, or its mpiexec would try to join it.
+std::vector<std::string> clean_environment(const std::vector<std::string>& extra) {
+  std::vector<std::string> env;
+  for (char** e = environ; *e != nullptr; ++e) {
+    const std::string_view v(*e);
+    bool launcher = false;
+    for (std::string_view p : {"OMPI_", "PMIX_", "PMI_", "OPAL_", "ORTE_"}) {
+      launcher |= v.starts_with(p);
+    }
+    if (!launcher) env.emplace_back(v);
+  }
+  env.emplace_back("OMPI_MCA_btl=self,vader");
+  env.insert(env.end(), extra.begin(), extra.end());
+  return env;
+}
+
+ChildRun run_nested_job(const std::string& mode, const std::vector<std::string>& extra_env) {
+  char self[4096] = {};
+  const ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
+  if (len <= 0) return {};
+  char out_path[] = "/tmp/fjit_mpi_child_XXXXXX";
+  const int fd = mkstemp(out_path);
+  close(fd);
+  std::vector<std::string> args = {"timeout", "60", "mpiexec", "-n", "2", "--allow-run-as-root",
+                                   "--oversubscribe", "--bind-to", "none", self, mode, "1"};
+  std::vector<std::string> env = clean_environment(extra_env);
+  std::vector<char*> argv, envp;
+  for (std::string& a : args) argv.push_back(a.data());
+  for (std::string& e : env) envp.push_back(e.data());
+  argv.push_back(nullptr);
+  envp.push_back(nullptr);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 1, out_path, O_WRONLY | O_TRUNC, 0);
+  posix_spawn_file_actions_adddup2(&actions, 1, 2);
+  posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
+  ChildRun run;
+  const auto start = std::chrono::steady_clock::now();
+  pid_t pid = 0;
+  if (posix_spawnp(&pid, "timeout", &actions, nullptr, argv.data(), envp.data()) == 0) {
+    int status = 0;
+    waitpid(pid, &status, 0);
+    run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  }
+  run.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  posix_spawn_file_actions_destroy(&actions);
+  std::ifstream in(out_path);
+  std::stringstream text;
+  text << in.rdbuf();
+  run.output = text.str();
+  unlink(out_path);
+  return run;
+}
+
+// Only rank 0 launches; the others wait patiently (the nested job takes a few seconds).
+void on_rank0_then_meet(const std::function<void()>& fn) {
+  StallPolicy patient;
+  patient.warn_after = 120s;
+  patient.abort_after = 0ms;
+  MpiCommunicator c(MPI_COMM_WORLD, patient);
+  if (c.rank() == 0) fn();
+  c.barrier();
+}
+
+TEST(MpiRuntime, RankThatThrowsMakesMpiexecExitNonZeroQuickly) {
+  on_rank0_then_meet([] {
+    const ChildRun run = run_nested_job("--throw-on-rank", {});
+    EXPECT_NE(run.exit_code, 0) << run.output;
+    EXPECT_NE(run.exit_code, 124) << "timed out (hung) after " << run.seconds << " s\n" << run.output;
+    EXPECT_LT(run.seconds, 30.0);
+    EXPECT_NE(run.output.find("rank 1: uncaught exception"), std::string::npos) << run.output;
+    EXPECT_NE(run.output.find("injected failure on rank 1"), std::string::npos) << run.output;
+  });
+}
+
+TEST(MpiRuntime, HangingRankIsReportedThenTheJobAborted) {
+  on_rank0_then_meet([] {
+    const ChildRun run = run_nested_job("--hang-on-rank", {"FJIT_STALL_WARN_S=0.3",
+                                                           "FJIT_STALL_ABORT_S=1.5"});
+    EXPECT_NE(run.exit_code, 0) << run.output;
+    EXPECT_NE(run.exit_code, 124) << "timed out (hung) after " << run.seconds << " s\n" << run.output;
+    EXPECT_LT(run.seconds, 30.0);
+    EXPECT_NE(run.output.find("stall: rank 0 of 2 (mpi) has waited 0.30 s in barrier #1"),
+              std::string::npos) << run.output;
+    EXPECT_NE(run.output.find("aborting the job (rank 0 of 2, mpi): stall: rank 0 waited"),
+              std::string::npos) << run.output;
+  });
+}
+
+// ---- child modes ---------------------------------------------------------------------
+
+int child_main(const std::string& mode, int bad_rank) {
+  MpiCommunicator c;  // stall limits from FJIT_STALL_* (set by the hang test)
+  if (mode == "--hang-on-rank" && c.rank() == bad_rank) {
+    std::this_thread::sleep_for(120s);  // killed by mpiexec when rank 0 aborts
+  }
+  c.barrier();
+  if (mode == "--throw-on-rank" && c.rank() == bad_rank) {
+    throw std::runtime_error(fmt::format("injected failure on rank {}", bad_rank));
+  }
+  c.barrier();  // the other ranks wait here until mpiexec ends them
+  return 0;
+}
+
+class RankFailurePrinter : public ::testing::EmptyTestEventListener {
+ public:
+  explicit RankFailurePrinter(int rank) : rank_(rank) {}
+  void OnTestPartResult(const ::testing::TestPartResult& r) override {
+    if (!r.failed()) return;
+    std::fprintf(stderr, "[rank %d] %s:%d: Failure\n%s\n", rank_, r.file_name(), r.line_number(),
+                 r.summary());
+  }
+
+ private:
+  const int rank_;
+};
+
+}  // namespace
+}  // namespace fjit
+
+int main(int argc, char** argv) {
+  fjit::mpi_init_once(&argc, &argv);
+  fjit::install_mpi_terminate_handler();
+  if (argc == 3 && (std::strcmp(argv[1], "--throw-on-rank") == 0 ||
+                    std::strcmp(argv[1], "--hang-on-rank") == 0)) {
+    return fjit::child_main(argv[1], std::atoi(argv[2]));
+  }
+  ::testing::InitGoogleTest(&argc, argv);
+  const int rank = fjit::mpi_world_rank();
+  if (rank != 0) {
+    ::testing::TestEventListeners& listeners = ::testing::UnitTest::GetInstance()->listeners();
+    delete listeners.Release(listeners.default_result_printer());
+    listeners.Append(new fjit::RankFailurePrinter(rank));
+  }
+  int failed = RUN_ALL_TESTS() != 0 ? 1 : 0;
+  int any_failed = 0;
+  MPI_Allreduce(&failed, &any_failed, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  if (rank == 0 && any_failed && !failed) std::fprintf(stderr, "a test failed on another rank\n");
+  return any_failed;
+}
