@@ -3,6 +3,10 @@
 // NaN/Inf check of its result just after. So site ids, which are renumbered in graph order,
 // follow plan order, and the first raised flag of a step is the first bad value computed.
 //
+// One combined check per result, all(isfinite(x)) with CheckKind::nan: the report tells NaN
+// from Inf by the counts the kernel takes when it fails (checks/payload.h), which costs nothing
+// on a passing step, where two predicates would cost two passes.
+//
 // Which results get a NaN/Inf check: floating-point results of ops that can turn finite
 // operands into a non-finite value (arithmetic, exp/log/sqrt, matmul, sums, casts, all-reduce,
 // scatter-add). Ops that only move, select or squash values (layout, gather, select, max/min,

@@ -18,10 +18,15 @@
 //    same names in the same order for a TensorDict.
 //  - A differentiated leaf that never reaches the output through differentiable ops gets a
 //    zero gradient and is reported by name (its dict key and the jit argument path, e.g.
-//    "w3 (arg0.w3)"): a warning through fjit::log() and TraceContext::warnings, or a
+//    "'w3' (arg0.w3)"): a warning through fjit::log() and TraceContext::warnings, or a
 //    TraceError in strict mode (set_strict_unused_parameters(true) or FJIT_STRICT_UNUSED=1).
-//  - Arguments are differentiated as the traced values they are: two arguments that are the
-//    same traced value (hash-consing makes f(p, p) one node) each receive the total gradient.
+//  - Arguments are independent variables: the walk stops at them, even when one argument was
+//    computed from another before f was called. Two arguments that are the same traced value
+//    (hash-consing makes f(p, p) one node) each receive the total gradient.
+//  - Inside pmap, collectives differentiate the sum over replicas of every replica's output
+//    (psum's cotangent is the psum of the cotangents, as in JAX's pmap). Differentiating
+//    pmean(loss) thus gives each replica its local gradient, like differentiating loss:
+//    average gradients across replicas with pmean(g, axis).
 //  - Non-smooth points: relu'(0) = 0, abs'(0) = 0; maximum/minimum split the cotangent equally
 //    between tied operands, and reduce max/min split it equally among the tied elements (so the
 //    gradient summed over a tie is exact, and a two-way tie matches central differences).

@@ -145,7 +145,7 @@ int main(int argc, char** argv) {
   if (!mesh.is_mpi() && !explicit_replicas) mesh = Mesh::threads(2);  // the point needs two
   const bool primary = mesh.is_primary();
   if (poison_options.replica >= mesh.size() || o.on_check_failure != CheckPolicy::skip_step ||
-      o.checks == CheckMode::off) {
+      o.checks.value_or(default_check_mode()) == CheckMode::off) {
     if (primary)
       std::fprintf(stderr, "%s: needs --poison-replica below the %d replicas, checks on and the "
                            "skip_step policy\n", argv[0], mesh.size());

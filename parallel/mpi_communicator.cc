@@ -3,7 +3,6 @@
 #include <sched.h>
 
 #include <algorithm>
-#include <climits>
 #include <cstring>
 #include <thread>
 
@@ -15,14 +14,17 @@
 namespace fjit {
 namespace {
 
-// At or below this many bytes per rank one all-gather of whole buffers beats the two rounds
-// of reduce-scatter + all-gather (latency dominates; measured with bench/allreduce_bench).
+// At or below this many bytes one round of whole buffers beats two rounds of chunks (latency
+// dominates; measured with bench/allreduce_bench).
 constexpr size_t kSmallAllReduceBytes = 16 * 1024;
-// MPI counts and displacements are ints: larger buffers are reduced in segments.
+// MPI counts are ints: larger buffers go in segments, one round of messages each.
 constexpr int64_t kMaxSegmentElements = int64_t{1} << 30;
-constexpr size_t kMaxBroadcastBytes = size_t{1} << 30;
+constexpr size_t kMaxMessageBytes = size_t{1} << 30;
 // A polling waiter that has gone to sleep checks back this often.
 constexpr auto kLongestSleep = std::chrono::microseconds(200);
+// Each kind of round has its own tag, so a fast rank's next round never matches a slow
+// rank's current one (messages with equal source and tag also never overtake each other).
+enum Tag : int { kTagRows = 1, kTagScatter = 2, kTagGather = 3, kTagBlocks = 4 };
 
 MPI_Datatype mpi_type(DType dtype) {
   switch (dtype) {
@@ -47,9 +49,8 @@ MpiCommunicator::MpiCommunicator(MPI_Comm comm, StallPolicy policy) : policy_(po
   MPI_Comm_size(local, &local_size);
   MPI_Comm_free(&local);
   pacing_ = pacing_for(local_size);
-  for (auto* v : {&send_counts_, &send_displs_, &recv_counts_, &recv_displs_}) {
-    v->assign(static_cast<size_t>(size_), 0);
-  }
+  requests_.assign(2 * static_cast<size_t>(size_), MPI_REQUEST_NULL);
+  chunks_.assign(static_cast<size_t>(size_), ElementRange{});
   inputs_.assign(static_cast<size_t>(size_), nullptr);
 }
 
@@ -68,15 +69,15 @@ unsigned char* MpiCommunicator::scratch(size_t nbytes) {
   return scratch_.data();
 }
 
-void MpiCommunicator::wait(MPI_Request* request) {
+void MpiCommunicator::wait(int n, MPI_Request* requests) {
   int done = 0;
-  MPI_Test(request, &done, MPI_STATUS_IGNORE);
+  MPI_Testall(n, requests, &done, MPI_STATUSES_IGNORE);
   if (done) return;
   StallTimer timer(policy_, pacing_);
   for (;;) {
     switch (timer.next()) {
       case StallTimer::Step::spin:
-        break;  // MPI_Test itself is the pause, and it drives the progress engine
+        break;  // MPI_Testall itself is the pause, and it drives the progress engine
       case StallTimer::Step::yield:
         sched_yield();
         break;
@@ -93,7 +94,7 @@ void MpiCommunicator::wait(MPI_Request* request) {
                               rank_, timer.waited_seconds(), collective_, calls_,
                               policy_.abort_after.count()));
     }
-    MPI_Test(request, &done, MPI_STATUS_IGNORE);
+    MPI_Testall(n, requests, &done, MPI_STATUSES_IGNORE);
     if (done) return;
   }
 }
@@ -118,49 +119,54 @@ void MpiCommunicator::all_reduce(void* data, int64_t count, DType dtype, ReduceO
 void MpiCommunicator::all_reduce_segment(unsigned char* data, int count, DType dtype,
                                          ReduceOp op) {
   const MPI_Datatype type = mpi_type(dtype);
-  const size_t esize = static_cast<size_t>(dtype_size(dtype));
+  const int esize = dtype_size(dtype);
   const size_t nbytes = static_cast<size_t>(count) * esize;
-  MPI_Request request;
+  MPI_Request* req = requests_.data();
+  int n_req = 0;
   void* out = data;
 
   if (nbytes <= kSmallAllReduceBytes) {
+    // Every rank's whole buffer to every rank; each reduces all rows itself.
     unsigned char* rows = scratch(nbytes * static_cast<size_t>(size_));
-    MPI_Iallgather(data, count, type, rows, count, type, comm_, &request);
-    wait(&request);
-    for (int r = 0; r < size_; ++r) inputs_[r] = rows + static_cast<size_t>(r) * nbytes;
+    for (int r = 0; r < size_; ++r) {
+      if (r == rank_) continue;
+      MPI_Irecv(rows + r * nbytes, count, type, r, kTagRows, comm_, &req[n_req++]);
+      MPI_Isend(data, count, type, r, kTagRows, comm_, &req[n_req++]);
+    }
+    wait(n_req, req);
+    for (int r = 0; r < size_; ++r) inputs_[r] = r == rank_ ? data : rows + r * nbytes;
     combine_in_rank_order(inputs_.data(), size_, &out, 1, 0, count, dtype, op);
     return;
   }
 
-  // Reduce-scatter: rank r receives every rank's chunk r (its own stays where it is).
-  const ElementRange mine = chunk_of(count, size_, rank_, static_cast<int>(esize));
-  for (int r = 0; r < size_; ++r) {
-    const ElementRange theirs = chunk_of(count, size_, r, static_cast<int>(esize));
-    send_counts_[r] = r == rank_ ? 0 : static_cast<int>(theirs.count);
-    send_displs_[r] = static_cast<int>(theirs.begin);
-    recv_counts_[r] = r == rank_ ? 0 : static_cast<int>(mine.count);
-    recv_displs_[r] = static_cast<int>(mine.count) * r;
-  }
-  unsigned char* chunks = scratch(static_cast<size_t>(mine.count) * esize * size_);
-  MPI_Ialltoallv(data, send_counts_.data(), send_displs_.data(), type, chunks,
-                 recv_counts_.data(), recv_displs_.data(), type, comm_, &request);
-  wait(&request);
+  // Reduce-scatter: rank r receives every rank's copy of chunk r (its own stays in place).
+  for (int r = 0; r < size_; ++r) chunks_[r] = chunk_of(count, size_, r, esize);
+  const ElementRange mine = chunks_[rank_];
+  const size_t mine_bytes = static_cast<size_t>(mine.count) * esize;
+  unsigned char* received = scratch(mine_bytes * static_cast<size_t>(size_));
   unsigned char* my_chunk = data + static_cast<size_t>(mine.begin) * esize;
   for (int r = 0; r < size_; ++r) {
-    inputs_[r] = r == rank_ ? my_chunk : chunks + static_cast<size_t>(recv_displs_[r]) * esize;
+    if (r == rank_) continue;
+    MPI_Irecv(received + r * mine_bytes, static_cast<int>(mine.count), type, r, kTagScatter,
+              comm_, &req[n_req++]);
+    MPI_Isend(data + static_cast<size_t>(chunks_[r].begin) * esize,
+              static_cast<int>(chunks_[r].count), type, r, kTagScatter, comm_, &req[n_req++]);
   }
+  wait(n_req, req);
+  for (int r = 0; r < size_; ++r) inputs_[r] = r == rank_ ? my_chunk : received + r * mine_bytes;
   out = my_chunk;
   combine_in_rank_order(inputs_.data(), size_, &out, 1, 0, mine.count, dtype, op);
 
-  // All-gather the reduced chunks straight into the caller's buffer.
+  // All-gather: the reduced chunks straight into every rank's buffer.
+  n_req = 0;
   for (int r = 0; r < size_; ++r) {
-    const ElementRange theirs = chunk_of(count, size_, r, static_cast<int>(esize));
-    recv_counts_[r] = static_cast<int>(theirs.count);
-    recv_displs_[r] = static_cast<int>(theirs.begin);
+    if (r == rank_) continue;
+    MPI_Irecv(data + static_cast<size_t>(chunks_[r].begin) * esize,
+              static_cast<int>(chunks_[r].count), type, r, kTagGather, comm_, &req[n_req++]);
+    MPI_Isend(my_chunk, static_cast<int>(mine.count), type, r, kTagGather, comm_,
+              &req[n_req++]);
   }
-  MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, data, recv_counts_.data(),
-                  recv_displs_.data(), type, comm_, &request);
-  wait(&request);
+  wait(n_req, req);
 }
 
 void MpiCommunicator::broadcast(void* data, size_t nbytes, int root) {
@@ -168,36 +174,41 @@ void MpiCommunicator::broadcast(void* data, size_t nbytes, int root) {
   if (root < 0 || root >= size_) {
     abort_job(fmt::format("broadcast root {} is not a rank of a group of {}", root, size_));
   }
+  // Rare and off the step's hot path (parameters at start-up): MPI's tree is fine here.
   auto* bytes = static_cast<unsigned char*>(data);
-  for (size_t done = 0; done < nbytes; done += kMaxBroadcastBytes) {
-    const size_t n = std::min(kMaxBroadcastBytes, nbytes - done);
+  for (size_t done = 0; done < nbytes; done += kMaxMessageBytes) {
+    const size_t n = std::min(kMaxMessageBytes, nbytes - done);
     MPI_Request request;
     MPI_Ibcast(bytes + done, static_cast<int>(n), MPI_BYTE, root, comm_, &request);
-    wait(&request);
+    wait(1, &request);
   }
 }
 
 void MpiCommunicator::all_gather(const void* send, void* recv, size_t nbytes_per_rank) {
   enter("all_gather");
-  if (nbytes_per_rank == 0) return;
-  if (nbytes_per_rank > static_cast<size_t>(INT_MAX)) {
-    abort_job(fmt::format("all_gather of {} bytes per rank exceeds the 2 GiB limit",
-                          nbytes_per_rank));
-  }
-  const int n = static_cast<int>(nbytes_per_rank);
   auto* out = static_cast<unsigned char*>(recv);
-  // MPI forbids the send block aliasing the receive buffer unless it is passed in place.
-  const void* in = send == out + static_cast<size_t>(rank_) * nbytes_per_rank ? MPI_IN_PLACE : send;
-  MPI_Request request;
-  MPI_Iallgather(in, n, MPI_BYTE, recv, n, MPI_BYTE, comm_, &request);
-  wait(&request);
+  const auto* in = static_cast<const unsigned char*>(send);
+  unsigned char* mine = out + static_cast<size_t>(rank_) * nbytes_per_rank;
+  if (nbytes_per_rank > 0 && in != mine) std::memmove(mine, in, nbytes_per_rank);
+  for (size_t done = 0; done < nbytes_per_rank; done += kMaxMessageBytes) {
+    const int n = static_cast<int>(std::min(kMaxMessageBytes, nbytes_per_rank - done));
+    MPI_Request* req = requests_.data();
+    int n_req = 0;
+    for (int r = 0; r < size_; ++r) {
+      if (r == rank_) continue;
+      MPI_Irecv(out + r * nbytes_per_rank + done, n, MPI_BYTE, r, kTagBlocks, comm_,
+                &req[n_req++]);
+      MPI_Isend(mine + done, n, MPI_BYTE, r, kTagBlocks, comm_, &req[n_req++]);
+    }
+    wait(n_req, req);
+  }
 }
 
 void MpiCommunicator::barrier() {
   enter("barrier");
   MPI_Request request;
   MPI_Ibarrier(comm_, &request);
-  wait(&request);
+  wait(1, &request);
 }
 
 void MpiCommunicator::abort_job(const std::string& message) {

@@ -7,6 +7,8 @@
 #include <functional>
 #include <map>
 
+#include "core/jit_core.h"
+
 namespace fjit::examples {
 namespace {
 
@@ -153,8 +155,9 @@ std::string train_usage(const char* program, const TrainOptions& d) {
       "  --checkpoint-dir DIR       write checkpoints here (none)\n"
       "  --checkpoint-every N       steps between checkpoints; 0 = at the end only ({8})\n"
       "  --resume                   continue from the latest checkpoint in --checkpoint-dir\n"
-      "  --checks off|user|all      checks compiled into the step (user)\n"
-      "  --on-check-failure throw|skip_step|log   what a failed check does (throw)\n"
+      "  --checks off|user|all      checks compiled into the step (FJIT_CHECKS, else user)\n"
+      "  --on-check-failure throw|skip_step|log   what a failed check does\n"
+      "                             (FJIT_ON_CHECK_FAILURE, else throw)\n"
       "  --log-every N              steps between progress lines; 0 = per epoch only ({9})\n"
       "  --max-steps N              stop after N steps in all (no limit)\n"
       "  --eval-batch-size N        test-set evaluation batch ({10})\n"
@@ -171,7 +174,8 @@ std::string describe(const TrainOptions& o) {
                      "checks {} on failure {}",
                      join(o.layers), o.epochs, o.batch_size, o.lr,
                      o.cosine_schedule ? "cosine" : "constant", o.weight_decay, o.seed,
-                     check_mode_name(o.checks), check_policy_name(o.on_check_failure));
+                     check_mode_name(o.checks.value_or(default_check_mode())),
+                     check_policy_name(o.on_check_failure.value_or(default_check_policy())));
 }
 
 }  // namespace fjit::examples

@@ -27,8 +27,9 @@ struct TrainOptions {
   std::string checkpoint_dir;        // empty: no checkpoints
   int64_t checkpoint_every = 0;      // steps between checkpoints; 0: only at the end
   bool resume = false;               // start from the latest checkpoint in checkpoint_dir
-  CheckMode checks = CheckMode::user;
-  CheckPolicy on_check_failure = CheckPolicy::throw_error;
+  // Unset: fjit's process defaults (FJIT_CHECKS, else user; FJIT_ON_CHECK_FAILURE, else throw).
+  std::optional<CheckMode> checks;
+  std::optional<CheckPolicy> on_check_failure;
   int64_t log_every = 100;           // steps between progress lines; 0: epoch lines only
   int64_t max_steps = -1;            // stop after this many steps in all (-1: no limit)
   int64_t eval_batch_size = 1000;
