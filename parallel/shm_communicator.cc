@@ -180,20 +180,30 @@ void ShmGroup::cancel(int rank, const std::string& reason) {
 }
 
 void ShmGroup::run(const std::function<void(Communicator&)>& fn) {
-  absl::Mutex error_mu;
-  std::exception_ptr first_error;   // the cause: the first non-cancellation failure
-  std::exception_ptr cancellation;  // reported only when nothing else failed
+  // Each replica records its own outcome (joining publishes it); the order of failures
+  // tells the cause (first to fail) from the cancellations it triggered.
+  struct Outcome {
+    std::exception_ptr error;
+    int order = -1;
+    bool cancelled = false;
+  };
+  std::vector<Outcome> outcomes(static_cast<size_t>(size_));
+  std::atomic<int> failures{0};
   std::vector<std::thread> threads;
   threads.reserve(static_cast<size_t>(size_));
   for (int r = 0; r < size_; ++r) {
     threads.emplace_back([&, r] {
+      Outcome& out = outcomes[r];
       try {
         std::unique_ptr<Communicator> comm = communicator(r);
         fn(*comm);
       } catch (const CollectiveCancelled&) {
-        absl::MutexLock lock(&error_mu);
-        if (!cancellation) cancellation = std::current_exception();
+        out.error = std::current_exception();
+        out.order = failures.fetch_add(1);
+        out.cancelled = true;
       } catch (...) {
+        out.error = std::current_exception();
+        out.order = failures.fetch_add(1);
         std::string what = "unknown exception";
         try {
           throw;
@@ -201,17 +211,21 @@ void ShmGroup::run(const std::function<void(Communicator&)>& fn) {
           what = e.what();
         } catch (...) {
         }
-        {
-          absl::MutexLock lock(&error_mu);
-          if (!first_error) first_error = std::current_exception();
-        }
         cancel(r, what);
       }
     });
   }
   for (std::thread& t : threads) t.join();
-  if (first_error) std::rethrow_exception(first_error);
-  if (cancellation) std::rethrow_exception(cancellation);
+  const Outcome* first = nullptr;
+  for (const Outcome& o : outcomes) {
+    if (!o.error) continue;
+    // A real failure beats any cancellation; among equals the earliest wins.
+    if (first == nullptr || (first->cancelled && !o.cancelled) ||
+        (first->cancelled == o.cancelled && o.order < first->order)) {
+      first = &o;
+    }
+  }
+  if (first != nullptr) std::rethrow_exception(first->error);
 }
 
 }  // namespace fjit

@@ -68,7 +68,8 @@ class LogCapture {
   std::shared_ptr<spdlog::logger> previous_;
 };
 
-constexpr int64_t kCounts[] = {1, 17, 1000, 70001};  // small (one all-gather) and large paths
+// One round of whole buffers (small, or mid-sized with non-eager chunks) and chunked rounds.
+constexpr int64_t kCounts[] = {1, 17, 1000, 3000, 70001};
 constexpr ReduceOp kOps[] = {ReduceOp::sum, ReduceOp::max, ReduceOp::min, ReduceOp::logical_or};
 
 template <class T>
@@ -128,7 +129,7 @@ void check_matches_threads(ReduceOp op, int64_t count) {
 
 TEST(MpiCommunicator, BitwiseEqualToThreadBackend) {
   for (ReduceOp op : kOps) {
-    for (int64_t count : {int64_t{1000}, int64_t{100003}}) {
+    for (int64_t count : {int64_t{1000}, int64_t{3000}, int64_t{100003}}) {
       check_matches_threads<float>(op, count);
       check_matches_threads<double>(op, count);
     }
