@@ -99,7 +99,7 @@ class AutomaticChecks {
     switch (op) {
       case Op::Div: {
         const int den = ins[1];
-        add(out, make, CheckKind::div_by_zero, what, site, den, 0,
+        add(make, CheckKind::div_by_zero, what, site, den, 0,
             make.none(make.op(Op::Eq, {den, make.scalar(out.node(den).dtype, 0)})));
         break;
       }
@@ -109,7 +109,7 @@ class AutomaticChecks {
         const DType t = out.node(idx).dtype;
         const int below = make.op(Op::Lt, {idx, make.scalar(t, 0)});
         const int above = make.op(Op::Ge, {idx, make.scalar(t, static_cast<double>(bound))});
-        add(out, make, CheckKind::index_out_of_range, what, site, idx, static_cast<double>(bound),
+        add(make, CheckKind::index_out_of_range, what, site, idx, static_cast<double>(bound),
             make.none(make.op(Op::LogicalOr, {below, above})));
         break;
       }
@@ -117,7 +117,7 @@ class AutomaticChecks {
         const double lo = op == Op::Log1p ? -1.0 : 0.0;
         const CheckKind kind = (op == Op::Log || op == Op::Log1p) ? CheckKind::log_domain : CheckKind::sqrt_domain;
         const int x = ins[0];
-        add(out, make, kind, what, site, x, lo,
+        add(make, kind, what, site, x, lo,
             make.none(make.op(Op::Lt, {x, make.scalar(out.node(x).dtype, lo)})));
         break;
       }
@@ -129,7 +129,7 @@ class AutomaticChecks {
     if (checked_.size() <= static_cast<size_t>(id)) checked_.resize(id + 1, false);
     if (check_result && !checked_[id]) {  // an op merged with an equal one is checked once
       checked_[id] = true;
-      add(out, make, CheckKind::nan, what, site, id, 0,
+      add(make, CheckKind::nan, what, site, id, 0,
           make.reduce(Op::ReduceAll, make.op(Op::IsFinite, {id})));
     }
     return id;
@@ -138,7 +138,7 @@ class AutomaticChecks {
   std::vector<CheckSite> sites;
 
  private:
-  void add(Graph& out, NodeMaker& make, CheckKind kind, const std::string& what, const Site& site,
+  void add(NodeMaker& make, CheckKind kind, const std::string& what, const Site& site,
            int value, double bound, int pred) {
     Attrs a;
     a.index = static_cast<int64_t>(sites.size());
