@@ -29,8 +29,8 @@ constexpr int64_t kMinBytes = 4 << 10;
 constexpr int64_t kMaxBytes = 64 << 20;
 
 // Google Benchmark divides a threaded run's time by the iterations of all threads together,
-// which halves a collective's latency with two replicas. These counters are per call as
-// each replica sees it, the same for every backend: us_per_call, and GB/s of buffer reduced.
+// which halves a collective's latency with two replicas. us_per_call is the latency of one
+// call as each replica sees it, measured the same way for every backend.
 template <class Loop>
 void timed(benchmark::State& state, Loop&& loop) {
   const auto start = std::chrono::steady_clock::now();
@@ -39,8 +39,6 @@ void timed(benchmark::State& state, Loop&& loop) {
       std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count() /
       static_cast<double>(state.iterations());
   state.counters["us_per_call"] = benchmark::Counter(us, benchmark::Counter::kAvgThreads);
-  state.counters["GB/s"] = benchmark::Counter(static_cast<double>(state.range(0)) / us / 1e3,
-                                              benchmark::Counter::kAvgThreads);
 }
 
 double min_of(const std::vector<double>& v) { return *std::min_element(v.begin(), v.end()); }

@@ -50,7 +50,8 @@ Cts rule_concat(const VjpArgs& a) {
   for (size_t i = 0; i < a.ins.size(); ++i) {
     const Shape s = a.ins[i].shape();
     if (a.need[i]) {
-      Axes starts(s.size(), 0), limits(a.ct.shape().begin(), a.ct.shape().end());
+      const Shape cts = a.ct.shape();
+      Axes starts(s.size(), 0), limits(cts.begin(), cts.end());
       starts[axis] = offset;
       limits[axis] = offset + s[axis];
       r[i] = slice(a.ct, starts, limits);

@@ -7,6 +7,9 @@
 
 #include "core/array.h"
 #include "core/compiler.h"
+#if __has_include("core/init.h")
+#include "core/init.h"
+#endif
 #include "core/jit.h"
 #include "core/log.h"
 #include "core/metrics.h"

@@ -32,7 +32,8 @@ Tensor softmax_cross_entropy(const Tensor& logits, const Tensor& labels, Loc loc
     detail::fail("softmax_cross_entropy", {logits, labels}, "expects logits [..., C]", &loc);
   if (labels.dtype() != DType::i32)
     detail::fail("softmax_cross_entropy", {logits, labels}, "expects i32 labels", &loc);
-  Shape batch(logits.shape().begin(), logits.shape().end() - 1);
+  const Shape ls = logits.shape();
+  Shape batch(ls.begin(), ls.end() - 1);
   if (labels.shape() != batch)
     detail::fail("softmax_cross_entropy", {logits, labels},
                  "labels must have shape " + shape_str(batch), &loc);

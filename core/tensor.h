@@ -73,13 +73,15 @@ class Tensor {
 
   bool defined() const { return ctx_ != nullptr; }
   DType dtype() const { return node().dtype; }
-  const Shape& shape() const { return node().shape; }
+  // By value: building another op may grow the graph and move its nodes.
+  Shape shape() const { return node().shape; }
   int rank() const { return static_cast<int>(shape().size()); }
   int64_t size() const { return num_elements(shape()); }
   int64_t dim(int axis) const;  // negative axes count from the end
   int id() const { return id_; }
   TraceContext* context() const { return ctx_; }
   uint64_t trace_id() const { return trace_id_; }
+  // Valid until the next op is built in this trace (the graph may reallocate).
   const Node& node() const;
   std::string type_string() const { return type_str(dtype(), shape()); }
 
