@@ -21,6 +21,25 @@ class Array {
   Array() = default;
   // Uninitialised storage of the given type (zero-filled).
   Array(DType dtype, Shape shape);
+  // Copies share storage. A moved-from Array is left empty (default-constructed: f32[0],
+  // undefined), never with a shape that claims elements it has no storage for.
+  Array(const Array&) = default;
+  Array& operator=(const Array&) = default;
+  Array(Array&& other) noexcept { swap(other); }
+  Array& operator=(Array&& other) noexcept {
+    if (this != &other) {
+      Array().swap(*this);
+      swap(other);
+    }
+    return *this;
+  }
+  void swap(Array& other) noexcept {
+    std::swap(dtype_, other.dtype_);
+    shape_.swap(other.shape_);
+    std::swap(size_, other.size_);
+    std::swap(defined_, other.defined_);
+    storage_.swap(other.storage_);
+  }
 
   template <class T>
   static Array from_vector(const std::vector<T>& v, Shape shape) {
