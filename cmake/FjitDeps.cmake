@@ -10,3 +10,5 @@ find_package(GTest REQUIRED)
 find_package(benchmark REQUIRED)
 find_package(PkgConfig REQUIRED)
 pkg_check_modules(LIBDW REQUIRED IMPORTED_TARGET libdw)
+# Eigen's GEMM uses OpenMP for intra-op threads (core/threads.h); libgomp comes with g++.
+find_package(OpenMP REQUIRED COMPONENTS CXX)

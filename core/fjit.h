@@ -15,6 +15,7 @@
 #include "core/metrics.h"
 #include "core/ops.h"
 #include "core/tensor.h"
+#include "core/threads.h"
 #include "core/tree.h"
 #if __has_include("core/autodiff.h")
 #include "core/autodiff.h"

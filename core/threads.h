@@ -1,0 +1,25 @@
+// Intra-op threads: how many threads the kernels of one plan run may use.
+//
+// Today the only multi-threaded kernel is Eigen's GEMM, parallelised with OpenMP. OpenMP keeps
+// its worker threads alive between parallel regions (no per-call thread start-up), and Eigen
+// only splits a product that is large enough to pay for it, so small matrices always run on
+// the calling thread.
+//
+// The setting is per calling thread (OpenMP's nthreads ICV), so thread replicas in one process
+// each get their own share: Mesh gives every replica max(1, cores / replicas on this machine)
+// threads unless FJIT_INTRA_OP_THREADS says otherwise. A plain jit() call outside pmap runs
+// with the calling thread's setting: OpenMP's default (OMP_NUM_THREADS, else every core, as
+// JAX and PyTorch use every core by default) until set_intra_op_threads() changes it.
+#pragma once
+
+namespace fjit {
+
+// Sets the intra-op thread count for plans run on the calling thread. REQUIRES: n >= 1.
+void set_intra_op_threads(int n);
+// The intra-op thread count in effect on the calling thread (1 without OpenMP).
+int intra_op_threads();
+// What a replica gets when `replicas_here` replicas share this machine: FJIT_INTRA_OP_THREADS
+// when set (>= 1), else max(1, hardware cores / replicas_here).
+int default_intra_op_threads(int replicas_here);
+
+}  // namespace fjit
