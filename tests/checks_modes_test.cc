@@ -117,6 +117,44 @@ TEST(ChecksModes, ModeOffCompilesTheTrainingStepOfCodeWithoutChecks) {
   EXPECT_EQ(a.graph->to_string(), b.graph->to_string());
 }
 
+// JAX checkify's enabled-errors test: one input that breaks a user check and makes a NaN;
+// what raises depends only on the mode.
+TEST(ChecksModes, EnabledSetDecidesWhatRaises) {
+  auto make = [](CheckMode m) {
+    JitOptions o;
+    o.checks = m;
+    o.policy = CheckPolicy::throw_error;
+    return jit([](const Tensor& x) {
+      check(all(x > 0.0), "x must be positive");
+      return sqrt(x) * 2.0;
+    }, o);
+  };
+  const Array bad = vec({-1, 4});
+  auto off = make(CheckMode::off);
+  Array out;
+  EXPECT_NO_THROW(out = off(bad));
+  EXPECT_TRUE(std::isnan(out.to_vector<float>()[0]));
+  auto report = [&](auto& f) {
+    try {
+      f(bad);
+    } catch (const CheckError& e) {
+      return std::string(e.what());
+    }
+    ADD_FAILURE() << "no CheckError";
+    return std::string();
+  };
+  auto user = make(CheckMode::user);
+  const std::string u = report(user);
+  EXPECT_NE(u.find("x must be positive"), std::string::npos) << u;
+  EXPECT_NE(u.find("1 check raised"), std::string::npos) << u;
+  EXPECT_EQ(u.find("sqrt of a negative"), std::string::npos) << u;
+  auto all_checks = make(CheckMode::all);
+  const std::string a = report(all_checks);
+  EXPECT_NE(a.find("x must be positive"), std::string::npos) << a;
+  EXPECT_NE(a.find("sqrt of a negative number in sqrt f32[2]"), std::string::npos) << a;
+  EXPECT_NE(a.find("NaN in sqrt f32[2]"), std::string::npos) << a;
+}
+
 TEST(ChecksModes, ThrowPolicyLogsTheReportItThrows) {
   testing::LogCapture logs;
   JitOptions o;
