@@ -65,8 +65,10 @@ TEST(ChecksModes, ModeIsPartOfTheCacheKey) {
       const FlatArgs args{{&x}, {0}, f.core().last_entry()->structure_hash};
       const CompiledEntry* e = f.core().find(args);
       const int n = e ? e->exe->num_check_sites() : -1;
-      if (round == 0) sites[static_cast<int>(m)] = n;
-      else EXPECT_EQ(n, sites[static_cast<int>(m)]) << check_mode_name(m);
+      if (round == 0)
+        sites[static_cast<int>(m)] = n;
+      else
+        EXPECT_EQ(n, sites[static_cast<int>(m)]) << check_mode_name(m);
     }
   set_default_check_mode(saved);
   EXPECT_EQ(f.core().trace_count(), 3) << "one trace per mode; returning to a mode hits the cache";
@@ -81,32 +83,37 @@ TEST(ChecksModes, ModeIsPartOfTheCacheKey) {
 auto train_step(bool with_checks) {
   JitOptions o;
   o.checks = CheckMode::off;
-  return jit([with_checks](const Params& p, const Tensor& x, const Tensor& y) {
-    auto loss_fn = [with_checks](const Params& p, const Tensor& x, const Tensor& y) {
-      Tensor h = relu(matmul(x, p["w1"]) + p["b1"]);
-      Tensor loss = mean(softmax_cross_entropy(matmul(h, p["w2"]) + p["b2"], y));
-      if (with_checks) check(isfinite(loss), "loss is {}", loss);
-      return loss;
-    };
-    auto [loss, g] = value_and_grad(loss_fn)(p, x, y);
-    if (with_checks) {
-      Tensor norm = global_norm(g);
-      check(isfinite(norm) && norm < 1e4, "gradient norm {} not finite or too large", norm);
-    }
-    return std::tuple{sgd(p, g, 0.1), loss};
-  }, o);
+  return jit(
+      [with_checks](const Params& p, const Tensor& x, const Tensor& y) {
+        auto loss_fn = [with_checks](const Params& p, const Tensor& x, const Tensor& y) {
+          Tensor h = relu(matmul(x, p["w1"]) + p["b1"]);
+          Tensor loss = mean(softmax_cross_entropy(matmul(h, p["w2"]) + p["b2"], y));
+          if (with_checks) check(isfinite(loss), "loss is {}", loss);
+          return loss;
+        };
+        auto [loss, g] = value_and_grad(loss_fn)(p, x, y);
+        if (with_checks) {
+          Tensor norm = global_norm(g);
+          check(isfinite(norm) && norm < 1e4, "gradient norm {} not finite or too large", norm);
+        }
+        return std::tuple{sgd(p, g, 0.1), loss};
+      },
+      o);
 }
 
 TEST(ChecksModes, ModeOffCompilesTheTrainingStepOfCodeWithoutChecks) {
-  ArrayDict p{{"w1", Array::full(DType::f32, {4, 8}, 0.1)}, {"b1", Array::full(DType::f32, {8}, 0.0)},
-              {"w2", Array::full(DType::f32, {8, 3}, -0.1)}, {"b2", Array::full(DType::f32, {3}, 0.0)}};
+  ArrayDict p{{"w1", Array::full(DType::f32, {4, 8}, 0.1)},
+              {"b1", Array::full(DType::f32, {8}, 0.0)},
+              {"w2", Array::full(DType::f32, {8, 3}, -0.1)},
+              {"b2", Array::full(DType::f32, {3}, 0.0)}};
   Array x = Array::full(DType::f32, {2, 4}, 0.5);
   Array y = Array::from_vector(std::vector<int32_t>{0, 2});
   auto with = train_step(true), without = train_step(false);
   auto [pa, la] = with(p, x, y);
   auto [pb, lb] = without(p, x, y);
   EXPECT_TRUE(la.bit_equal(lb));
-  for (size_t i = 0; i < pa.size(); ++i) EXPECT_TRUE(pa.value(i).bit_equal(pb.value(i))) << pa.name(i);
+  for (size_t i = 0; i < pa.size(); ++i)
+    EXPECT_TRUE(pa.value(i).bit_equal(pb.value(i))) << pa.name(i);
   const Executable& a = *with.core().last_entry()->exe;
   const Executable& b = *without.core().last_entry()->exe;
   EXPECT_EQ(a.num_check_sites(), 0);
@@ -124,10 +131,12 @@ TEST(ChecksModes, EnabledSetDecidesWhatRaises) {
     JitOptions o;
     o.checks = m;
     o.policy = CheckPolicy::throw_error;
-    return jit([](const Tensor& x) {
-      check(all(x > 0.0), "x must be positive");
-      return sqrt(x) * 2.0;
-    }, o);
+    return jit(
+        [](const Tensor& x) {
+          check(all(x > 0.0), "x must be positive");
+          return sqrt(x) * 2.0;
+        },
+        o);
   };
   const Array bad = vec({-1, 4});
   auto off = make(CheckMode::off);

@@ -36,7 +36,8 @@ std::vector<T> gather(T mine) {
 }
 
 Tensor loss_fn(const Params& p, const Tensor& x, const Tensor& y) {
-  check(all(y > -1.0) && all(y < static_cast<double>(kClasses)), "label out of range [0, 3) in this shard");
+  check(all(y > -1.0) && all(y < static_cast<double>(kClasses)),
+        "label out of range [0, 3) in this shard");
   Tensor loss = mean(softmax_cross_entropy(matmul(x, p["w"]) + p["b"], y));
   check(isfinite(loss), "shard loss is {}", loss);
   return loss;
@@ -47,16 +48,20 @@ auto make_step(CheckPolicy policy) {
   o.jit.name = "mpi_train_step";
   o.jit.checks = CheckMode::user;
   o.jit.policy = policy;
-  return pmap(mesh(), "batch", [](const Params& p, const Tensor& x, const Tensor& y) {
-    auto [loss, g] = value_and_grad(loss_fn)(p, x, y);
-    return std::tuple{sgd(p, pmean(g, "batch"), 0.1), pmean(loss, "batch")};
-  }, o);
+  return pmap(
+      mesh(), "batch",
+      [](const Params& p, const Tensor& x, const Tensor& y) {
+        auto [loss, g] = value_and_grad(loss_fn)(p, x, y);
+        return std::tuple{sgd(p, pmean(g, "batch"), 0.1), pmean(loss, "batch")};
+      },
+      o);
 }
 
 ArrayDict initial_params() {
   ArrayDict p;
   Array w(DType::f32, {4, kClasses});
-  for (int64_t i = 0; i < w.size(); ++i) w.data<float>()[i] = 0.1f * static_cast<float>(i % 5) - 0.2f;
+  for (int64_t i = 0; i < w.size(); ++i)
+    w.data<float>()[i] = 0.1f * static_cast<float>(i % 5) - 0.2f;
   p.set("w", w);
   p.set("b", Array::full(DType::f32, {kClasses}, 0.0));
   return mesh().replicate(p);
@@ -68,7 +73,8 @@ std::pair<Array, Array> shard(int step) {
   for (int64_t i = 0; i < x.size(); ++i)
     x.data<float>()[i] = 0.25f * static_cast<float>((i + 3 * step + 5 * rank()) % 7) - 0.5f;
   Array y(DType::i32, {kRows});
-  for (int64_t i = 0; i < kRows; ++i) y.data<int32_t>()[i] = static_cast<int32_t>((i + step + rank()) % kClasses);
+  for (int64_t i = 0; i < kRows; ++i)
+    y.data<int32_t>()[i] = static_cast<int32_t>((i + step + rank()) % kClasses);
   return {x, y};
 }
 
@@ -107,10 +113,12 @@ void expect_same_error_on_every_rank(const Raised& r, int bad_step, const std::s
   EXPECT_EQ(r.loop_step, bad_step) << "rank " << rank();
   EXPECT_EQ(r.error_step, bad_step) << "rank " << rank() << ": steps are 0-based\n" << r.what;
   for (int64_t s : gather(r.error_step)) EXPECT_EQ(s, bad_step);
-  for (uint64_t h : gather(text_hash(r.what))) EXPECT_EQ(h, text_hash(r.what)) << "reports differ across ranks";
+  for (uint64_t h : gather(text_hash(r.what)))
+    EXPECT_EQ(h, text_hash(r.what)) << "reports differ across ranks";
   EXPECT_NE(r.what.find("at step " + std::to_string(bad_step) + ":"), std::string::npos) << r.what;
   EXPECT_NE(r.what.find(message), std::string::npos) << r.what;
-  EXPECT_NE(r.what.find("raised on replica 1 of " + std::to_string(n)), std::string::npos) << r.what;
+  EXPECT_NE(r.what.find("raised on replica 1 of " + std::to_string(n)), std::string::npos)
+      << r.what;
   EXPECT_NE(r.what.find("'mpi_train_step'"), std::string::npos) << r.what;
   EXPECT_NE(r.what.find("checks_mpi_test.cc:"), std::string::npos) << r.what;  // the check's line
 }
@@ -141,9 +149,12 @@ TEST(ChecksMpi, SkipStepSkipsTheSameStepOnEveryRankAndKeepsParametersIdentical) 
     const ArrayDict& next = std::get<0>(out);
     for (const char* name : {"w", "b"}) {
       // Bit-identical on every rank after every step, skipped or not.
-      for (uint64_t fp : gather(data_fingerprint(next[name]))) EXPECT_EQ(fp, data_fingerprint(next[name])) << name << " step " << s;
-      if (r.skipped) EXPECT_TRUE(next[name].bit_equal(before[name])) << name << " changed in a skipped step";
-      else EXPECT_FALSE(next[name].bit_equal(before[name])) << name << " did not train at step " << s;
+      for (uint64_t fp : gather(data_fingerprint(next[name])))
+        EXPECT_EQ(fp, data_fingerprint(next[name])) << name << " step " << s;
+      if (r.skipped)
+        EXPECT_TRUE(next[name].bit_equal(before[name])) << name << " changed in a skipped step";
+      else
+        EXPECT_FALSE(next[name].bit_equal(before[name])) << name << " did not train at step " << s;
     }
     p = next;
   }
