@@ -18,17 +18,27 @@
 //   build/bench/checks_bench
 //   FJIT_BENCH_INTERLEAVED=1 build/bench/checks_bench --benchmark_filter=none
 //     alternates the three modes step by step and prints median CPU times and overheads
-//     (fairer on a loaded machine than back-to-back runs).
+//     (fairer on a loaded machine than back-to-back runs), then the host-side cost per step
+//     of handle_step_checks when nothing raised (1 replica, 2 thread replicas) next to the
+//     bare collectives it could cost: a one-int32 all-reduce and a 24-byte all-gather.
+//   mpiexec -n 2 build/bench/checks_bench
+//     under MPI, only that host-side cost, with MPI ranks, next to a plain one-int
+//     MPI_Allreduce (the yardstick: about 0.5 us here).
 #include <benchmark/benchmark.h>
+#include <mpi.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
 #include <functional>
 
+#include "checks/host.h"
 #include "core/fjit.h"
 #include "core/init.h"
+#include "parallel/mesh.h"
+#include "parallel/shm_communicator.h"
 
 using namespace fjit;
 
@@ -171,9 +181,113 @@ void interleaved(const Config& c, StepShape shape, int rounds, int batch) {
               100 * (all / off - 1), runners[2].sites);
 }
 
+// Host-side cost of the checks per step when nothing raised: handle_step_checks on a plan
+// with two check sites, timed per call (wall clock: a collective's cost is mostly waiting).
+double wall_ns() {
+  return static_cast<double>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                 std::chrono::steady_clock::now().time_since_epoch()).count());
+}
+
+const Executable& checked_plan() {
+  static auto f = [] {
+    JitOptions o;
+    o.name = "host_cost";
+    o.checks = CheckMode::user;
+    return jit([](const Tensor& x) {
+      Tensor s = sum(x);
+      check(isfinite(s), "sum is {}", s);
+      check(s < 1e6, "sum {} too large", s);
+      return s;
+    }, o);
+  }();
+  static const Array x = Array::full(DType::f32, {4}, 1.0);
+  f(x);
+  return *f.core().last_entry()->exe;
+}
+
+struct HostCost {
+  double checks = 0, all_reduce = 0, all_gather = 0, mpi = 0;  // ns per call, medians
+};
+
+// Every replica of `comm` (null: one replica) runs the same loop; rounds interleave the
+// measured calls so they see the same load.
+HostCost host_cost(Communicator* comm, bool with_mpi, int rounds, int batch) {
+  const Executable& exe = checked_plan();
+  std::vector<uint32_t> flags(exe.num_check_sites(), 0);
+  std::vector<double> payload(flags.size() * kMaxCheckValues, 0.0);
+  StepChecks sc;
+  sc.exe = &exe;
+  sc.flags = flags.data();
+  sc.payload = payload.data();
+  sc.comm = comm;
+  sc.replica = comm ? comm->rank() : 0;
+  sc.function = "host_cost";
+  std::vector<double> t[4];
+  int64_t summary[3] = {0, 0, 2}, gathered[3 * 8];
+  for (int round = 0; round < rounds; ++round) {
+    for (int what = 0; what < (comm ? (with_mpi ? 4 : 3) : 1); ++what) {
+      if (comm) comm->barrier();
+      const double t0 = wall_ns();
+      for (int i = 0; i < batch; ++i) {
+        sc.step = round * batch + i;
+        if (what == 0) {
+          benchmark::DoNotOptimize(handle_step_checks(sc));
+        } else if (what == 1) {
+          int32_t any = 0;
+          comm->all_reduce(&any, 1, DType::i32, ReduceOp::max);
+        } else if (what == 2) {
+          comm->all_gather(summary, gathered, sizeof summary);  // the summary gather used before
+        } else {
+          int any = 0;
+          MPI_Allreduce(MPI_IN_PLACE, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+        }
+      }
+      t[what].push_back((wall_ns() - t0) / batch);
+    }
+  }
+  HostCost c;
+  c.checks = median(t[0]);
+  if (comm) {
+    c.all_reduce = median(t[1]);
+    c.all_gather = median(t[2]);
+    if (with_mpi) c.mpi = median(t[3]);
+  }
+  return c;
+}
+
+void print_host_cost(const char* label, const HostCost& c) {
+  std::printf("%-22s handle_step_checks %7.3f us", label, c.checks / 1e3);
+  if (c.all_reduce > 0)
+    std::printf(" | one-int32 all_reduce %7.3f us | 24-byte all_gather %7.3f us", c.all_reduce / 1e3,
+                c.all_gather / 1e3);
+  if (c.mpi > 0) std::printf(" | plain MPI_Allreduce(1 int) %7.3f us", c.mpi / 1e3);
+  std::printf("\n");
+}
+
+void host_costs_threads() {
+  std::printf("host-side checks cost per step, nothing raised (median wall time per call)\n");
+  print_host_cost("1 replica", host_cost(nullptr, false, 51, 2000));
+  ShmGroup group(2);
+  HostCost c0;
+  group.run([&](Communicator& comm) {
+    HostCost c = host_cost(&comm, false, 51, 500);
+    if (comm.rank() == 0) c0 = c;
+  });
+  print_host_cost("2 thread replicas", c0);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (std::getenv("OMPI_COMM_WORLD_SIZE")) {  // launched by mpiexec: only the host-side cost
+    Mesh mesh = Mesh::mpi(&argc, &argv);
+    const HostCost c = host_cost(&mesh.comm(0), true, 51, 500);
+    if (mesh.first_replica() == 0) {
+      std::printf("host-side checks cost per step, nothing raised (median wall time per call)\n");
+      print_host_cost((std::to_string(mesh.size()) + " MPI ranks").c_str(), c);
+    }
+    return 0;
+  }
   benchmark::Initialize(&argc, argv);
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
@@ -183,6 +297,7 @@ int main(int argc, char** argv) {
       interleaved(kLarge, shape, 101, 3);
       interleaved(kSmall, shape, 301, 100);
     }
+    host_costs_threads();
   }
   return 0;
 }

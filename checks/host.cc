@@ -1,14 +1,15 @@
 // handle_step_checks: runs after every step of a plan with check sites, on every replica.
 //
-// Combining across replicas takes one collective per step: an all_gather of a fixed 24-byte
-// summary {step, number of raised sites, number of sites} per replica. Its size does not
-// depend on the plan, so replicas always meet in a collective of one size. Only when some
-// replica raised (every replica sees that in the summaries, so all of them agree) does a
-// second all_gather carry the flag bits and recorded values; that is the cold path, where
-// the report is built anyway.
+// Combining across replicas costs one collective per step on the common path: an all-reduce
+// (max) of one int32, this replica's number of raised sites, so every replica learns whether
+// any replica raised. Its size does not depend on the plan, so replicas always meet in a
+// collective of one size, and it is as small as a collective gets (the yardstick is
+// a one-int MPI_Allreduce). Only when some replica raised (every replica sees the same max,
+// so all of them take the cold path together) do two all-gathers follow: a 24-byte summary
+// {step, raised, sites} per replica, then the flag bits and recorded values sized for the
+// largest plan. The report is built there anyway, so their cost does not matter.
 //
-// The path where nothing was raised allocates nothing: the summary buffer is thread-local
-// and only grows.
+// The path where nothing was raised allocates nothing.
 #include "checks/host.h"
 
 #include <algorithm>
@@ -27,7 +28,6 @@ struct Summary {
   int64_t raised = 0;
   int64_t sites = 0;
 };
-thread_local std::vector<Summary> t_summaries;
 
 int count_raised(const uint32_t* flags, int n) {
   int raised = 0;
@@ -55,7 +55,7 @@ RaisedChecks gather_checks(const StepChecks& s, int n, const std::vector<Summary
   int64_t max_sites = 0, step = all[0].step;
   for (const Summary& x : all) {
     max_sites = std::max(max_sites, x.sites);
-    step = std::min(step, x.step);  // replicas sharing one JitCore count its runs together
+    step = std::min(step, x.step);  // equal under pmap; callers of JitCore::run pass one step
   }
   const size_t words = (max_sites + 63) / 64;
   const size_t block = words + static_cast<size_t>(max_sites) * kMaxCheckValues;
@@ -87,18 +87,18 @@ bool handle_step_checks(const StepChecks& s) {
   const int n = s.exe->num_check_sites();
   const int mine = count_raised(s.flags, n);
   const bool replicated = s.comm && s.comm->size() > 1;
-  bool any = mine > 0;
+  int32_t any = mine;
+  if (replicated) s.comm->all_reduce(&any, 1, DType::i32, ReduceOp::max);
+  if (any == 0) return false;
+
+  // Cold path from here on: every replica gets here in the same step.
+  metrics().checks_raised.fetch_add(mine, std::memory_order_relaxed);
+  std::vector<Summary> all;
   if (replicated) {
     const Summary me{s.step, mine, n};
-    t_summaries.resize(s.comm->size());
-    s.comm->all_gather(&me, t_summaries.data(), sizeof(Summary));
-    for (const Summary& x : t_summaries) any = any || x.raised > 0;
+    all.resize(s.comm->size());
+    s.comm->all_gather(&me, all.data(), sizeof(Summary));
   }
-  if (!any) return false;
-
-  // Cold path from here on.
-  metrics().checks_raised.fetch_add(mine, std::memory_order_relaxed);
-  const std::vector<Summary> all = replicated ? t_summaries : std::vector<Summary>{};
   const RaisedChecks raised = replicated ? gather_checks(s, n, all) : local_checks(s, n);
   std::string report = format_check_report(*s.exe, raised, s.function, s.policy);
   for (const Summary& x : all)

@@ -36,6 +36,20 @@ bool under(std::string_view file, std::string_view dir, std::string_view sub) {
          file.substr(dir.size(), sub.size()) == sub;
 }
 
+// `file` relative to the source tree, or "" when it is not in it. Besides absolute paths,
+// this takes the relative ones a compiler records when it is given relative paths (ccache
+// with CCACHE_BASEDIR rewrites /work/x/core/a.cc to ../core/a.cc, relative to the build
+// folder): leading "./" and "../" are dropped and what remains must exist in the tree.
+std::string in_source_tree(std::string_view file) {
+  const std::string& src = source_dir();
+  if (src.empty() || file.empty()) return {};
+  if (file.front() == '/') return under(file, src, "/") ? std::string(file.substr(src.size() + 1)) : std::string();
+  while (file.starts_with("./") || file.starts_with("../")) file.remove_prefix(file[1] == '/' ? 2 : 3);
+  if (file.empty()) return {};
+  std::error_code ec;
+  return std::filesystem::is_regular_file(std::filesystem::path(src) / file, ec) ? std::string(file) : std::string();
+}
+
 // The qualified name without a leading return type (demangled template functions carry one:
 // "void testing::internal::Run<...>(...)"): what follows the last top-level space before the
 // parameter list.
@@ -109,10 +123,8 @@ std::vector<StackFrame> StackTrace::symbolize() const {
 bool is_user_frame(const StackFrame& f) {
   if (f.function.empty() && f.file.empty()) return false;
   if (!f.file.empty()) {
-    const std::string& src = source_dir();
-    if (!src.empty() && (under(f.file, src, "/core/") || under(f.file, src, "/parallel/") ||
-                         under(f.file, src, "/checks/")))
-      return false;
+    const std::string rel = in_source_tree(f.file);
+    if (rel.starts_with("core/") || rel.starts_with("parallel/") || rel.starts_with("checks/")) return false;
     if (f.file.starts_with("/usr/include/")) return false;
   } else if (qualified_name(f.function).starts_with("fjit::") || f.function == "main") {
     return false;  // fjit built without debug info; a test driver's main (gtest_main)
@@ -128,9 +140,8 @@ std::vector<StackFrame> StackTrace::user_frames() const {
 }
 
 std::string relative_to_source_dir(const std::string& file) {
-  const std::string& src = source_dir();
-  if (!src.empty() && under(file, src, "/")) return file.substr(src.size() + 1);
-  return file;
+  std::string rel = in_source_tree(file);
+  return rel.empty() ? file : rel;
 }
 
 namespace {

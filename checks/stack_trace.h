@@ -76,7 +76,10 @@ class StackTrace {
 //  - frames with neither a function nor a file, which say nothing.
 bool is_user_frame(const StackFrame& f);
 
-// `file` relative to FJIT_SOURCE_DIR when it lies under it, otherwise unchanged.
+// `file` relative to FJIT_SOURCE_DIR when it lies under it, otherwise unchanged. A relative
+// `file` (as recorded when the compiler was given relative paths, e.g. "../core/a.cc" from a
+// build folder) counts as under it when, without its leading "./" and "../", it names a file
+// of the tree.
 // FJIT_SOURCE_DIR is a compile definition of the fjit library (the repository root); built
 // without it, no path is made relative and no file counts as fjit-internal.
 std::string relative_to_source_dir(const std::string& file);

@@ -224,7 +224,7 @@ std::shared_ptr<const CompiledEntry> JitCore::compile_locked(const FlatArgs& arg
 }
 
 StepResult JitCore::run(const CompiledEntry& entry, const FlatArgs& args, std::span<Array> outputs,
-                        Communicator* comm, int replica) {
+                        Communicator* comm, int replica, int64_t step) {
   const Executable& exe = *entry.exe;
   Scratch& s = t_scratch;
   s.ins.resize(args.leaves.size());
@@ -254,8 +254,11 @@ StepResult JitCore::run(const CompiledEntry& entry, const FlatArgs& args, std::s
   const int64_t t0 = now_ns();
   exe.run(s.ins.data(), s.outs.data(), ctx, ws);
   metrics().execute_time.record(now_ns() - t0);
-  const int64_t step = steps_.fetch_add(1);
-  metrics().steps.fetch_add(1, std::memory_order_relaxed);
+  const bool own_count = step < 0;  // see the header: pmap numbers and counts its steps once
+  if (own_count) {
+    step = steps_.fetch_add(1);
+    metrics().steps.fetch_add(1, std::memory_order_relaxed);
+  }
   StepResult result;
   if (sites > 0) {
     metrics().checks_evaluated.fetch_add(sites, std::memory_order_relaxed);
@@ -270,7 +273,7 @@ StepResult JitCore::run(const CompiledEntry& entry, const FlatArgs& args, std::s
     sc.function = options_.name.c_str();
     result.skipped = handle_step_checks(sc);
     if (result.skipped) {
-      metrics().steps_skipped.fetch_add(1, std::memory_order_relaxed);
+      if (own_count) metrics().steps_skipped.fetch_add(1, std::memory_order_relaxed);
       for (size_t k = 0; k < outputs.size() && k < entry.out.passthrough.size(); ++k)
         if (entry.out.passthrough[k] >= 0) outputs[k] = *args.leaves[entry.out.passthrough[k]];
     }

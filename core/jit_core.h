@@ -88,12 +88,20 @@ class JitCore {
   // Runs `entry` on the leaves, writing into `outputs` (allocated to the output types when
   // not already of that type, or when they share storage with an input). Then handles the
   // check flags by policy: may throw CheckError, or skip (outputs replaced by passthrough inputs).
+  //
+  // Step numbers are 0-based: the first step of a function is step 0, and CheckError::step()
+  // and the report's "at step N" give the number of steps that function ran before the
+  // failing one. With step < 0 (jit) this JitCore numbers its own runs and counts them in
+  // step_count() and metrics().steps/steps_skipped. Replicas sharing one JitCore (pmap) must
+  // pass the caller's step number instead, the same on every replica; then nothing is counted
+  // here and the caller counts the step once.
   StepResult run(const CompiledEntry& entry, const FlatArgs& args, std::span<Array> outputs,
-                 Communicator* comm = nullptr, int replica = 0);
+                 Communicator* comm = nullptr, int replica = 0, int64_t step = -1);
 
   const JitOptions& options() const { return options_; }
   int64_t trace_count() const { return traces_.load(); }
   int64_t compile_count() const;
+  // Steps run through run() without an explicit step number (jit; pmap counts its own).
   int64_t step_count() const { return steps_.load(); }
   // The causes of every recompile so far, oldest first.
   std::vector<std::string> recompile_causes() const;

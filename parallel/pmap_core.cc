@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "core/log.h"
+#include "core/metrics.h"
 #include "parallel/shm_communicator.h"
 
 namespace fjit {
@@ -170,7 +171,7 @@ StepResult PmapCore::step(std::vector<FlatArgs>& args, std::vector<Array>& weigh
   std::atomic<bool> cancelled{false};
   mesh_.pool().run([&](int r) {
     try {
-      results[r] = jit_.run(*entries_[r], args[r], outs[r], &mesh_.comm(r), first + r);
+      results[r] = jit_.run(*entries_[r], args[r], outs[r], &mesh_.comm(r), first + r, steps_);
     } catch (const std::exception& e) {
       errors[r] = std::current_exception();
       if (!mesh_.is_mpi() && local > 1) {
@@ -180,7 +181,9 @@ StepResult PmapCore::step(std::vector<FlatArgs>& args, std::vector<Array>& weigh
       }
     }
   });
-  ++steps_;
+  ++steps_;  // one step however many replicas ran it (JitCore::run counts nothing here)
+  metrics().steps.fetch_add(1, std::memory_order_relaxed);
+  if (results[0].skipped) metrics().steps_skipped.fetch_add(1, std::memory_order_relaxed);
   std::exception_ptr root;
   for (auto& e : errors) {
     if (!e) continue;

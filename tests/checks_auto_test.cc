@@ -158,6 +158,23 @@ TEST(AutomaticChecks, FiresInTheBackwardPass) {
   (void)line;
 }
 
+TEST(AutomaticChecks, InfMadeOnlyInTheBackwardPassIsAttributedToTheGradCall) {
+  int line = 0;
+  auto f = jit([&](const Tensor& x) {
+    line = __LINE__ + 1;
+    auto [loss, g] = value_and_grad([](const Tensor& x) { return sum(log(x)); })(x);
+    return std::tuple{loss, g};
+  }, all_checks());
+  f(vec({1, 2}));
+  // log(1e-40) = -92.1 is finite; its derivative 1 / 1e-40 overflows f32.
+  std::string what = error_of([&] { f(vec({1e-40f, 2})); });
+  EXPECT_EQ(what.find("in log f32"), std::string::npos) << what;  // the forward pass is clean
+  const size_t at = what.find("[first] [root cause] Inf in ");
+  ASSERT_NE(at, std::string::npos) << what;
+  EXPECT_NE(what.find("first at flat index 0: inf", at), std::string::npos) << what;
+  EXPECT_NE(what.find("op at " + here(line), at), std::string::npos) << what;
+}
+
 TEST(AutomaticChecks, SitesFollowPlanOrderAndUpstreamMatchesTheWholeGraphPass) {
   auto f = jit([](const Tensor& x, const Tensor& y) {
     Tensor a = log(x) / y;

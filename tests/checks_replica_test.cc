@@ -83,7 +83,8 @@ std::array<Outcome, kReplicas> run_replicas(Step& f, int steps, Bad bad) {
     for (int step = 0; step < steps; ++step) {
       args.leaves = {bad(r, step) ? &poisoned : &good};
       try {
-        out[r].skipped.push_back(f.core().run(entry, args, outs, &comm, r).skipped);
+        // Replicas sharing one JitCore pass a common step number (as pmap does).
+        out[r].skipped.push_back(f.core().run(entry, args, outs, &comm, r, step).skipped);
       } catch (const CheckError& e) {
         out[r] = Outcome{step, e.step(), e.what(), out[r].skipped};
         return;
@@ -99,7 +100,7 @@ TEST(ChecksReplicas, EveryReplicaThrowsTheSameErrorNamingTheReplicaThatRaised) {
   for (int r = 0; r < kReplicas; ++r) {
     EXPECT_EQ(out[r].loop_step, 3) << "replica " << r;
     EXPECT_EQ(out[r].what, out[0].what) << "replica " << r;
-    EXPECT_EQ(out[r].error_step, out[0].error_step) << "replica " << r;
+    EXPECT_EQ(out[r].error_step, 3) << "replica " << r;  // 0-based: the fourth step
   }
   EXPECT_NE(out[0].what.find("batch sum is nan"), std::string::npos) << out[0].what;
   EXPECT_NE(out[0].what.find("raised on replica 1 of 3"), std::string::npos) << out[0].what;
@@ -174,6 +175,97 @@ TEST(ChecksReplicas, PmapStepRaisesOnTheCallerAndTheMeshKeepsWorking) {
     EXPECT_NE(std::string(e.what()).find("raised on replica 1 of 3"), std::string::npos) << e.what();
   }
   EXPECT_EQ(step(good).item<float>(), 2.0f);
+}
+
+// Step numbers are 0-based and count pmap steps, not replica runs: whatever the number of
+// replicas, a check raised in the pmap step with index N reports step N, as jit() does, and
+// metrics().steps grows by one per pmap step.
+TEST(ChecksReplicas, PmapReportsItsOwnStepNumberWhateverTheReplicaCount) {
+  constexpr int kBadStep = 4;
+  for (int replicas : {1, 2, 3}) {
+    Mesh mesh = Mesh::threads(replicas);
+    PmapOptions o;
+    o.jit = replica_options(CheckMode::user, CheckPolicy::throw_error);
+    o.jit.num_replicas = replicas;
+    auto step = pmap(mesh, "batch", [](const Tensor& x) {
+      Tensor local = sum(x);
+      check(isfinite(local), "shard sum is {}", local);
+      return pmean(local, "batch");
+    }, o);
+    const int64_t rows = 2 * replicas;
+    Array good = Array::full(DType::f32, {rows, 1}, 1.0);
+    Array bad = good.clone();
+    const int raiser = replicas > 1 ? 1 : 0;
+    bad.data<float>()[2 * raiser + 1] = kNaN;  // in the raiser's shard only
+    const int64_t steps_before = metrics().steps.load();
+    for (int i = 0; i < kBadStep; ++i) EXPECT_EQ(step(good).item<float>(), 2.0f) << replicas;
+    try {
+      step(bad);
+      ADD_FAILURE() << "no CheckError with " << replicas << " replicas";
+    } catch (const CheckError& e) {
+      EXPECT_EQ(e.step(), kBadStep) << replicas << " replicas\n" << e.what();
+      EXPECT_NE(std::string(e.what()).find("at step " + std::to_string(kBadStep) + ":"), std::string::npos) << e.what();
+      if (replicas > 1)
+        EXPECT_NE(std::string(e.what()).find("raised on replica 1 of " + std::to_string(replicas)), std::string::npos)
+            << e.what();
+    }
+    EXPECT_EQ(metrics().steps.load() - steps_before, kBadStep + 1) << replicas << " replicas";
+    // The step after a raised one is numbered on.
+    Array bad2 = bad.clone();
+    try {
+      step(bad2);
+      ADD_FAILURE() << "no CheckError";
+    } catch (const CheckError& e) {
+      EXPECT_EQ(e.step(), kBadStep + 1) << replicas << " replicas";
+    }
+  }
+}
+
+TEST(ChecksReplicas, JitNumbersStepsFromZeroLikePmap) {
+  auto f = make_step(CheckMode::user, CheckPolicy::throw_error);
+  const Array good = Array::from_vector(std::vector<float>{1, 2, 3});
+  const Array bad = Array::from_vector(std::vector<float>{1, kNaN, 3});
+  const int64_t steps_before = metrics().steps.load();
+  for (int i = 0; i < 4; ++i) f(good);
+  try {
+    f(bad);
+    ADD_FAILURE() << "no CheckError";
+  } catch (const CheckError& e) {
+    EXPECT_EQ(e.step(), 4) << e.what();
+    EXPECT_NE(std::string(e.what()).find("at step 4:"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(f.core().step_count(), 5);
+  EXPECT_EQ(metrics().steps.load() - steps_before, 5);
+}
+
+// skip_step under pmap: every replica discards the same step, the state is the one before it,
+// and the step counts once in steps_skipped however many replicas raised or skipped.
+TEST(ChecksReplicas, PmapSkipStepKeepsStateAndCountsTheStepOnce) {
+  testing::LogCapture logs;
+  Mesh mesh = Mesh::threads(kReplicas);
+  PmapOptions o;
+  o.jit = replica_options(CheckMode::user, CheckPolicy::skip_step);
+  auto step = pmap(mesh, "batch", [](const Params& p, const Tensor& x) {
+    Tensor g = pmean(sum(x), "batch");
+    check(isfinite(g), "mean shard sum is {}", g);
+    TensorDict next;
+    next.set("w", p["w"] - g * 0.5);
+    return next;
+  }, o);
+  ArrayDict p{{"w", Array::from_vector(std::vector<float>{1, 2, 3})}};
+  Array good = Array::full(DType::f32, {kReplicas, 1}, 1.0);
+  Array bad = good.clone();
+  bad.data<float>()[1] = kNaN;  // replica 1's shard
+  p = step(p, good);
+  const ArrayDict before{{"w", p["w"].clone()}};
+  const int64_t skipped = metrics().steps_skipped.load();
+  ArrayDict out;
+  StepResult r = step.run_into(out, p, bad);
+  EXPECT_TRUE(r.skipped);
+  EXPECT_TRUE(out["w"].bit_equal(before["w"]));
+  EXPECT_EQ(metrics().steps_skipped.load() - skipped, 1);
+  EXPECT_TRUE(logs.contains("step skipped")) << logs.text();
+  EXPECT_TRUE(logs.contains("at step 1:")) << logs.text();
 }
 
 }  // namespace
