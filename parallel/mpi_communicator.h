@@ -50,6 +50,10 @@ class MpiCommunicator final : public Communicator {
   void barrier() override;
   [[noreturn]] void abort_job(const std::string& message) override;
 
+  // EXPERIMENT (bench/allreduce_bench.cc): reduce buffers in segments of this many bytes
+  // (0 = one segment). Kept only if it measures faster.
+  void set_segment_bytes(size_t bytes) { segment_bytes_ = bytes; }
+
   const StallPolicy& policy() const { return policy_; }
   MPI_Comm comm() const { return comm_; }
 
@@ -67,6 +71,7 @@ class MpiCommunicator final : public Communicator {
   WaitPacing pacing_;  // spins less when more ranks share this machine than it has cores
   const char* collective_ = "(none)";
   uint64_t calls_ = 0;
+  size_t segment_bytes_ = 0;
   // Kept across calls so that the hot path does not allocate.
   std::vector<unsigned char> scratch_;
   std::vector<MPI_Request> requests_;  // two per peer
