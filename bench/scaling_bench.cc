@@ -11,6 +11,8 @@
 //                  all-reduce is a no-op) vs pmap on Mesh::mpi() with 2 ranks, 128 per rank
 //   hand MPI       a hand-written Eigen step, gradients in one flat buffer reduced with one
 //                  MPI_Allreduce (2 ranks) or not reduced (rank 0 alone)
+//   hand, no comm  the same step on 2 ranks without any reduction: the efficiency ceiling
+//                  this machine allows (two busy cores share caches, memory and clocks)
 // While rank 0 runs a one-process row, the other rank sleeps in a paced wait. Every row runs
 // blocks of `steps` steps, interleaved with every other row, `rounds` times; the median
 // block is reported. The machine this was written on has 2 cores, so 2 replicas have one
@@ -167,6 +169,10 @@ int main(int argc, char** argv) {
         });
       }
     }, {}});
+    // Both ranks compute, nothing is reduced: what sharing the machine alone costs.
+    scaling.push_back({"hand 2 no reduce", true, [&](int n) {
+      for (int i = 0; i < n; ++i) hand2.step(hx.data<float>(), hy.data<int32_t>(), kLr, nullptr);
+    }, {}});
   }
   time_rows(scaling, rank, mpi, rounds, steps);
 
@@ -202,6 +208,7 @@ int main(int argc, char** argv) {
     if (mpi) {
       line("fjit MPI", scaling[0], scaling[2]);
       line("hand MPI", scaling[3], scaling[4]);
+      line("hand, no comm", scaling[3], scaling[5]);
     }
     std::printf("\nstep time vs gradient bucket size (2 replicas, batch 128 each)\n");
     std::printf("%10s %8s %14s%s\n", "bucket MiB", "buckets", "threads ms", mpi ? "         MPI ms" : "");

@@ -117,8 +117,11 @@ void MpiCommunicator::all_reduce(void* data, int64_t count, DType dtype, ReduceO
   }
   auto* bytes = static_cast<unsigned char*>(data);
   const int64_t esize = dtype_size(dtype);
+  // Segments keep each round's data cache-resident (see the header); MPI counts are ints.
   int64_t segment = kMaxSegmentElements;
-  if (segment_bytes_ > 0) segment = std::max<int64_t>(1, static_cast<int64_t>(segment_bytes_) / esize);
+  if (segment_bytes_ > 0) {
+    segment = std::clamp<int64_t>(static_cast<int64_t>(segment_bytes_) / esize, 1, kMaxSegmentElements);
+  }
   for (int64_t done = 0; done < count; done += segment) {
     const int64_t n = std::min(segment, count - done);
     all_reduce_segment(bytes + done * esize, static_cast<int>(n), dtype, op);
