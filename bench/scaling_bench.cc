@@ -11,6 +11,7 @@
 //                  all-reduce is a no-op) vs pmap on Mesh::mpi() with 2 ranks, 128 per rank
 //   hand MPI       a hand-written Eigen step, gradients in one flat buffer reduced with one
 //                  MPI_Allreduce (2 ranks) or not reduced (rank 0 alone)
+//   threads, no comm  fjit threads without pmean (gradients stay local): pmap's own cost
 //   hand, no comm  the same step on 2 ranks without any reduction: the efficiency ceiling
 //                  this machine allows (two busy cores share caches, memory and clocks)
 // While rank 0 runs a one-process row, the other rank sleeps in a paced wait. Every row runs
@@ -53,13 +54,18 @@ Tensor mlp_loss(const Params& p, const Tensor& x, const Tensor& y) {
 
 // The training step as a user writes it. The bucket size is read when the step is traced
 // (on its first call), so FJIT_FUSION_BYTES is set around that call.
-auto make_step(const Mesh& mesh) {
-  return pmap(mesh, "batch", [](const Params& p, const Tensor& x, const Tensor& y) {
+// reduce = false leaves the gradients local: what the step costs on 2 replicas without any
+// communication (a diagnostic, not a correct data-parallel step).
+struct StepFn {
+  bool reduce = true;
+  std::tuple<TensorDict, Tensor> operator()(const Params& p, const Tensor& x, const Tensor& y) const {
     auto [loss, g] = value_and_grad(mlp_loss)(p, x, y);
-    return std::tuple{sgd(p, pmean(g, "batch"), kLr), pmean(loss, "batch")};
-  });
-}
-using Step = decltype(make_step(Mesh::threads(1)));
+    if (!reduce) return {sgd(p, g, kLr), loss};
+    return {sgd(p, pmean(g, "batch"), kLr), pmean(loss, "batch")};
+  }
+};
+auto make_step(const Mesh& mesh, bool reduce) { return pmap(mesh, "batch", StepFn{reduce}); }
+using Step = decltype(make_step(Mesh::threads(1), true));
 
 Array batch_x(int64_t rows, uint64_t seed) { return he_uniform({rows, kSizes.front()}, seed); }
 Array batch_y(int64_t rows) {
@@ -75,8 +81,8 @@ struct FjitRunner {
   std::tuple<ArrayDict, Array> out;
   Array x, y;
 
-  FjitRunner(const Mesh& mesh, int64_t rows, int64_t fusion_bytes)
-      : step(make_step(mesh)), params(mesh.replicate(mlp_params(kSizes, 1))), x(batch_x(rows, 2)),
+  FjitRunner(const Mesh& mesh, int64_t rows, int64_t fusion_bytes, bool reduce = true)
+      : step(make_step(mesh, reduce)), params(mesh.replicate(mlp_params(kSizes, 1))), x(batch_x(rows, 2)),
         y(batch_y(rows)) {
     if (fusion_bytes > 0) setenv("FJIT_FUSION_BYTES", std::to_string(fusion_bytes).c_str(), 1);
     run(2);  // traces and compiles with this bucket size
@@ -148,12 +154,13 @@ int main(int argc, char** argv) {
   }
   // Meshes and runners are built on every rank (rank 0 alone runs the one-process rows).
   Mesh one = Mesh::threads(1), two = Mesh::threads(2);
-  FjitRunner thr1(one, kBatch, 0), thr2(two, 2 * kBatch, 0);
+  FjitRunner thr1(one, kBatch, 0), thr2(two, 2 * kBatch, 0), thr2_local(two, 2 * kBatch, 0, false);
   bench::FlatHandMlp hand1(kSizes, kBatch), hand2(kSizes, kBatch);
   Array hx = batch_x(kBatch, 2), hy = batch_y(kBatch);
   std::vector<Row> scaling;
   scaling.push_back({"fjit threads 1", false, [&](int n) { thr1.run(n); }, {}});
   scaling.push_back({"fjit threads 2", false, [&](int n) { thr2.run(n); }, {}});
+  scaling.push_back({"fjit threads 2 local", false, [&](int n) { thr2_local.run(n); }, {}});
   std::unique_ptr<FjitRunner> mpi2;
   if (mpi) {
     mpi2 = std::make_unique<FjitRunner>(mpi_mesh, kBatch, 0);
@@ -197,18 +204,19 @@ int main(int argc, char** argv) {
   if (rank == 0) {
     std::printf("weak scaling, MLP 784-512-512-10, batch %lld per replica, median of %d "
                 "interleaved blocks of %d steps\n", static_cast<long long>(kBatch), rounds, steps);
-    std::printf("%-14s %12s %12s %11s  target >= %.0f%%\n", "", "t(1) ms", "t(2) ms",
+    std::printf("%-17s %12s %12s %11s  target >= %.0f%%\n", "", "t(1) ms", "t(2) ms",
                 "efficiency", kTarget * 100);
     auto line = [](const char* name, const Row& a, const Row& b) {
       const double t1 = median(a.ms), t2 = median(b.ms), eff = t1 / t2;
-      std::printf("%-14s %12.3f %12.3f %10.1f%%  %s\n", name, t1, t2, eff * 100,
+      std::printf("%-17s %12.3f %12.3f %10.1f%%  %s\n", name, t1, t2, eff * 100,
                   eff >= kTarget ? "met" : "NOT met");
     };
     line("fjit threads", scaling[0], scaling[1]);
+    line("threads, no comm", scaling[0], scaling[2]);
     if (mpi) {
-      line("fjit MPI", scaling[0], scaling[2]);
-      line("hand MPI", scaling[3], scaling[4]);
-      line("hand, no comm", scaling[3], scaling[5]);
+      line("fjit MPI", scaling[0], scaling[3]);
+      line("hand MPI", scaling[4], scaling[5]);
+      line("hand, no comm", scaling[4], scaling[6]);
     }
     std::printf("\nstep time vs gradient bucket size (2 replicas, batch 128 each)\n");
     std::printf("%10s %8s %14s%s\n", "bucket MiB", "buckets", "threads ms", mpi ? "         MPI ms" : "");

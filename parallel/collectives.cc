@@ -45,13 +45,22 @@ Tensor pmax(const Tensor& x, const std::string& axis, Loc loc) {
   return collective("pmax", Op::AllReduce, x, ReduceOp::max, axis, {}, loc);
 }
 
+// The mean is psum(x * (w / n)): the replica weight and 1/n meet in one scalar, so the
+// tensor is scaled in a single pass before the reduction (scaling after it as well would be
+// a second full pass over every gradient).
+namespace {
+Tensor mean_scale(DType dtype, const Loc& loc) {
+  const int n = TraceContext::current()->num_replicas;
+  Tensor inv_n = scalar(dtype, 1.0 / n, loc);
+  Tensor w = detail::replica_weight();
+  return w.defined() ? mul(cast(w, dtype, loc), inv_n, loc) : inv_n;
+}
+}  // namespace
+
 Tensor pmean(const Tensor& x, const std::string& axis, Loc loc) {
   require_axis("pmean", axis, loc);
   if (!x.defined() || !is_floating(x.dtype())) detail::fail("pmean", {x}, "expects a floating-point tensor", &loc);
-  const int n = TraceContext::current()->num_replicas;
-  Tensor w = detail::replica_weight();
-  Tensor weighted = w.defined() ? mul(x, cast(w, x.dtype(), loc), loc) : x;
-  return mul(psum(weighted, axis, loc), scalar(x.dtype(), 1.0 / n, loc), loc);
+  return psum(mul(x, mean_scale(x.dtype(), loc), loc), axis, loc);
 }
 
 Tensor all_gather(const Tensor& x, const std::string& axis, Loc loc) {
@@ -115,16 +124,13 @@ TensorDict reduce_dict(const TensorDict& xs, const std::string& axis, bool mean,
     Tensor t = kv.second;
     if (mean) {
       if (!is_floating(t.dtype())) detail::fail("pmean", {t}, "expects floating-point tensors", &loc);
-      Tensor w = detail::replica_weight();
-      if (w.defined()) t = mul(t, cast(w, t.dtype(), loc), loc);
+      t = mul(t, mean_scale(t.dtype(), loc), loc);
     }
     leaves.push_back(t);
   }
   std::vector<Tensor> r = detail::fused_all_reduce(leaves, ReduceOp::sum, axis, default_fusion_bytes(), loc);
   TensorDict out;
-  const int n = TraceContext::current()->num_replicas;
-  for (size_t i = 0; i < r.size(); ++i)
-    out.set(xs.name(i), mean ? mul(r[i], scalar(r[i].dtype(), 1.0 / n, loc), loc) : r[i]);
+  for (size_t i = 0; i < r.size(); ++i) out.set(xs.name(i), r[i]);
   return out;
 }
 }  // namespace
