@@ -59,7 +59,8 @@ class LogCapture {
 };
 
 // One round of whole buffers (small, or mid-sized with non-eager chunks) and chunked rounds.
-constexpr int64_t kCounts[] = {1, 17, 1000, 3000, 70001};
+// ... and 300007: several 1 MiB segments for 4- and 8-byte types, the last one short.
+constexpr int64_t kCounts[] = {1, 17, 1000, 3000, 70001, 300007};
 constexpr ReduceOp kOps[] = {ReduceOp::sum, ReduceOp::max, ReduceOp::min, ReduceOp::logical_or};
 
 template <class T>
@@ -119,10 +120,27 @@ void check_matches_threads(ReduceOp op, int64_t count) {
 
 TEST(MpiCommunicator, BitwiseEqualToThreadBackend) {
   for (ReduceOp op : kOps) {
-    for (int64_t count : {int64_t{1000}, int64_t{3000}, int64_t{100003}}) {
+    for (int64_t count : {int64_t{1000}, int64_t{3000}, int64_t{100003}, int64_t{300007}}) {
       check_matches_threads<float>(op, count);
       check_matches_threads<double>(op, count);
     }
+  }
+}
+
+// Segmenting changes which elements travel together, never what is added to what.
+TEST(MpiCommunicator, SegmentSizeDoesNotChangeTheResult) {
+  const int64_t count = 300007;
+  std::vector<std::vector<double>> results;
+  for (size_t segment : {size_t{0}, MpiCommunicator::kDefaultSegmentBytes, size_t{4096}, size_t{24}}) {
+    MpiCommunicator c(MPI_COMM_WORLD, test_policy());
+    c.set_segment_bytes(segment);
+    std::vector<double> buf = testing::fill<double>(count, testing::order_sensitive<double>, c.rank());
+    c.all_reduce(buf.data(), count, DType::f64, ReduceOp::sum);
+    results.push_back(std::move(buf));
+  }
+  for (size_t k = 1; k < results.size(); ++k) {
+    EXPECT_EQ(std::memcmp(results[k].data(), results[0].data(), count * sizeof(double)), 0)
+        << "segment setting " << k;
   }
 }
 
