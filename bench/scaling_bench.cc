@@ -97,7 +97,7 @@ struct FjitRunner {
   int buckets() {
     int n = 0;
     for (const Node& node : step.core().last_entry()->exe->graph->nodes()) {
-      n += node.op == Op::AllReduce && node.shape.size() == 1 && node.shape[0] > 1;
+      n += node.op == Op::AllReduce && !node.shape.empty();  // not the loss's
     }
     return n;
   }

@@ -79,26 +79,31 @@ namespace detail {
 
 std::vector<Tensor> fused_all_reduce(const std::vector<Tensor>& xs, ReduceOp op,
                                      const std::string& axis, int64_t bucket_bytes, const Loc& loc) {
+  auto bytes_of = [](const Tensor& t) { return t.size() * dtype_size(t.dtype()); };
   std::vector<Tensor> out(xs.size());
   size_t i = 0;
   while (i < xs.size()) {
-    // Fill one bucket with consecutive tensors of one dtype.
-    size_t j = i;
-    int64_t bytes = 0;
-    std::vector<Tensor> flat;
-    while (j < xs.size() && xs[j].dtype() == xs[i].dtype() &&
-           (flat.empty() || bytes + xs[j].size() * dtype_size(xs[j].dtype()) <= bucket_bytes)) {
-      bytes += xs[j].size() * dtype_size(xs[j].dtype());
-      flat.push_back(reshape(xs[j], {xs[j].size()}, loc));
+    // One bucket: consecutive tensors of one dtype within bucket_bytes (at least one tensor).
+    size_t j = i + 1;
+    int64_t bytes = bytes_of(xs[i]);
+    while (j < xs.size() && xs[j].dtype() == xs[i].dtype() && bytes + bytes_of(xs[j]) <= bucket_bytes) {
+      bytes += bytes_of(xs[j]);
       ++j;
     }
-    Tensor packed = flat.size() == 1 ? flat[0] : concat(flat, 0, loc);
-    Tensor reduced = collective("psum", Op::AllReduce, packed, op, axis, {}, loc);
+    if (j == i + 1) {
+      // A bucket of one tensor is reduced in its own shape: flattening it would cost two
+      // copies (reshapes are copies in the plan) for an all-reduce that is elementwise anyway.
+      out[i] = collective("psum", Op::AllReduce, xs[i], op, axis, {}, loc);
+      i = j;
+      continue;
+    }
+    std::vector<Tensor> flat;
+    for (size_t k = i; k < j; ++k) flat.push_back(reshape(xs[k], {xs[k].size()}, loc));
+    Tensor reduced = collective("psum", Op::AllReduce, concat(flat, 0, loc), op, axis, {}, loc);
     int64_t offset = 0;
     for (size_t k = i; k < j; ++k) {
       const int64_t n = xs[k].size();
-      Tensor piece = flat.size() == 1 ? reduced : slice(reduced, {offset}, {offset + n}, {1}, loc);
-      out[k] = reshape(piece, xs[k].shape(), loc);
+      out[k] = reshape(slice(reduced, {offset}, {offset + n}, {1}, loc), xs[k].shape(), loc);
       offset += n;
     }
     i = j;
