@@ -110,11 +110,14 @@ void lead(int size, int rounds) {
   fjit::ShmGroup group(2, fjit::StallPolicy{});
   std::vector<Backend> backends = {kThreads};
   if (size > 1) backends.insert(backends.end(), {kFjitMpi, kFjitMpiSeg, kPlain});
-  std::printf("all-reduce sum f32, %d MPI ranks (thread backend: 2 threads), median of %d "
-              "interleaved rounds\n", size, rounds);
+  std::printf(
+      "all-reduce sum f32, %d MPI ranks (thread backend: 2 threads), median of %d "
+      "interleaved rounds\n",
+      size, rounds);
   std::printf("%10s", "bytes");
   for (Backend b : backends) std::printf(" | %12s us  GB/s", kNames[b]);
-  if (size > 1) std::printf(" | thr/plain  MPI/plain  1seg/plain  target(>=%.1fx from 1 MiB)", kTarget);
+  if (size > 1)
+    std::printf(" | thr/plain  MPI/plain  1seg/plain  target(>=%.1fx from 1 MiB)", kTarget);
   std::printf("\n");
   std::vector<float> buf;
   for (int64_t bytes = kMinBytes; bytes <= kMaxBytes; bytes *= 4) {
@@ -145,7 +148,9 @@ void lead(int size, int rounds) {
       const double thr = med[kPlain] / med[kThreads];
       const double mpi = med[kPlain] / med[kFjitMpi];
       const double seg = med[kPlain] / med[kFjitMpiSeg];
-      const char* verdict = bytes < kTargetFromBytes ? "(n/a)" : mpi >= kTarget && thr >= kTarget ? "met" : "NOT met";
+      const char* verdict = bytes < kTargetFromBytes           ? "(n/a)"
+                            : mpi >= kTarget && thr >= kTarget ? "met"
+                                                               : "NOT met";
       std::printf(" | %8.2fx  %8.2fx  %9.2fx  %s", thr, mpi, seg, verdict);
     }
     std::printf("\n");

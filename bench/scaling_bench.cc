@@ -58,7 +58,8 @@ Tensor mlp_loss(const Params& p, const Tensor& x, const Tensor& y) {
 // communication (a diagnostic, not a correct data-parallel step).
 struct StepFn {
   bool reduce = true;
-  std::tuple<TensorDict, Tensor> operator()(const Params& p, const Tensor& x, const Tensor& y) const {
+  std::tuple<TensorDict, Tensor> operator()(const Params& p, const Tensor& x,
+                                            const Tensor& y) const {
     auto [loss, g] = value_and_grad(mlp_loss)(p, x, y);
     if (!reduce) return {sgd(p, g, kLr), loss};
     return {sgd(p, pmean(g, "batch"), kLr), pmean(loss, "batch")};
@@ -82,7 +83,9 @@ struct FjitRunner {
   Array x, y;
 
   FjitRunner(const Mesh& mesh, int64_t rows, int64_t fusion_bytes, bool reduce = true)
-      : step(make_step(mesh, reduce)), params(mesh.replicate(mlp_params(kSizes, 1))), x(batch_x(rows, 2)),
+      : step(make_step(mesh, reduce)),
+        params(mesh.replicate(mlp_params(kSizes, 1))),
+        x(batch_x(rows, 2)),
         y(batch_y(rows)) {
     if (fusion_bytes > 0) setenv("FJIT_FUSION_BYTES", std::to_string(fusion_bytes).c_str(), 1);
     run(2);  // traces and compiles with this bucket size
@@ -165,21 +168,34 @@ int main(int argc, char** argv) {
   if (mpi) {
     mpi2 = std::make_unique<FjitRunner>(mpi_mesh, kBatch, 0);
     scaling.push_back({"fjit MPI 2", true, [&](int n) { mpi2->run(n); }, {}});
-    scaling.push_back({"hand 1", false, [&](int n) {
-      for (int i = 0; i < n; ++i) hand1.step(hx.data<float>(), hy.data<int32_t>(), kLr, nullptr);
-    }, {}});
-    scaling.push_back({"hand MPI 2", true, [&](int n) {
-      for (int i = 0; i < n; ++i) {
-        hand2.step(hx.data<float>(), hy.data<int32_t>(), kLr, [&](float* g, int64_t count) {
-          MPI_Allreduce(MPI_IN_PLACE, g, static_cast<int>(count), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
-          for (int64_t k = 0; k < count; ++k) g[k] *= 0.5f;
-        });
-      }
-    }, {}});
+    scaling.push_back({"hand 1",
+                       false,
+                       [&](int n) {
+                         for (int i = 0; i < n; ++i)
+                           hand1.step(hx.data<float>(), hy.data<int32_t>(), kLr, nullptr);
+                       },
+                       {}});
+    scaling.push_back({"hand MPI 2",
+                       true,
+                       [&](int n) {
+                         for (int i = 0; i < n; ++i) {
+                           hand2.step(hx.data<float>(), hy.data<int32_t>(), kLr,
+                                      [&](float* g, int64_t count) {
+                                        MPI_Allreduce(MPI_IN_PLACE, g, static_cast<int>(count),
+                                                      MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+                                        for (int64_t k = 0; k < count; ++k) g[k] *= 0.5f;
+                                      });
+                         }
+                       },
+                       {}});
     // Both ranks compute, nothing is reduced: what sharing the machine alone costs.
-    scaling.push_back({"hand 2 no reduce", true, [&](int n) {
-      for (int i = 0; i < n; ++i) hand2.step(hx.data<float>(), hy.data<int32_t>(), kLr, nullptr);
-    }, {}});
+    scaling.push_back({"hand 2 no reduce",
+                       true,
+                       [&](int n) {
+                         for (int i = 0; i < n; ++i)
+                           hand2.step(hx.data<float>(), hy.data<int32_t>(), kLr, nullptr);
+                       },
+                       {}});
   }
   time_rows(scaling, rank, mpi, rounds, steps);
 
@@ -202,10 +218,12 @@ int main(int argc, char** argv) {
   time_rows(buckets, rank, mpi, rounds, steps);
 
   if (rank == 0) {
-    std::printf("weak scaling, MLP 784-512-512-10, batch %lld per replica, median of %d "
-                "interleaved blocks of %d steps\n", static_cast<long long>(kBatch), rounds, steps);
-    std::printf("%-17s %12s %12s %11s  target >= %.0f%%\n", "", "t(1) ms", "t(2) ms",
-                "efficiency", kTarget * 100);
+    std::printf(
+        "weak scaling, MLP 784-512-512-10, batch %lld per replica, median of %d "
+        "interleaved blocks of %d steps\n",
+        static_cast<long long>(kBatch), rounds, steps);
+    std::printf("%-17s %12s %12s %11s  target >= %.0f%%\n", "", "t(1) ms", "t(2) ms", "efficiency",
+                kTarget * 100);
     auto line = [](const char* name, const Row& a, const Row& b) {
       const double t1 = median(a.ms), t2 = median(b.ms), eff = t1 / t2;
       std::printf("%-17s %12.3f %12.3f %10.1f%%  %s\n", name, t1, t2, eff * 100,
@@ -219,7 +237,8 @@ int main(int argc, char** argv) {
       line("hand, no comm", scaling[4], scaling[6]);
     }
     std::printf("\nstep time vs gradient bucket size (2 replicas, batch 128 each)\n");
-    std::printf("%10s %8s %14s%s\n", "bucket MiB", "buckets", "threads ms", mpi ? "         MPI ms" : "");
+    std::printf("%10s %8s %14s%s\n", "bucket MiB", "buckets", "threads ms",
+                mpi ? "         MPI ms" : "");
     const size_t per = mpi ? 2 : 1;
     for (size_t i = 0; i < std::size(sizes_mib); ++i) {
       std::printf("%10.2f %8d %14.3f", sizes_mib[i], nbuckets[i], median(buckets[i * per].ms));

@@ -27,7 +27,8 @@ class FlatHandMlp {
     for (size_t k = 0; k + 1 < sizes_.size(); ++k) total += (sizes_[k] + 1) * sizes_[k + 1];
     params_.resize(total);
     grads_.resize(total);
-    for (int64_t i = 0; i < total; ++i) params_[i] = 0.01f * static_cast<float>((i * 37) % 101 - 50) / 50.0f;
+    for (int64_t i = 0; i < total; ++i)
+      params_[i] = 0.01f * static_cast<float>((i * 37) % 101 - 50) / 50.0f;
     int64_t at = 0;
     for (size_t k = 0; k + 1 < sizes_.size(); ++k) {
       const int64_t in = sizes_[k], out = sizes_[k + 1];
@@ -49,10 +50,14 @@ class FlatHandMlp {
     Eigen::Map<const Mat> x(x_data, batch_, sizes_[0]);
     for (size_t k = 0; k < layers; ++k) {
       Mat& a = act_[k];
-      if (k == 0) a.noalias() = x * w_[k];
-      else a.noalias() = act_[k - 1] * w_[k];
-      if (k + 1 < layers) a = (a.rowwise() + b_[k]).cwiseMax(0.0f);
-      else a.rowwise() += b_[k];
+      if (k == 0)
+        a.noalias() = x * w_[k];
+      else
+        a.noalias() = act_[k - 1] * w_[k];
+      if (k + 1 < layers)
+        a = (a.rowwise() + b_[k]).cwiseMax(0.0f);
+      else
+        a.rowwise() += b_[k];
     }
     Mat& z = act_.back();
     Mat& g = delta_.back();
@@ -68,8 +73,10 @@ class FlatHandMlp {
     }
     for (size_t k = layers; k-- > 0;) {
       const Mat& gk = delta_[k];
-      if (k == 0) dw_[k].noalias() = x.transpose() * gk;
-      else dw_[k].noalias() = act_[k - 1].transpose() * gk;
+      if (k == 0)
+        dw_[k].noalias() = x.transpose() * gk;
+      else
+        dw_[k].noalias() = act_[k - 1].transpose() * gk;
       db_[k] = gk.colwise().sum();
       if (k > 0) {
         delta_[k - 1].noalias() = gk * w_[k].transpose();
