@@ -21,7 +21,7 @@ namespace fjit {
 // reaches its full bandwidth at 1 MiB (bench/allreduce_bench.cc). So small tensors share
 // 1 MiB buckets and a tensor of 1 MiB or more is reduced alone, in place, without copies.
 // Measured with bench/scaling_bench.cc (MLP 784-512-512-10, 2.55 MiB of gradients, 2
-// replicas): 0.25-1 MiB (4 buckets) 3-10% faster per step than 4-64 MiB (1 bucket), on
+// replicas): 0.25-1 MiB (4 buckets) 5-12% faster per step than 4-64 MiB (1 bucket), on
 // threads and MPI alike. Buckets are not reduced while backward still runs: a replica's
 // plan runs on one thread, and with one core per replica there is nothing to overlap with
 // (the shared-memory all-reduce is itself CPU work).

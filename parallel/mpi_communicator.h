@@ -13,11 +13,11 @@
 //    targets they beat MPI's non-blocking collectives (libnbc) by microseconds per call.
 //  - Buffers above 1 MiB go in 1 MiB segments, one after the other: each segment's received
 //    chunk is still in cache when it is reduced and sent back (measured on 2 ranks: 16 MiB
-//    1.2x, 64 MiB 1.15-1.3x faster than one segment; no change up to 4 MiB).
+//    1.1-1.2x, 64 MiB 1.3-1.4x faster than one segment; no change up to 4 MiB).
 //  - MPI_Allreduce is never called, not even for large buffers where it would be as fast:
 //    with 3+ ranks MPI does not fix the order of the sums, and even with 2 ranks (a+b == b+a)
 //    two NaNs with different payloads could reach ranks in either order. fjit's own path
-//    measures at 0.97-1.01x plain MPI_Allreduce from 1 MiB to 16 MiB and faster above
+//    measures at 0.97-1.02x plain MPI_Allreduce from 1 MiB to 4 MiB and 1.1-2.5x above
 //    (bench/allreduce_bench.cc), so nothing is lost by keeping the fixed order.
 //  - Scratch buffers grow to the largest call and are kept: no allocation per call in fjit's
 //    code after warm-up.
