@@ -37,11 +37,12 @@ void Timing::reset() {
 
 void Metrics::reset() {
   for (auto* c : {&traces, &compiles, &cache_hits, &cache_misses, &allreduce_calls,
-                  &allreduce_bytes, &checks_evaluated, &checks_raised, &steps_skipped, &steps})
+                  &allreduce_bytes, &collective_calls, &collective_bytes, &checks_evaluated, &checks_raised, &steps_skipped, &steps})
     *c = 0;
   compile_time.reset();
   execute_time.reset();
   allreduce_time.reset();
+  collective_time.reset();
 }
 
 Metrics& metrics() {
@@ -79,6 +80,9 @@ std::string metrics_report() {
   r += "  allreduce: calls=" + std::to_string(m.allreduce_calls.load()) +
        " bytes=" + std::to_string(m.allreduce_bytes.load()) + "\n";
   r += timing_line("AllReduceTime", m.allreduce_time);
+  r += "  other collectives: calls=" + std::to_string(m.collective_calls.load()) +
+       " bytes=" + std::to_string(m.collective_bytes.load()) + "\n";
+  r += timing_line("CollectiveTime", m.collective_time);
   r += "  steps=" + std::to_string(m.steps.load()) +
        " checks_evaluated=" + std::to_string(m.checks_evaluated.load()) +
        " checks_raised=" + std::to_string(m.checks_raised.load()) +

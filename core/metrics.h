@@ -30,9 +30,13 @@ struct Metrics {
   // Compilation.
   std::atomic<int64_t> traces{0}, compiles{0}, cache_hits{0}, cache_misses{0};
   Timing compile_time, execute_time;
-  // Collectives.
+  // Collectives, recorded by parallel/collective_metrics.h once per collective per process
+  // (with thread replicas, replica 0 records). Bytes are one replica's buffer. "collective"
+  // counts the others: broadcast, all-gather, barrier.
   std::atomic<int64_t> allreduce_calls{0}, allreduce_bytes{0};
   Timing allreduce_time;
+  std::atomic<int64_t> collective_calls{0}, collective_bytes{0};
+  Timing collective_time;
   // Checks.
   std::atomic<int64_t> checks_evaluated{0}, checks_raised{0}, steps_skipped{0}, steps{0};
 

@@ -34,7 +34,7 @@ Tensor collective(const char* name, Op op, const Tensor& x, ReduceOp r, const st
 
 int64_t default_fusion_bytes() {
   if (const char* s = std::getenv("FJIT_FUSION_BYTES")) return std::max<int64_t>(1024, std::atoll(s));
-  return int64_t{64} << 20;
+  return int64_t{1} << 20;  // why: collectives.h
 }
 
 Tensor psum(const Tensor& x, const std::string& axis, Loc loc) {
@@ -45,13 +45,22 @@ Tensor pmax(const Tensor& x, const std::string& axis, Loc loc) {
   return collective("pmax", Op::AllReduce, x, ReduceOp::max, axis, {}, loc);
 }
 
+// The mean is psum(x * (w / n)): the replica weight and 1/n meet in one scalar, so the
+// tensor is scaled in a single pass before the reduction (scaling after it as well would be
+// a second full pass over every gradient).
+namespace {
+Tensor mean_scale(DType dtype, const Loc& loc) {
+  const int n = TraceContext::current()->num_replicas;
+  Tensor inv_n = scalar(dtype, 1.0 / n, loc);
+  Tensor w = detail::replica_weight();
+  return w.defined() ? mul(cast(w, dtype, loc), inv_n, loc) : inv_n;
+}
+}  // namespace
+
 Tensor pmean(const Tensor& x, const std::string& axis, Loc loc) {
   require_axis("pmean", axis, loc);
   if (!x.defined() || !is_floating(x.dtype())) detail::fail("pmean", {x}, "expects a floating-point tensor", &loc);
-  const int n = TraceContext::current()->num_replicas;
-  Tensor w = detail::replica_weight();
-  Tensor weighted = w.defined() ? mul(x, cast(w, x.dtype(), loc), loc) : x;
-  return mul(psum(weighted, axis, loc), scalar(x.dtype(), 1.0 / n, loc), loc);
+  return psum(mul(x, mean_scale(x.dtype(), loc), loc), axis, loc);
 }
 
 Tensor all_gather(const Tensor& x, const std::string& axis, Loc loc) {
@@ -70,26 +79,31 @@ namespace detail {
 
 std::vector<Tensor> fused_all_reduce(const std::vector<Tensor>& xs, ReduceOp op,
                                      const std::string& axis, int64_t bucket_bytes, const Loc& loc) {
+  auto bytes_of = [](const Tensor& t) { return t.size() * dtype_size(t.dtype()); };
   std::vector<Tensor> out(xs.size());
   size_t i = 0;
   while (i < xs.size()) {
-    // Fill one bucket with consecutive tensors of one dtype.
-    size_t j = i;
-    int64_t bytes = 0;
-    std::vector<Tensor> flat;
-    while (j < xs.size() && xs[j].dtype() == xs[i].dtype() &&
-           (flat.empty() || bytes + xs[j].size() * dtype_size(xs[j].dtype()) <= bucket_bytes)) {
-      bytes += xs[j].size() * dtype_size(xs[j].dtype());
-      flat.push_back(reshape(xs[j], {xs[j].size()}, loc));
+    // One bucket: consecutive tensors of one dtype within bucket_bytes (at least one tensor).
+    size_t j = i + 1;
+    int64_t bytes = bytes_of(xs[i]);
+    while (j < xs.size() && xs[j].dtype() == xs[i].dtype() && bytes + bytes_of(xs[j]) <= bucket_bytes) {
+      bytes += bytes_of(xs[j]);
       ++j;
     }
-    Tensor packed = flat.size() == 1 ? flat[0] : concat(flat, 0, loc);
-    Tensor reduced = collective("psum", Op::AllReduce, packed, op, axis, {}, loc);
+    if (j == i + 1) {
+      // A bucket of one tensor is reduced in its own shape: flattening it would cost two
+      // copies (reshapes are copies in the plan) for an all-reduce that is elementwise anyway.
+      out[i] = collective("psum", Op::AllReduce, xs[i], op, axis, {}, loc);
+      i = j;
+      continue;
+    }
+    std::vector<Tensor> flat;
+    for (size_t k = i; k < j; ++k) flat.push_back(reshape(xs[k], {xs[k].size()}, loc));
+    Tensor reduced = collective("psum", Op::AllReduce, concat(flat, 0, loc), op, axis, {}, loc);
     int64_t offset = 0;
     for (size_t k = i; k < j; ++k) {
       const int64_t n = xs[k].size();
-      Tensor piece = flat.size() == 1 ? reduced : slice(reduced, {offset}, {offset + n}, {1}, loc);
-      out[k] = reshape(piece, xs[k].shape(), loc);
+      out[k] = reshape(slice(reduced, {offset}, {offset + n}, {1}, loc), xs[k].shape(), loc);
       offset += n;
     }
     i = j;
@@ -115,16 +129,13 @@ TensorDict reduce_dict(const TensorDict& xs, const std::string& axis, bool mean,
     Tensor t = kv.second;
     if (mean) {
       if (!is_floating(t.dtype())) detail::fail("pmean", {t}, "expects floating-point tensors", &loc);
-      Tensor w = detail::replica_weight();
-      if (w.defined()) t = mul(t, cast(w, t.dtype(), loc), loc);
+      t = mul(t, mean_scale(t.dtype(), loc), loc);
     }
     leaves.push_back(t);
   }
   std::vector<Tensor> r = detail::fused_all_reduce(leaves, ReduceOp::sum, axis, default_fusion_bytes(), loc);
   TensorDict out;
-  const int n = TraceContext::current()->num_replicas;
-  for (size_t i = 0; i < r.size(); ++i)
-    out.set(xs.name(i), mean ? mul(r[i], scalar(r[i].dtype(), 1.0 / n, loc), loc) : r[i]);
+  for (size_t i = 0; i < r.size(); ++i) out.set(xs.name(i), r[i]);
   return out;
 }
 }  // namespace

@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "core/log.h"
+#include "parallel/collective_metrics.h"
 #include "parallel/communicator_reduce.h"
 #include "parallel/mpi_runtime.h"
 #include "parallel/stall_inspector.h"
@@ -104,6 +105,8 @@ void MpiCommunicator::wait(int n, MPI_Request* requests) {
 }
 
 void MpiCommunicator::all_reduce(void* data, int64_t count, DType dtype, ReduceOp op) {
+  CollectiveRecord record(true, CollectiveKind::all_reduce,
+                          count > 0 ? count * dtype_size(dtype) : 0);
   enter("all_reduce");
   if (count <= 0) return;
   if (size_ == 1) {
@@ -114,8 +117,13 @@ void MpiCommunicator::all_reduce(void* data, int64_t count, DType dtype, ReduceO
   }
   auto* bytes = static_cast<unsigned char*>(data);
   const int64_t esize = dtype_size(dtype);
-  for (int64_t done = 0; done < count; done += kMaxSegmentElements) {
-    const int64_t n = std::min(kMaxSegmentElements, count - done);
+  // Segments keep each round's data cache-resident (see the header); MPI counts are ints.
+  int64_t segment = kMaxSegmentElements;
+  if (segment_bytes_ > 0) {
+    segment = std::clamp<int64_t>(static_cast<int64_t>(segment_bytes_) / esize, 1, kMaxSegmentElements);
+  }
+  for (int64_t done = 0; done < count; done += segment) {
+    const int64_t n = std::min(segment, count - done);
     all_reduce_segment(bytes + done * esize, static_cast<int>(n), dtype, op);
   }
 }
@@ -176,6 +184,7 @@ void MpiCommunicator::all_reduce_segment(unsigned char* data, int count, DType d
 }
 
 void MpiCommunicator::broadcast(void* data, size_t nbytes, int root) {
+  CollectiveRecord record(true, CollectiveKind::other, static_cast<int64_t>(nbytes));
   enter("broadcast");
   if (root < 0 || root >= size_) {
     abort_job(fmt::format("broadcast root {} is not a rank of a group of {}", root, size_));
@@ -191,6 +200,7 @@ void MpiCommunicator::broadcast(void* data, size_t nbytes, int root) {
 }
 
 void MpiCommunicator::all_gather(const void* send, void* recv, size_t nbytes_per_rank) {
+  CollectiveRecord record(true, CollectiveKind::other, static_cast<int64_t>(nbytes_per_rank));
   enter("all_gather");
   auto* out = static_cast<unsigned char*>(recv);
   const auto* in = static_cast<const unsigned char*>(send);
@@ -211,6 +221,7 @@ void MpiCommunicator::all_gather(const void* send, void* recv, size_t nbytes_per
 }
 
 void MpiCommunicator::barrier() {
+  CollectiveRecord record(true, CollectiveKind::other, 0);
   enter("barrier");
   MPI_Request request;
   MPI_Ibarrier(comm_, &request);

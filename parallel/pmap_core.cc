@@ -3,6 +3,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 
 #include "core/log.h"
 #include "core/metrics.h"
@@ -14,17 +15,25 @@ uint64_t mix(uint64_t h, uint64_t v) { return (h ^ (v + 0x9e3779b97f4a7c15ull + 
 constexpr size_t kDescBytes = 1024;
 }  // namespace
 
+// What replicas must agree on so that no collective can deadlock or mix up buffers: the
+// sequence of collectives with their exact shapes, and the dtypes and ranks of the inputs and
+// outputs. The other nodes are left out on purpose: shards of an uneven batch trace the same
+// program with different constants (1/rows), and the simplifier removes a `* 1` or a sum
+// over one row for a one-row shard only, so replicas that legitimately run the same program
+// can end up with different node lists. A replica computing something else between the same
+// collectives does not hang anyone; the divergence check catches what it computes.
 uint64_t program_fingerprint(const CompiledEntry& entry) {
   uint64_t h = 1469598103934665603ull;
-  const Graph& g = *entry.exe->graph;
-  for (const Node& n : g.nodes()) {
-    // Constants depend on shapes through folding (1/n of a mean), not on the program.
-    if (n.op == Op::Constant) continue;
+  for (const auto* types : {&entry.exe->input_types, &entry.exe->output_types}) {
+    h = mix(h, types->size());
+    for (const ValueType& t : *types) h = mix(h, static_cast<uint64_t>(t.dtype) * 131 + t.shape.size());
+  }
+  for (const Node& n : entry.exe->graph->nodes()) {
+    if (op_kind(n.op) != OpKind::kCollective) continue;
     h = mix(h, static_cast<uint64_t>(n.op) * 131 + static_cast<uint64_t>(n.dtype) * 7 + n.shape.size());
-    if (op_kind(n.op) == OpKind::kCollective) {
-      for (int64_t d : n.shape) h = mix(h, static_cast<uint64_t>(d));
-      h = mix(h, n.attrs.reduce);
-    }
+    for (int64_t d : n.shape) h = mix(h, static_cast<uint64_t>(d));
+    h = mix(h, n.attrs.reduce);
+    h = mix(h, std::hash<std::string>{}(n.attrs.name));
   }
   return mix(h, entry.exe->check_sites.size());
 }

@@ -1,8 +1,8 @@
 // PmapCore: the type-erased runtime behind pmap(). One JitCore (one compile cache) serves
 // every replica; each step:
 //   1. every local replica looks up (or compiles) the plan for its shard's signature;
-//   2. replicas compare a fingerprint of what they traced (ops, dtypes, ranks, and the exact
-//      shape of every collective) — threads locally, MPI ranks with one small all-gather that
+//   2. replicas compare a fingerprint of what they traced (input and output dtypes and ranks,
+//      every collective with its exact shape; see program_fingerprint) — threads locally, MPI ranks with one small all-gather that
 //      also carries each rank's shard size. Different programs fail on every replica at once
 //      with an error showing each replica's program, instead of deadlocking in a collective;
 //   3. every replica runs the plan on its thread/rank with its communicator; shard weights

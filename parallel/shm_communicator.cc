@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/log.h"
+#include "parallel/collective_metrics.h"
 #include "parallel/communicator_reduce.h"
 
 namespace fjit {
@@ -21,6 +22,8 @@ class ShmCommunicator final : public Communicator {
   std::string backend() const override { return "threads"; }
 
   void all_reduce(void* data, int64_t count, DType dtype, ReduceOp op) override {
+    CollectiveRecord record(rank_ == 0, CollectiveKind::all_reduce,
+                            count > 0 ? count * dtype_size(dtype) : 0);
     enter("all_reduce");
     const int n = group_->size_;
     if (count <= 0) return;
@@ -42,6 +45,7 @@ class ShmCommunicator final : public Communicator {
   }
 
   void broadcast(void* data, size_t nbytes, int root) override {
+    CollectiveRecord record(rank_ == 0, CollectiveKind::other, static_cast<int64_t>(nbytes));
     enter("broadcast");
     check_root(root);
     if (nbytes == 0 || group_->size_ == 1) return;
@@ -53,6 +57,8 @@ class ShmCommunicator final : public Communicator {
   }
 
   void all_gather(const void* send, void* recv, size_t nbytes_per_rank) override {
+    CollectiveRecord record(rank_ == 0, CollectiveKind::other,
+                            static_cast<int64_t>(nbytes_per_rank));
     enter("all_gather");
     if (nbytes_per_rank == 0) return;
     auto* out = static_cast<unsigned char*>(recv);
@@ -72,6 +78,7 @@ class ShmCommunicator final : public Communicator {
   }
 
   void barrier() override {
+    CollectiveRecord record(rank_ == 0, CollectiveKind::other, 0);
     enter("barrier");
     if (group_->size_ > 1) group_->arrive_and_wait(rank_);
   }

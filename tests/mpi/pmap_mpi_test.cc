@@ -37,6 +37,42 @@ std::tuple<Tensor, Tensor> lsq_grad(const Tensor& w, const Tensor& x, const Tens
   return {mean(r * r), matmul(x, r, true) * (2.0 / x.dim(0))};
 }
 
+// psum, pmean, pmax, all_gather and axis_index against closed forms over the ranks.
+TEST(PmapMpi, CollectivesMatchClosedForms) {
+  const int n = mesh().size();
+  auto f = pmap(mesh(), "r", [](const Tensor& x) {
+    Tensor i = cast(axis_index("r"), DType::f32) + 1.0;  // 1..n
+    return std::tuple{psum(i, "r"), pmean(i, "r"), pmax(i, "r"), all_gather(reshape(i, {1}), "r"),
+                      psum(sum(x), "r")};
+  });
+  auto [s, m, mx, g, total] = f(Array::full(DType::f32, {2, 3}, 1.0));  // this rank's shard
+  EXPECT_EQ(s.item<float>(), n * (n + 1) / 2.0f);
+  EXPECT_FLOAT_EQ(m.item<float>(), (n + 1) / 2.0f);
+  EXPECT_EQ(mx.item<float>(), static_cast<float>(n));
+  ASSERT_EQ(g.size(), n);
+  for (int r = 0; r < n; ++r) EXPECT_EQ(g.data<float>()[r], r + 1.0f);
+  EXPECT_EQ(total.item<float>(), n * 2 * 3.0f);
+}
+
+// Every rank trains on its own data; the divergence check compares every output across ranks
+// after every step (it throws on the first difference).
+TEST(PmapMpi, RanksStayBitwiseEqualOverManySteps) {
+  const int rank = mesh().first_replica();
+  PmapOptions o;
+  o.divergence_check_every = 1;
+  auto f = pmap(mesh(), "b", [](const Params& p, const Tensor& x, const Tensor& y) {
+    auto [loss, g] = lsq_grad(p["w"], x, y);
+    TensorDict next;
+    next.set("w", p["w"] - pmean(g, "b") * 0.05);
+    return next;
+  }, o);
+  ArrayDict p = mesh().replicate(ArrayDict{{"w", random_f32({5, 1}, 11)}});
+  for (int step = 0; step < 50; ++step) {
+    p = f(p, random_f32({3 + rank, 5}, 100 + 7 * step + rank), random_f32({3 + rank, 1}, 200 + step));
+  }
+  EXPECT_TRUE(std::isfinite(p["w"].data<float>()[0]));
+}
+
 TEST(PmapMpi, StepEqualsSingleProcessStepOnWholeBatch) {
   const int n = mesh().size(), rank = mesh().first_replica();
   const int64_t batch = 7 * n + 1;  // uneven on purpose

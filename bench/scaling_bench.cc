@@ -1,0 +1,251 @@
+// Weak scaling of the MLP 784-512-512-10 training step (value_and_grad + pmean of the
+// gradients + SGD, as examples/lib does), batch 128 per replica, 1 vs 2 replicas, and the
+// step time against the gradient bucket size (FJIT_FUSION_BYTES).
+//
+//   mpiexec -n 2 --allow-run-as-root --bind-to none build/bench/scaling_bench [rounds] [steps]
+//   build/bench/scaling_bench [rounds] [steps]        (no mpiexec: thread backend only)
+//
+// Rows (efficiency = t(1 replica) / t(2 replicas), target >= 95%):
+//   fjit threads   pmap on Mesh::threads(1), batch 128 vs Mesh::threads(2), global batch 256
+//   fjit MPI       pmap on Mesh::threads(1) in rank 0 alone (the plan a 1-rank job runs; its
+//                  all-reduce is a no-op) vs pmap on Mesh::mpi() with 2 ranks, 128 per rank
+//   hand MPI       a hand-written Eigen step, gradients in one flat buffer reduced with one
+//                  MPI_Allreduce (2 ranks) or not reduced (rank 0 alone)
+//   threads, no comm  fjit threads without pmean (gradients stay local): pmap's own cost
+//   hand, no comm  the same step on 2 ranks without any reduction: the efficiency ceiling
+//                  this machine allows (two busy cores share caches, memory and clocks)
+// While rank 0 runs a one-process row, the other rank sleeps in a paced wait. Every row runs
+// blocks of `steps` steps, interleaved with every other row, `rounds` times; the median
+// block is reported. The machine this was written on has 2 cores, so 2 replicas have one
+// core each: the 1-replica baseline runs on an otherwise idle second core.
+#include <mpi.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "bench/scaling_hand_mlp.h"
+#include "core/fjit.h"
+#include "core/init.h"
+#include "parallel/mpi_communicator.h"
+#include "parallel/mpi_runtime.h"
+#include "parallel/pmap.h"
+
+using namespace fjit;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+const std::vector<int64_t> kSizes = {784, 512, 512, 10};
+constexpr int64_t kBatch = 128;
+constexpr double kLr = 0.01;
+constexpr double kTarget = 0.95;
+
+Tensor mlp_loss(const Params& p, const Tensor& x, const Tensor& y) {
+  Tensor h = relu(matmul(x, p["w1"]) + p["b1"]);
+  h = relu(matmul(h, p["w2"]) + p["b2"]);
+  return mean(softmax_cross_entropy(matmul(h, p["w3"]) + p["b3"], y));
+}
+
+// The training step as a user writes it. The bucket size is read when the step is traced
+// (on its first call), so FJIT_FUSION_BYTES is set around that call.
+// reduce = false leaves the gradients local: what the step costs on 2 replicas without any
+// communication (a diagnostic, not a correct data-parallel step).
+struct StepFn {
+  bool reduce = true;
+  std::tuple<TensorDict, Tensor> operator()(const Params& p, const Tensor& x,
+                                            const Tensor& y) const {
+    auto [loss, g] = value_and_grad(mlp_loss)(p, x, y);
+    if (!reduce) return {sgd(p, g, kLr), loss};
+    return {sgd(p, pmean(g, "batch"), kLr), pmean(loss, "batch")};
+  }
+};
+auto make_step(const Mesh& mesh, bool reduce) { return pmap(mesh, "batch", StepFn{reduce}); }
+using Step = decltype(make_step(Mesh::threads(1), true));
+
+Array batch_x(int64_t rows, uint64_t seed) { return he_uniform({rows, kSizes.front()}, seed); }
+Array batch_y(int64_t rows) {
+  Array y(DType::i32, {rows});
+  for (int64_t i = 0; i < rows; ++i) y.data<int32_t>()[i] = static_cast<int32_t>((i * 7) % 10);
+  return y;
+}
+
+// One pmap training loop with double-buffered parameters (no allocation once warm).
+struct FjitRunner {
+  Step step;
+  ArrayDict params;
+  std::tuple<ArrayDict, Array> out;
+  Array x, y;
+
+  FjitRunner(const Mesh& mesh, int64_t rows, int64_t fusion_bytes, bool reduce = true)
+      : step(make_step(mesh, reduce)),
+        params(mesh.replicate(mlp_params(kSizes, 1))),
+        x(batch_x(rows, 2)),
+        y(batch_y(rows)) {
+    if (fusion_bytes > 0) setenv("FJIT_FUSION_BYTES", std::to_string(fusion_bytes).c_str(), 1);
+    run(2);  // traces and compiles with this bucket size
+    unsetenv("FJIT_FUSION_BYTES");
+  }
+  void run(int steps) {
+    for (int i = 0; i < steps; ++i) {
+      step.run_into(out, params, x, y);
+      std::swap(params, std::get<0>(out));
+    }
+  }
+  int buckets() {
+    int n = 0;
+    for (const Node& node : step.core().last_entry()->exe->graph->nodes()) {
+      n += node.op == Op::AllReduce && !node.shape.empty();  // not the loss's
+    }
+    return n;
+  }
+};
+
+struct Row {
+  std::string name;
+  bool all_ranks = false;  // false: rank 0 alone, the others wait
+  std::function<void(int)> run;
+  std::vector<double> ms;  // per step, one entry per round (rank 0)
+};
+
+MpiCommunicator* g_idle = nullptr;  // waits sleep: a rank waiting here leaves its core free
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+void time_rows(std::vector<Row>& rows, int rank, bool mpi, int rounds, int steps) {
+  for (int round = 0; round < rounds; ++round) {
+    for (Row& r : rows) {
+      if (mpi) MPI_Barrier(MPI_COMM_WORLD);
+      const auto start = Clock::now();
+      if (r.all_ranks || rank == 0) r.run(steps);
+      const double ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+      if (!r.all_ranks && mpi) g_idle->barrier();
+      r.ms.push_back(ms / steps);
+    }
+  }
+}
+
+int64_t mib(double m) { return static_cast<int64_t>(m * (1 << 20)); }
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const bool mpi = launched_under_mpi();
+  const int rounds = argc > 1 ? std::max(1, std::atoi(argv[1])) : 7;
+  const int steps = argc > 2 ? std::max(1, std::atoi(argv[2])) : 20;
+  int rank = 0, size = 1;
+  Mesh mpi_mesh = Mesh::threads(1);
+  if (mpi) {
+    mpi_mesh = Mesh::mpi(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    if (size != 2) {
+      if (rank == 0) std::fprintf(stderr, "scaling_bench: run with mpiexec -n 2\n");
+      return 2;
+    }
+    StallPolicy patient;
+    patient.warn_after = patient.abort_after = std::chrono::milliseconds(0);
+    g_idle = new MpiCommunicator(MPI_COMM_WORLD, patient);
+  }
+  // Meshes and runners are built on every rank (rank 0 alone runs the one-process rows).
+  Mesh one = Mesh::threads(1), two = Mesh::threads(2);
+  FjitRunner thr1(one, kBatch, 0), thr2(two, 2 * kBatch, 0), thr2_local(two, 2 * kBatch, 0, false);
+  bench::FlatHandMlp hand1(kSizes, kBatch), hand2(kSizes, kBatch);
+  Array hx = batch_x(kBatch, 2), hy = batch_y(kBatch);
+  std::vector<Row> scaling;
+  scaling.push_back({"fjit threads 1", false, [&](int n) { thr1.run(n); }, {}});
+  scaling.push_back({"fjit threads 2", false, [&](int n) { thr2.run(n); }, {}});
+  scaling.push_back({"fjit threads 2 local", false, [&](int n) { thr2_local.run(n); }, {}});
+  std::unique_ptr<FjitRunner> mpi2;
+  if (mpi) {
+    mpi2 = std::make_unique<FjitRunner>(mpi_mesh, kBatch, 0);
+    scaling.push_back({"fjit MPI 2", true, [&](int n) { mpi2->run(n); }, {}});
+    scaling.push_back({"hand 1",
+                       false,
+                       [&](int n) {
+                         for (int i = 0; i < n; ++i)
+                           hand1.step(hx.data<float>(), hy.data<int32_t>(), kLr, nullptr);
+                       },
+                       {}});
+    scaling.push_back({"hand MPI 2",
+                       true,
+                       [&](int n) {
+                         for (int i = 0; i < n; ++i) {
+                           hand2.step(hx.data<float>(), hy.data<int32_t>(), kLr,
+                                      [&](float* g, int64_t count) {
+                                        MPI_Allreduce(MPI_IN_PLACE, g, static_cast<int>(count),
+                                                      MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+                                        for (int64_t k = 0; k < count; ++k) g[k] *= 0.5f;
+                                      });
+                         }
+                       },
+                       {}});
+    // Both ranks compute, nothing is reduced: what sharing the machine alone costs.
+    scaling.push_back({"hand 2 no reduce",
+                       true,
+                       [&](int n) {
+                         for (int i = 0; i < n; ++i)
+                           hand2.step(hx.data<float>(), hy.data<int32_t>(), kLr, nullptr);
+                       },
+                       {}});
+  }
+  time_rows(scaling, rank, mpi, rounds, steps);
+
+  // Bucket size: a 784-512-512-10 MLP has 669706 f32 gradients (2.55 MiB).
+  std::vector<Row> buckets;
+  std::vector<std::unique_ptr<FjitRunner>> keep;
+  std::vector<int> nbuckets;
+  const double sizes_mib[] = {0.25, 1, 4, 64};
+  for (double m : sizes_mib) {
+    keep.push_back(std::make_unique<FjitRunner>(two, 2 * kBatch, mib(m)));
+    FjitRunner* t = keep.back().get();
+    nbuckets.push_back(t->buckets());
+    buckets.push_back({"threads", false, [t](int n) { t->run(n); }, {}});
+    if (mpi) {
+      keep.push_back(std::make_unique<FjitRunner>(mpi_mesh, kBatch, mib(m)));
+      FjitRunner* r = keep.back().get();
+      buckets.push_back({"MPI", true, [r](int n) { r->run(n); }, {}});
+    }
+  }
+  time_rows(buckets, rank, mpi, rounds, steps);
+
+  if (rank == 0) {
+    std::printf(
+        "weak scaling, MLP 784-512-512-10, batch %lld per replica, median of %d "
+        "interleaved blocks of %d steps\n",
+        static_cast<long long>(kBatch), rounds, steps);
+    std::printf("%-17s %12s %12s %11s  target >= %.0f%%\n", "", "t(1) ms", "t(2) ms", "efficiency",
+                kTarget * 100);
+    auto line = [](const char* name, const Row& a, const Row& b) {
+      const double t1 = median(a.ms), t2 = median(b.ms), eff = t1 / t2;
+      std::printf("%-17s %12.3f %12.3f %10.1f%%  %s\n", name, t1, t2, eff * 100,
+                  eff >= kTarget ? "met" : "NOT met");
+    };
+    line("fjit threads", scaling[0], scaling[1]);
+    line("threads, no comm", scaling[0], scaling[2]);
+    if (mpi) {
+      line("fjit MPI", scaling[0], scaling[3]);
+      line("hand MPI", scaling[4], scaling[5]);
+      line("hand, no comm", scaling[4], scaling[6]);
+    }
+    std::printf("\nstep time vs gradient bucket size (2 replicas, batch 128 each)\n");
+    std::printf("%10s %8s %14s%s\n", "bucket MiB", "buckets", "threads ms",
+                mpi ? "         MPI ms" : "");
+    const size_t per = mpi ? 2 : 1;
+    for (size_t i = 0; i < std::size(sizes_mib); ++i) {
+      std::printf("%10.2f %8d %14.3f", sizes_mib[i], nbuckets[i], median(buckets[i * per].ms));
+      if (mpi) std::printf(" %14.3f", median(buckets[i * per + 1].ms));
+      std::printf("\n");
+    }
+  }
+  delete g_idle;
+  return 0;
+}
