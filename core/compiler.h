@@ -17,6 +17,8 @@ struct CompileOptions {
   std::string name = "fn";
   std::string dump_dir;  // empty: FJIT_DUMP_DIR, if set
   bool verify = true;    // run the verifier before and after the passes
+  bool fuse = true;      // fused instructions (core/passes/fusion.h); FJIT_FUSION=0 turns off,
+                         // FJIT_FUSION=elementwise or =gemm keeps one kind
 };
 
 std::shared_ptr<const Executable> compile(const Graph& traced, std::vector<CheckSite> sites,

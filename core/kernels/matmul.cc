@@ -8,8 +8,11 @@
 // GEMM kernels are instantiated here; the warning is about _mm512_undefined_*().
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <Eigen/Core>
+#include <algorithm>
 #include <cassert>
+#include <cstring>
 
+#include "core/kernels/fused.h"
 #include "core/kernels/structural.h"
 
 namespace fjit::kernels::st {
@@ -40,6 +43,40 @@ void matmul_kernel(const Instr& in, const Frame& f) {
   }
 }
 
+// GEMM epilogue (fused.h): out = addend + alpha * op(A) op(B), accumulated by the GEMM itself.
+// p[0..5] as above; p[6]: 0 no addend, 1 addend of the output's shape, 2 a row vector [N]
+// broadcast over the rows, 3 a scalar.
+template <class T, bool TA, bool TB>
+void epilogue_kernel(const Instr& in, const Frame& f) {
+  const Eigen::Index m = in.p[0], k = in.p[1], n = in.p[2];
+  const int64_t batch = in.p[3], sa = in.p[4], sb = in.p[5];
+  const T alpha = static_cast<T>(in.attrs.scalar);
+  const T* a = in.in<T>(f, 0);
+  const T* b = in.in<T>(f, 1);
+  T* c = in.output<T>(f);
+  const int64_t total = batch * m * n;
+  switch (in.p[6]) {
+    case 0: std::fill(c, c + total, T(0)); break;
+    case 1:
+      if (in.in<T>(f, 2) != c) std::memcpy(c, in.in<T>(f, 2), total * sizeof(T));
+      break;
+    case 2:
+      for (int64_t r = 0; r < batch * m; ++r) std::memcpy(c + r * n, in.in<T>(f, 2), n * sizeof(T));
+      break;
+    case 3: std::fill(c, c + total, *in.in<T>(f, 2)); break;
+  }
+  for (int64_t i = 0; i < batch; ++i) {
+    Eigen::Map<RowMajor<T>> out(c + i * m * n, m, n);
+    out.noalias() += alpha * (operand<T, TA>(a + i * sa, m, k) * operand<T, TB>(b + i * sb, k, n));
+  }
+}
+
+template <class T>
+KernelFn pick_epilogue(bool ta, bool tb) {
+  if (ta) return tb ? epilogue_kernel<T, true, true> : epilogue_kernel<T, true, false>;
+  return tb ? epilogue_kernel<T, false, true> : epilogue_kernel<T, false, false>;
+}
+
 // An empty output: nothing to compute.
 void noop_kernel(const Instr&, const Frame&) {}
 
@@ -49,15 +86,14 @@ KernelFn pick(bool ta, bool tb) {
   return tb ? matmul_kernel<T, false, true> : matmul_kernel<T, false, false>;
 }
 
-}  // namespace
-
-bool select_matmul(Instr& instr) {
-  assert(instr.op == Op::MatMul && instr.ins.size() == 2);
+// Fills p[0..5] (see matmul_kernel).
+void plan_gemm(Instr& instr) {
   const Shape& as = instr.ins[0].shape;
   const Shape& bs = instr.ins[1].shape;
   const Shape& cs = instr.out.shape;
   assert(as.size() >= 2 && bs.size() >= 2 && cs.size() >= 2);
-  const bool ta = instr.attrs.trans_a, tb = instr.attrs.trans_b;
+  const bool ta = instr.attrs.trans_a;
+  [[maybe_unused]] const bool tb = instr.attrs.trans_b;
   const int64_t m = cs[cs.size() - 2], n = cs.back();
   const int64_t k = ta ? as[as.size() - 2] : as.back();
   assert((tb ? bs.back() : bs[bs.size() - 2]) == k);
@@ -79,6 +115,14 @@ bool select_matmul(Instr& instr) {
   instr.p[3] = batch;
   instr.p[4] = sa;
   instr.p[5] = sb;
+}
+
+}  // namespace
+
+bool select_matmul(Instr& instr) {
+  assert(instr.op == Op::MatMul && instr.ins.size() == 2);
+  plan_gemm(instr);
+  const bool ta = instr.attrs.trans_a, tb = instr.attrs.trans_b;
   if (instr.out.size() == 0) {
     instr.fn = noop_kernel;
     return true;
@@ -93,3 +137,31 @@ bool select_matmul(Instr& instr) {
 }
 
 }  // namespace fjit::kernels::st
+
+namespace fjit {
+
+bool select_gemm_epilogue(Instr& instr) {
+  using namespace kernels::st;
+  instr.fn = nullptr;
+  if (instr.ins.size() != 2 && instr.ins.size() != 3) return false;
+  const DType t = instr.out.dtype;
+  if (t != DType::f32 && t != DType::f64) return false;
+  for (const ValueType& v : instr.ins)
+    if (v.dtype != t) return false;
+  if (instr.out.size() == 0 || instr.ins[0].size() == 0 || instr.ins[1].size() == 0) return false;
+  plan_gemm(instr);
+  instr.p[6] = 0;
+  if (instr.ins.size() == 3) {
+    const Shape& d = instr.ins[2].shape;
+    const Shape& c = instr.out.shape;
+    if (d == c) instr.p[6] = 1;
+    else if (instr.ins[2].size() == 1) instr.p[6] = 3;
+    else if (instr.ins[2].size() == c.back() && d.back() == c.back()) instr.p[6] = 2;
+    else return false;
+  }
+  instr.fn = t == DType::f32 ? pick_epilogue<float>(instr.attrs.trans_a, instr.attrs.trans_b)
+                             : pick_epilogue<double>(instr.attrs.trans_a, instr.attrs.trans_b);
+  return true;
+}
+
+}  // namespace fjit
