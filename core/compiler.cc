@@ -121,7 +121,7 @@ std::shared_ptr<Executable> Compiler::lower(std::shared_ptr<const Graph> gp, std
         const int in = operands[k];
         if (value_of[in] < 0) continue;
         bool ok = in_place_ok(n, g.node(in));
-        if (group >= 0 && fusion.groups[group].kind == FusionGroup::kElementwise)
+        if (group >= 0 && fusion.groups[group].kind != FusionGroup::kGemm)
           ok = g.node(in).shape == n.shape && dtype_size(g.node(in).dtype) == dtype_size(n.dtype);
         if (group >= 0 && fusion.groups[group].kind == FusionGroup::kGemm)  // only the addend
           ok = k == 2 && in != operands[0] && in != operands[1] && g.node(in).shape == n.shape;

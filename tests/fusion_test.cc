@@ -173,6 +173,31 @@ TEST(Fusion, RandomProgramsMatchUnfusedAndReference) {
   EXPECT_GE(fused, 50);
 }
 
+// sum(f(x)) for a full sum: bit-identical to summing the materialized value, whatever the
+// size relative to the sum's 2048-element leaves.
+TEST(Fusion, FusedFullSumIsBitIdenticalToTheUnfusedSum) {
+  std::mt19937 rng(5);
+  for (DType t : {DType::f32, DType::f64}) {
+    for (int64_t n : {int64_t{1}, int64_t{15}, int64_t{2048}, int64_t{2049}, int64_t{3 * 4096 + 5}, int64_t{401408}}) {
+      TraceContext ctx({});
+      Tensor x = ctx.parameter(t, {n}, "x");
+      Tensor y = ctx.parameter(t, {n}, "y");
+      Tensor s = sum(x * x);                                     // one op: a global norm's part
+      Tensor r = sum(reshape(relu(x) * y + 0.5, {n, 1}) * 1.0);  // a chain, through a reshape
+      Tensor q = sum(where(x > y, x, y) - 0.25);
+      ctx.graph.outputs = {s.id(), r.id(), q.id()};
+      Compiled c = compile_both(ctx.graph);
+      EXPECT_GE(count_label(*c.fused, "fused_sum["), 2) << c.fused->plan_string();
+      std::vector<Array> ins = {random_array(t, {n}, rng), random_array(t, {n}, rng)};
+      const auto a = run(*c.fused, ins), b = run(*c.plain, ins), ref = reference(*c.fused->graph, ins);
+      for (size_t k = 0; k < a.size(); ++k) {
+        EXPECT_TRUE(a[k].bit_equal(b[k])) << "n=" << n << " output " << k << "\n" << c.fused->plan_string();
+        EXPECT_LT(max_diff(a[k], ref[k]), t == DType::f32 ? 1e-3 : 1e-9) << n;
+      }
+    }
+  }
+}
+
 // A value read by a check, or returned, is never an intermediate of a fused group.
 TEST(Fusion, ValuesReadByChecksAndOutputsStayMaterialized) {
   TraceContext ctx({});

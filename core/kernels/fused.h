@@ -8,6 +8,9 @@
 // on the stack. So intermediates never leave L1, the values are exactly those of the unfused
 // kernels (the same kernels compute them), and dispatch is paid once per op and block.
 //
+// Fused sum: the same program with a full reduce_sum as its root, so sum(x*x) for a global
+// gradient norm reads x once and never writes the squares.
+//
 // GEMM epilogue: out = addend + alpha * op(A) op(B) (addend optional, broadcast from a row
 // vector or a scalar allowed) as one GEMM that accumulates into the output, so neither the
 // product nor alpha times it is materialized. This is the SGD update p - lr * (x^T g) with the
@@ -40,6 +43,12 @@ struct FusedOp {
 // then runs its nodes one by one. The output may alias an external operand of the same shape
 // and element size.
 bool select_fused_elementwise(Instr& instr, const std::vector<FusedOp>& program);
+
+// Prepares a fused full sum: instr.out is a scalar (size 1) of value.dtype (f32 or f64), the
+// sum of every element of `program`'s last result, of type `value`; instr.ins as above, each
+// broadcasting to value.shape along one collapsed row (same shape or scalar). The result is
+// bit-identical to the unfused reduce_sum of the materialized value. False when unsupported.
+bool select_fused_sum(Instr& instr, const ValueType& value, const std::vector<FusedOp>& program);
 
 // Prepares a GEMM epilogue instruction: instr.ins = {A, B} or {A, B, addend}; instr.attrs
 // carries trans_a / trans_b; alpha = instr.attrs.scalar. The addend broadcasts to the output

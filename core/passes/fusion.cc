@@ -44,10 +44,19 @@ class Planner {
     if (opt_.gemm_epilogue)
       for (int id = 0; id < g_.size(); ++id)
         if (live_[id] && g_.node(id).op == Op::MatMul) try_gemm(id);
-    if (opt_.elementwise)
-      for (int id = g_.size() - 1; id >= 0; --id)
-        if (live_[id] && plan.group_of[id] < 0 && fusable(id) && g_.node(id).op != Op::BroadcastTo)
-          try_elementwise(id);
+    if (!opt_.elementwise) return;
+    for (int id = g_.size() - 1; id >= 0; --id) {
+      if (!live_[id] || plan.group_of[id] >= 0) continue;
+      const Node& n = g_.node(id);
+      if (n.op == Op::ReduceSum && n.size() == 1 && is_float(n.dtype)) {
+        const int e = n.inputs[0];
+        if (plan.group_of[e] < 0 && fusable(e) && g_.node(e).op != Op::BroadcastTo &&
+            sole_consumer(e) == id && g_.node(e).dtype == n.dtype)
+          try_elementwise(e, id);
+      } else if (fusable(id) && n.op != Op::BroadcastTo) {
+        try_elementwise(id, -1);
+      }
+    }
   }
 
   FusionPlan plan;
@@ -117,7 +126,9 @@ class Planner {
     add_group(std::move(grp));
   }
 
-  void try_elementwise(int root) {
+  // A group with `root` as its last elementwise node; with `sum` >= 0, that full reduce_sum
+  // of root's value is the group's result instead.
+  void try_elementwise(int root, int sum) {
     const Shape& shape = g_.node(root).shape;
     std::vector<int> members{root};
     std::vector<bool> in_group(g_.size(), false);
@@ -140,11 +151,11 @@ class Planner {
         }
       }
     }
-    if (members.size() < 2) return;
+    if (members.size() < (sum >= 0 ? 1u : 2u)) return;
     std::sort(members.begin(), members.end());
     FusionGroup grp;
-    grp.kind = FusionGroup::kElementwise;
-    grp.root = root;
+    grp.kind = sum >= 0 ? FusionGroup::kSum : FusionGroup::kElementwise;
+    grp.root = sum >= 0 ? sum : root;
     absl::flat_hash_map<int, int> value;  // node -> program arg (step index, or -1 - operand)
     auto arg_of = [&](int x) {
       auto it = value.find(x);
@@ -169,13 +180,21 @@ class Planner {
       value[id] = static_cast<int>(grp.program.size());
       grp.program.push_back(std::move(op));
     }
-    if (grp.program.size() < 2 || value[root] != static_cast<int>(grp.program.size()) - 1) return;
+    if (grp.program.size() < (sum >= 0 ? 1u : 2u) || value[root] != static_cast<int>(grp.program.size()) - 1)
+      return;
     grp.members = members;
     Instr& in = grp.instr;
-    in.op = g_.node(root).op;
-    in.out = {g_.node(root).dtype, shape};
     for (int x : grp.inputs) in.ins.push_back({g_.node(x).dtype, g_.node(x).shape});
-    if (!select_fused_elementwise(in, grp.program)) return;
+    if (sum >= 0) {
+      grp.members.push_back(sum);
+      in.op = Op::ReduceSum;
+      in.out = {g_.node(sum).dtype, g_.node(sum).shape};
+      if (!select_fused_sum(in, {g_.node(root).dtype, shape}, grp.program)) return;
+    } else {
+      in.op = g_.node(root).op;
+      in.out = {g_.node(root).dtype, shape};
+      if (!select_fused_elementwise(in, grp.program)) return;
+    }
     add_group(std::move(grp));
   }
 
@@ -203,6 +222,8 @@ FusionPlan plan_fusion(const Graph& g, const std::vector<bool>& live, const Fusi
 std::string FusionPlan::describe(int group) const {
   const FusionGroup& grp = groups[group];
   if (grp.kind == FusionGroup::kElementwise) return "fused[" + fused_program_string(grp.program) + "]";
+  if (grp.kind == FusionGroup::kSum)
+    return "fused_sum[" + fused_program_string(grp.program) + "; %" + std::to_string(grp.root) + " = sum]";
   const Instr& in = grp.instr;
   std::string s = "gemm[%" + std::to_string(grp.root) + " = ";
   if (in.ins.size() == 3) s += "in2 + ";

@@ -5,6 +5,9 @@
 // compiler lowers each group of this plan into one fused instruction (core/kernels/fused.h).
 //   elementwise  a DAG of elementwise ops (and broadcasts) whose intermediates are used only
 //                inside the group, with the shape of its root: one pass over memory.
+//   sum          such a group (one op is enough) whose value only a full reduce_sum reads:
+//                summed block by block, bit-identical to the unfused sum (sum(g*g) for a
+//                global norm never writes the squares).
 //   gemm         matmul followed by a scalar multiply, then optionally an add/sub of a value
 //                the output can start from: out = addend + alpha * A B in one GEMM (the SGD
 //                update p - lr * dW never materializes dW). Rounding differs from the unfused
@@ -25,7 +28,7 @@
 namespace fjit {
 
 struct FusionGroup {
-  enum Kind { kElementwise, kGemm };
+  enum Kind { kElementwise, kSum, kGemm };
   Kind kind = kElementwise;
   int root = -1;             // the node whose value the instruction writes
   std::vector<int> members;  // every node it computes, in graph order, root last
