@@ -1,7 +1,9 @@
 // compile(): traced Graph -> optimized Graph -> Executable (instructions, kernels, buffers).
 //
 // The pass pipeline is fixed and ordered: algebraic simplification, constant folding,
-// simplification again, dead-code elimination. With FJIT_DUMP_DIR set (or
+// simplification again, dead-code elimination. Lowering then fuses groups of nodes into single
+// instructions (core/passes/fusion.h) and plans the arena (core/memory_plan.h). With
+// FJIT_DUMP_DIR set (or
 // CompileOptions::dump_dir), the graph before and after the passes is written as .txt and .dot
 // and the plan as .plan.txt, named <name>.<n>.*.
 #pragma once

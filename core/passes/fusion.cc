@@ -1,6 +1,7 @@
 #include "core/passes/fusion.h"
 
 #include <algorithm>
+#include <cstdio>
 
 #include "absl/container/flat_hash_map.h"
 
@@ -227,7 +228,9 @@ std::string FusionPlan::describe(int group) const {
   const Instr& in = grp.instr;
   std::string s = "gemm[%" + std::to_string(grp.root) + " = ";
   if (in.ins.size() == 3) s += "in2 + ";
-  s += std::to_string(in.attrs.scalar) + " * in0" + (in.attrs.trans_a ? "^T" : "") + " in1" +
+  char alpha[32];
+  std::snprintf(alpha, sizeof alpha, "%g", in.attrs.scalar);
+  s += std::string(alpha) + " * in0" + (in.attrs.trans_a ? "^T" : "") + " in1" +
        (in.attrs.trans_b ? "^T" : "") + "; nodes";
   for (int m : grp.members) s += " %" + std::to_string(m);
   return s + "]";
