@@ -43,6 +43,34 @@ void matmul_kernel(const Instr& in, const Frame& f) {
   }
 }
 
+// A narrow output (N <= kNarrowN columns, one batch): Eigen computes a row-major product as
+// the column-major product of the transposes, whose row dimension is then N, padded to its
+// register block of 3 vectors (48 floats): 10 logits use a fifth of the FMA units. So the
+// product is computed into a column-major temporary on the stack (row dimension M) and
+// transposed into place, a few thousand elements.
+constexpr int64_t kNarrowN = 16;
+constexpr int64_t kNarrowBytes = 32 << 10;
+template <class T, bool TA, bool TB>
+void narrow_kernel(const Instr& in, const Frame& f) {
+  const Eigen::Index m = in.p[0], k = in.p[1], n = in.p[2];
+  alignas(64) std::byte tmp[kNarrowBytes];
+  Eigen::Map<Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic>> t(reinterpret_cast<T*>(tmp), m, n);
+  t.noalias() = operand<T, TA>(in.in<T>(f, 0), m, k) * operand<T, TB>(in.in<T>(f, 1), k, n);
+  Eigen::Map<RowMajor<T>>(in.output<T>(f), m, n) = t;
+}
+
+template <class T>
+KernelFn pick_narrow(bool ta, bool tb) {
+  if (ta) return tb ? narrow_kernel<T, true, true> : narrow_kernel<T, true, false>;
+  return tb ? narrow_kernel<T, false, true> : narrow_kernel<T, false, false>;
+}
+
+// True when narrow_kernel applies and pays (M large enough for full register blocks).
+bool narrow(const Instr& instr, int64_t esize) {
+  const int64_t m = instr.p[0], k = instr.p[1], n = instr.p[2];
+  return instr.p[3] == 1 && n <= kNarrowN && m >= 64 && k >= 16 && m * n * esize <= kNarrowBytes;
+}
+
 // GEMM epilogue (fused.h): out = addend + alpha * op(A) op(B), accumulated by the GEMM itself.
 // p[0..5] as above; p[6]: 0 no addend, 1 addend of the output's shape, 2 a row vector [N]
 // broadcast over the rows, 3 a scalar.
@@ -128,8 +156,8 @@ bool select_matmul(Instr& instr) {
     return true;
   }
   switch (instr.out.dtype) {
-    case DType::f32: instr.fn = pick<float>(ta, tb); return true;
-    case DType::f64: instr.fn = pick<double>(ta, tb); return true;
+    case DType::f32: instr.fn = narrow(instr, 4) ? pick_narrow<float>(ta, tb) : pick<float>(ta, tb); return true;
+    case DType::f64: instr.fn = narrow(instr, 8) ? pick_narrow<double>(ta, tb) : pick<double>(ta, tb); return true;
     case DType::i32: instr.fn = pick<int32_t>(ta, tb); return true;
     case DType::boolean: return false;
   }
@@ -150,6 +178,8 @@ bool select_gemm_epilogue(Instr& instr) {
     if (v.dtype != t) return false;
   if (instr.out.size() == 0 || instr.ins[0].size() == 0 || instr.ins[1].size() == 0) return false;
   plan_gemm(instr);
+  // Narrow outputs run faster through narrow_kernel, unfused.
+  if (narrow(instr, dtype_size(t))) return false;
   instr.p[6] = 0;
   if (instr.ins.size() == 3) {
     const Shape& d = instr.ins[2].shape;
