@@ -21,10 +21,18 @@ Array random_array(DType t, const Shape& s, std::mt19937& rng, double lo = -2, d
   for (int64_t i = 0; i < a.size(); ++i) {
     const double v = u(rng);
     switch (t) {
-      case DType::f32: a.data<float>()[i] = static_cast<float>(v); break;
-      case DType::f64: a.data<double>()[i] = v; break;
-      case DType::i32: a.data<int32_t>()[i] = static_cast<int32_t>(std::lround(v * 10)); break;
-      case DType::boolean: a.data<uint8_t>()[i] = v > 0; break;
+      case DType::f32:
+        a.data<float>()[i] = static_cast<float>(v);
+        break;
+      case DType::f64:
+        a.data<double>()[i] = v;
+        break;
+      case DType::i32:
+        a.data<int32_t>()[i] = static_cast<int32_t>(std::lround(v * 10));
+        break;
+      case DType::boolean:
+        a.data<uint8_t>()[i] = v > 0;
+        break;
     }
   }
   return a;
@@ -40,7 +48,8 @@ std::vector<Array> run(const Executable& exe, const std::vector<Array>& ins) {
     out_ptrs.push_back(outs.back().raw());
   }
   std::vector<std::byte> ws(exe.workspace_bytes() + 64);
-  void* aligned = reinterpret_cast<void*>((reinterpret_cast<uintptr_t>(ws.data()) + 63) & ~uintptr_t{63});
+  void* aligned =
+      reinterpret_cast<void*>((reinterpret_cast<uintptr_t>(ws.data()) + 63) & ~uintptr_t{63});
   RunContext ctx;
   exe.run(in_ptrs.data(), out_ptrs.data(), ctx, aligned);
   return outs;
@@ -71,10 +80,18 @@ double max_diff(const Array& a, const Array& b) {
   for (int64_t i = 0; i < a.size(); ++i) {
     double x = 0, y = 0;
     switch (a.dtype()) {
-      case DType::f32: x = a.data<float>()[i], y = b.data<float>()[i]; break;
-      case DType::f64: x = a.data<double>()[i], y = b.data<double>()[i]; break;
-      case DType::i32: x = a.data<int32_t>()[i], y = b.data<int32_t>()[i]; break;
-      case DType::boolean: x = a.data<uint8_t>()[i], y = b.data<uint8_t>()[i]; break;
+      case DType::f32:
+        x = a.data<float>()[i], y = b.data<float>()[i];
+        break;
+      case DType::f64:
+        x = a.data<double>()[i], y = b.data<double>()[i];
+        break;
+      case DType::i32:
+        x = a.data<int32_t>()[i], y = b.data<int32_t>()[i];
+        break;
+      case DType::boolean:
+        x = a.data<uint8_t>()[i], y = b.data<uint8_t>()[i];
+        break;
     }
     worst = std::max(worst, std::abs(x - y) / std::max(1.0, std::abs(y)));
   }
@@ -120,7 +137,8 @@ TEST(Fusion, ElementwiseChainMatchesUnfusedBitwiseOverBroadcasts) {
       std::vector<Array> ins = {random_array(t, {m, n}, rng), random_array(t, {n}, rng),
                                 random_array(t, {m, 1}, rng)};
       const Array a = run(*c.fused, ins)[0], b = run(*c.plain, ins)[0];
-      EXPECT_TRUE(a.bit_equal(b)) << m << "x" << n << " " << dtype_name(t) << "\n" << c.fused->plan_string();
+      EXPECT_TRUE(a.bit_equal(b)) << m << "x" << n << " " << dtype_name(t) << "\n"
+                                  << c.fused->plan_string();
       EXPECT_LT(max_diff(a, reference(*c.fused->graph, ins)[0]), 1e-5) << m << "x" << n;
     }
   }
@@ -150,23 +168,43 @@ TEST(Fusion, RandomProgramsMatchUnfusedAndReference) {
       Tensor a = pool[rng() % pool.size()];
       Tensor b = params[rng() % params.size()];
       switch (rng() % 9) {
-        case 0: acc = a + b; break;
-        case 1: acc = a * b - a; break;
-        case 2: acc = maximum(a, b); break;
-        case 3: acc = tanh(a) + relu(b + a); break;
-        case 4: acc = where(a < b, a, b * 2.0); break;
-        case 5: acc = cast(cast(a * 3.0, DType::i32) + cast(b, DType::i32), DType::f32); break;
-        case 6: acc = where(logical_and(a > 0.0, b < 0.5), sigmoid(a), -a); break;
-        case 7: acc = a / (abs(b) + 1.0); break;
-        case 8: acc = minimum(exp(-abs(a)), b + a); break;
+        case 0:
+          acc = a + b;
+          break;
+        case 1:
+          acc = a * b - a;
+          break;
+        case 2:
+          acc = maximum(a, b);
+          break;
+        case 3:
+          acc = tanh(a) + relu(b + a);
+          break;
+        case 4:
+          acc = where(a < b, a, b * 2.0);
+          break;
+        case 5:
+          acc = cast(cast(a * 3.0, DType::i32) + cast(b, DType::i32), DType::f32);
+          break;
+        case 6:
+          acc = where(logical_and(a > 0.0, b < 0.5), sigmoid(a), -a);
+          break;
+        case 7:
+          acc = a / (abs(b) + 1.0);
+          break;
+        case 8:
+          acc = minimum(exp(-abs(a)), b + a);
+          break;
       }
       pool.push_back(acc);
     }
     ctx.graph.outputs = {acc.id()};
     Compiled c = compile_both(ctx.graph);
     const Array a = run(*c.fused, ins)[0], b = run(*c.plain, ins)[0];
-    ASSERT_TRUE(a.bit_equal(b)) << "trial " << trial << " " << m << "x" << n << "\n" << c.fused->plan_string();
-    EXPECT_LT(max_diff(a, reference(*c.fused->graph, ins)[0]), 1e-4) << "trial " << trial << "\n" << c.fused->plan_string();
+    ASSERT_TRUE(a.bit_equal(b)) << "trial " << trial << " " << m << "x" << n << "\n"
+                                << c.fused->plan_string();
+    EXPECT_LT(max_diff(a, reference(*c.fused->graph, ins)[0]), 1e-4) << "trial " << trial << "\n"
+                                                                     << c.fused->plan_string();
     fused += c.fused->instrs.size() < c.plain->instrs.size();
   }
   // Only rows of over ~1000 elements that do not start 64-byte aligned are left unfused.
@@ -178,7 +216,8 @@ TEST(Fusion, RandomProgramsMatchUnfusedAndReference) {
 TEST(Fusion, FusedFullSumIsBitIdenticalToTheUnfusedSum) {
   std::mt19937 rng(5);
   for (DType t : {DType::f32, DType::f64}) {
-    for (int64_t n : {int64_t{1}, int64_t{15}, int64_t{2048}, int64_t{2049}, int64_t{3 * 4096 + 5}, int64_t{401408}}) {
+    for (int64_t n : {int64_t{1}, int64_t{15}, int64_t{2048}, int64_t{2049}, int64_t{3 * 4096 + 5},
+                      int64_t{401408}}) {
       TraceContext ctx({});
       Tensor x = ctx.parameter(t, {n}, "x");
       Tensor y = ctx.parameter(t, {n}, "y");
@@ -189,9 +228,11 @@ TEST(Fusion, FusedFullSumIsBitIdenticalToTheUnfusedSum) {
       Compiled c = compile_both(ctx.graph);
       EXPECT_GE(count_label(*c.fused, "fused_sum["), 2) << c.fused->plan_string();
       std::vector<Array> ins = {random_array(t, {n}, rng), random_array(t, {n}, rng)};
-      const auto a = run(*c.fused, ins), b = run(*c.plain, ins), ref = reference(*c.fused->graph, ins);
+      const auto a = run(*c.fused, ins), b = run(*c.plain, ins),
+                 ref = reference(*c.fused->graph, ins);
       for (size_t k = 0; k < a.size(); ++k) {
-        EXPECT_TRUE(a[k].bit_equal(b[k])) << "n=" << n << " output " << k << "\n" << c.fused->plan_string();
+        EXPECT_TRUE(a[k].bit_equal(b[k])) << "n=" << n << " output " << k << "\n"
+                                          << c.fused->plan_string();
         EXPECT_LT(max_diff(a[k], ref[k]), t == DType::f32 ? 1e-3 : 1e-9) << n;
       }
     }
@@ -215,11 +256,14 @@ TEST(Fusion, ValuesReadByChecksAndOutputsStayMaterialized) {
   auto exe = compile(ctx.graph, {}, o);
   std::vector<int> computed;
   for (const Instr& in : exe->instrs) computed.push_back(in.node);
-  auto has = [&](int id) { return std::find(computed.begin(), computed.end(), id) != computed.end(); };
+  auto has = [&](int id) {
+    return std::find(computed.begin(), computed.end(), id) != computed.end();
+  };
   const Graph& g = *exe->graph;
   for (int id = 0; id < g.size(); ++id) {
     if (g.node(id).op == Op::Exp) continue;  // exp(x) * 2 may fuse: only y itself is read
-    if (g.node(id).op == Op::Mul && g.node(id).inputs[0] != id && g.node(g.node(id).inputs[0]).op == Op::Exp)
+    if (g.node(id).op == Op::Mul && g.node(id).inputs[0] != id &&
+        g.node(g.node(id).inputs[0]).op == Op::Exp)
       EXPECT_TRUE(has(id)) << "y must be materialized for its check\n" << exe->plan_string();
   }
   EXPECT_GE(count_label(*exe, "fused["), 2) << exe->plan_string();
@@ -233,10 +277,14 @@ TEST(Fusion, ValuesReadByChecksAndOutputsStayMaterialized) {
 // out = p - lr * (a^T g) and friends as one GEMM, against the reference kernels.
 TEST(Fusion, GemmEpiloguesMatchReference) {
   std::mt19937 rng(3);
-  struct Case { int64_t m, k, n; bool ta, tb; int form; };
-  const std::vector<Case> cases = {
-      {37, 19, 23, false, false, 0}, {64, 128, 40, true, false, 0}, {5, 7, 300, false, true, 1},
-      {128, 33, 65, true, true, 2},  {1, 1, 1, false, false, 3},   {70, 40, 129, false, false, 4}};
+  struct Case {
+    int64_t m, k, n;
+    bool ta, tb;
+    int form;
+  };
+  const std::vector<Case> cases = {{37, 19, 23, false, false, 0}, {64, 128, 40, true, false, 0},
+                                   {5, 7, 300, false, true, 1},   {128, 33, 65, true, true, 2},
+                                   {1, 1, 1, false, false, 3},    {70, 40, 129, false, false, 4}};
   for (DType t : {DType::f32, DType::f64}) {
     for (const Case& cs : cases) {
       TraceContext ctx({});
@@ -249,11 +297,21 @@ TEST(Fusion, GemmEpiloguesMatchReference) {
       Tensor prod = matmul(cs.ta ? transpose(a) : a, cs.tb ? transpose(b) : b);
       Tensor out;
       switch (cs.form) {
-        case 0: out = p - prod * 0.01; break;   // SGD
-        case 1: out = 0.5 * prod + p; break;
-        case 2: out = prod * 0.25 + bias; break;  // addend broadcast from a row vector
-        case 3: out = prod * -3.0; break;         // alpha only
-        case 4: out = 2.0 * prod - reshape(bias, {1, cs.n}); break;
+        case 0:
+          out = p - prod * 0.01;
+          break;  // SGD
+        case 1:
+          out = 0.5 * prod + p;
+          break;
+        case 2:
+          out = prod * 0.25 + bias;
+          break;  // addend broadcast from a row vector
+        case 3:
+          out = prod * -3.0;
+          break;  // alpha only
+        case 4:
+          out = 2.0 * prod - reshape(bias, {1, cs.n});
+          break;
       }
       ctx.graph.outputs = {out.id()};
       Compiled c = compile_both(ctx.graph);
@@ -261,8 +319,10 @@ TEST(Fusion, GemmEpiloguesMatchReference) {
       std::vector<Array> ins = {random_array(t, as, rng), random_array(t, bs, rng),
                                 random_array(t, {cs.m, cs.n}, rng), random_array(t, {cs.n}, rng)};
       const double tol = t == DType::f32 ? 1e-5 : 1e-12;
-      EXPECT_LT(max_diff(run(*c.fused, ins)[0], reference(*c.fused->graph, ins)[0]), tol) << cs.form;
-      EXPECT_LT(max_diff(run(*c.plain, ins)[0], reference(*c.fused->graph, ins)[0]), tol) << cs.form;
+      EXPECT_LT(max_diff(run(*c.fused, ins)[0], reference(*c.fused->graph, ins)[0]), tol)
+          << cs.form;
+      EXPECT_LT(max_diff(run(*c.plain, ins)[0], reference(*c.fused->graph, ins)[0]), tol)
+          << cs.form;
     }
   }
 }
@@ -284,10 +344,12 @@ TEST(Fusion, NarrowMatmulsMatchReference) {
       Tensor prod = matmul(ta ? transpose(a) : a, tb ? transpose(b) : b);
       ctx.graph.outputs = {prod.id(), (p - prod * 0.1).id()};
       Compiled c = compile_both(ctx.graph);
-      std::vector<Array> ins = {random_array(t, as, rng), random_array(t, bs, rng), random_array(t, {m, n}, rng)};
+      std::vector<Array> ins = {random_array(t, as, rng), random_array(t, bs, rng),
+                                random_array(t, {m, n}, rng)};
       const auto got = run(*c.fused, ins), ref = reference(*c.fused->graph, ins);
       for (size_t i = 0; i < got.size(); ++i)
-        EXPECT_LT(max_diff(got[i], ref[i]), t == DType::f32 ? 1e-5 : 1e-12) << form << " output " << i;
+        EXPECT_LT(max_diff(got[i], ref[i]), t == DType::f32 ? 1e-5 : 1e-12)
+            << form << " output " << i;
     }
   }
 }

@@ -1,12 +1,13 @@
 // Memory planning of whole training steps: the arena the plan asks for against the least any
 // plan of the same instruction order could use (the peak of simultaneously live values), and
 // what fusion saves. Deterministic figures of the compiled plan, not timings.
+#include "core/memory_plan.h"
+
 #include <gtest/gtest.h>
 
 #include "core/compiler.h"
 #include "core/fjit.h"
 #include "core/init.h"
-#include "core/memory_plan.h"
 
 namespace fjit {
 namespace {
@@ -21,11 +22,14 @@ Tensor mlp_loss(const Params& p, const Tensor& x, const Tensor& y) {
   return mean(softmax_cross_entropy(h, y));
 }
 
-std::shared_ptr<const Executable> train_step_plan(const std::vector<int64_t>& sizes, int64_t batch) {
-  auto step = jit([](const Params& p, const Tensor& x, const Tensor& y) {
-    auto [loss, g] = value_and_grad(mlp_loss)(p, x, y);
-    return std::tuple{sgd(p, g, 0.01), loss};
-  }, JitOptions{.name = "train_step", .checks = CheckMode::off});
+std::shared_ptr<const Executable> train_step_plan(const std::vector<int64_t>& sizes,
+                                                  int64_t batch) {
+  auto step = jit(
+      [](const Params& p, const Tensor& x, const Tensor& y) {
+        auto [loss, g] = value_and_grad(mlp_loss)(p, x, y);
+        return std::tuple{sgd(p, g, 0.01), loss};
+      },
+      JitOptions{.name = "train_step", .checks = CheckMode::off});
   ArrayDict p = mlp_params(sizes, 1);
   Array x = Array::full(DType::f32, {batch, sizes.front()}, 0.5);
   Array y = Array::full(DType::i32, {batch}, 1);
@@ -49,8 +53,8 @@ TEST(MemoryPlan, FusionShrinksTheLargeStepsArena) {
   o.fuse = false;
   auto plain = compile(*fused->graph, {}, o);
   // Unfused, the three weight gradients and lr times them are materialized.
-  EXPECT_LT(fused->arena_bytes * 2, plain->arena_bytes)
-      << fused->plan_string() << "\n" << plain->plan_string();
+  EXPECT_LT(fused->arena_bytes * 2, plain->arena_bytes) << fused->plan_string() << "\n"
+                                                        << plain->plan_string();
   EXPECT_LT(fused->instrs.size(), plain->instrs.size());
 }
 

@@ -21,10 +21,10 @@
 namespace fjit {
 namespace {
 
-constexpr int64_t kBlockElems = 1024;     // target elements per block
+constexpr int64_t kBlockElems = 1024;        // target elements per block
 constexpr int64_t kScratchBytes = 64 << 10;  // registers for intermediates, on the stack
-constexpr int64_t kSumLeaf = 2048;          // = blocked_sum's leaf in reduce.cc
-constexpr int64_t kPhase = 16;              // elements in a 64-byte vector of f32
+constexpr int64_t kSumLeaf = 2048;           // = blocked_sum's leaf in reduce.cc
+constexpr int64_t kPhase = 16;               // elements in a 64-byte vector of f32
 constexpr int kMaxExternal = 32;
 constexpr int kMaxScratch = 16;
 constexpr int kMaxRegs = kMaxExternal + kMaxScratch + 1;
@@ -34,9 +34,9 @@ struct FusedPlan {
   int num_scratch = 0;
   int64_t reg_bytes = 0;
   bool rows_mode = true;
-  int64_t rows = 1, n = 1;     // collapsed output: rows x n
-  int64_t block = 1;           // rows per block (rows mode) or elements per block (chunk mode)
-  int64_t tail = 0;            // size of the last, shorter block (0: none)
+  int64_t rows = 1, n = 1;  // collapsed output: rows x n
+  int64_t block = 1;        // rows per block (rows mode) or elements per block (chunk mode)
+  int64_t tail = 0;         // size of the last, shorter block (0: none)
   std::vector<int64_t> s0, s1, esize;  // per external operand, s0/s1 in elements
   int64_t out_esize = 0;
   std::vector<Instr> full, last;  // per step; in_bufs / out_buf index the register table
@@ -52,7 +52,8 @@ void run_fused(const Instr& in, const Frame& f) {
   const Frame sub{regs, f.ctx};
   auto block = [&](int64_t row, int64_t col, const std::vector<Instr>& steps) {
     for (int k = 0; k < P.num_ext; ++k)
-      regs[k] = const_cast<std::byte*>(in.in<std::byte>(f, k)) + (row * P.s0[k] + col * P.s1[k]) * P.esize[k];
+      regs[k] = const_cast<std::byte*>(in.in<std::byte>(f, k)) +
+                (row * P.s0[k] + col * P.s1[k]) * P.esize[k];
     regs[out_reg] = out + (row * P.n + col) * P.out_esize;
     for (const Instr& s : steps) s.fn(s, sub);
   };
@@ -84,7 +85,8 @@ T fused_sum(const FusedPlan& P, const Instr& in, const Frame& f, void** regs, T*
     return Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>(leaf, n).sum();
   }
   const int64_t half = ((n / kSumLeaf + 1) / 2) * kSumLeaf;
-  return fused_sum<T>(P, in, f, regs, leaf, lo, half) + fused_sum<T>(P, in, f, regs, leaf, lo + half, n - half);
+  return fused_sum<T>(P, in, f, regs, leaf, lo, half) +
+         fused_sum<T>(P, in, f, regs, leaf, lo + half, n - half);
 }
 
 template <class T>
@@ -110,8 +112,9 @@ Shape operand_view(const FusedPlan& P, int k, int64_t extent) {
 }
 
 // Builds the per-step kernels for blocks of `extent` rows / elements; false if one is missing.
-bool build_steps(FusedPlan& P, const std::vector<ValueType>& ins, const std::vector<FusedOp>& program,
-                 const std::vector<int>& reg_of, int64_t extent, std::vector<Instr>& steps) {
+bool build_steps(FusedPlan& P, const std::vector<ValueType>& ins,
+                 const std::vector<FusedOp>& program, const std::vector<int>& reg_of,
+                 int64_t extent, std::vector<Instr>& steps) {
   const Shape block_shape = P.rows_mode ? Shape{extent, P.n} : Shape{extent};
   for (size_t i = 0; i < program.size(); ++i) {
     const FusedOp& op = program[i];
@@ -187,7 +190,8 @@ std::shared_ptr<FusedPlan> make_plan(const ValueType& value, const std::vector<V
   std::vector<int> reg_of(steps, -1), free_regs;
   for (int i = 0; i < steps; ++i) {
     for (int j = 0; j < i; ++j)  // registers whose last reader was step i - 1 come free
-      if (last_read[j] == i - 1 && j != steps - 1 && reg_of[j] >= num_ext) free_regs.push_back(reg_of[j]);
+      if (last_read[j] == i - 1 && j != steps - 1 && reg_of[j] >= num_ext)
+        free_regs.push_back(reg_of[j]);
     if (i == steps - 1) {
       reg_of[i] = -2;  // the output, fixed below
     } else if (!free_regs.empty()) {
@@ -206,7 +210,8 @@ std::shared_ptr<FusedPlan> make_plan(const ValueType& value, const std::vector<V
   // last bit, so equal phases are what make fused results bit-identical to unfused ones.
   int64_t max_esize = 1;
   for (const FusedOp& op : program) max_esize = std::max<int64_t>(max_esize, dtype_size(op.dtype));
-  const int64_t cap = P->num_scratch > 0 ? kScratchBytes / (P->num_scratch * max_esize) : int64_t{1} << 40;
+  const int64_t cap =
+      P->num_scratch > 0 ? kScratchBytes / (P->num_scratch * max_esize) : int64_t{1} << 40;
   const int64_t target = std::min(kBlockElems, cap / kPhase * kPhase);
   if (target < kPhase) return nullptr;
   // Rows that start out of phase are walked in groups of rows that end in phase.
@@ -216,8 +221,7 @@ std::shared_ptr<FusedPlan> make_plan(const ValueType& value, const std::vector<V
     P->rows_mode = false;
     P->block = sum_leaf;
     P->tail = P->n % sum_leaf;
-  } else
-  if (P->rows_mode) {
+  } else if (P->rows_mode) {
     const int64_t unit = kPhase / std::gcd(P->n, kPhase);  // rows per aligned unit
     P->block = std::max(unit, target / P->n / unit * unit);
     if (P->block >= P->rows) P->block = P->rows;
@@ -255,8 +259,6 @@ bool select_fused_sum(Instr& instr, const ValueType& value, const std::vector<Fu
   return true;
 }
 
-
-
 std::string fused_program_string(const std::vector<FusedOp>& program) {
   std::ostringstream os;
   for (size_t i = 0; i < program.size(); ++i) {
@@ -265,8 +267,10 @@ std::string fused_program_string(const std::vector<FusedOp>& program) {
     for (size_t k = 0; k < op.args.size(); ++k) {
       const int a = op.args[k];
       os << (k ? ", " : "");
-      if (a >= 0) os << "%" << program[a].node;
-      else os << "in" << -1 - a;
+      if (a >= 0)
+        os << "%" << program[a].node;
+      else
+        os << "in" << -1 - a;
     }
     os << ")";
   }

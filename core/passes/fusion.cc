@@ -20,9 +20,14 @@ bool scalar_constant(const Graph& g, int id, double* value) {
   }
   const Array& a = *n.attrs.value;
   switch (a.dtype()) {
-    case DType::f32: *value = a.data<float>()[0]; return true;
-    case DType::f64: *value = a.data<double>()[0]; return true;
-    default: return false;
+    case DType::f32:
+      *value = a.data<float>()[0];
+      return true;
+    case DType::f64:
+      *value = a.data<double>()[0];
+      return true;
+    default:
+      return false;
   }
 }
 
@@ -87,7 +92,8 @@ class Planner {
     if (cn.shape != mm.shape || cn.dtype != mm.dtype) return;
     std::vector<int> members{m};
     auto other = [&](const Node& n, int x) { return n.inputs[0] == x ? n.inputs[1] : n.inputs[0]; };
-    if (cn.op == Op::Mul && cn.inputs[0] != cn.inputs[1] && scalar_constant(g_, other(cn, m), &alpha)) {
+    if (cn.op == Op::Mul && cn.inputs[0] != cn.inputs[1] &&
+        scalar_constant(g_, other(cn, m), &alpha)) {
       members.push_back(c);
       root = c;
       const int d = sole_consumer(c);
@@ -136,9 +142,11 @@ class Planner {
     in_group[root] = true;
     for (bool grew = true; grew && static_cast<int>(members.size()) < opt_.max_members;) {
       grew = false;
-      for (size_t i = 0; i < members.size() && static_cast<int>(members.size()) < opt_.max_members; ++i) {
+      for (size_t i = 0; i < members.size() && static_cast<int>(members.size()) < opt_.max_members;
+           ++i) {
         for (int p : g_.node(members[i]).inputs) {
-          if (in_group[p] || plan.group_of[p] >= 0 || !live_[p] || output_[p] || !fusable(p)) continue;
+          if (in_group[p] || plan.group_of[p] >= 0 || !live_[p] || output_[p] || !fusable(p))
+            continue;
           const Node& pn = g_.node(p);
           if (pn.shape != shape) continue;
           // A broadcast is absorbed only over an operand that stays external.
@@ -181,7 +189,8 @@ class Planner {
       value[id] = static_cast<int>(grp.program.size());
       grp.program.push_back(std::move(op));
     }
-    if (grp.program.size() < (sum >= 0 ? 1u : 2u) || value[root] != static_cast<int>(grp.program.size()) - 1)
+    if (grp.program.size() < (sum >= 0 ? 1u : 2u) ||
+        value[root] != static_cast<int>(grp.program.size()) - 1)
       return;
     grp.members = members;
     Instr& in = grp.instr;
@@ -214,7 +223,8 @@ class Planner {
 
 }  // namespace
 
-FusionPlan plan_fusion(const Graph& g, const std::vector<bool>& live, const FusionOptions& options) {
+FusionPlan plan_fusion(const Graph& g, const std::vector<bool>& live,
+                       const FusionOptions& options) {
   Planner p(g, live, options);
   p.run();
   return std::move(p.plan);
@@ -222,9 +232,11 @@ FusionPlan plan_fusion(const Graph& g, const std::vector<bool>& live, const Fusi
 
 std::string FusionPlan::describe(int group) const {
   const FusionGroup& grp = groups[group];
-  if (grp.kind == FusionGroup::kElementwise) return "fused[" + fused_program_string(grp.program) + "]";
+  if (grp.kind == FusionGroup::kElementwise)
+    return "fused[" + fused_program_string(grp.program) + "]";
   if (grp.kind == FusionGroup::kSum)
-    return "fused_sum[" + fused_program_string(grp.program) + "; %" + std::to_string(grp.root) + " = sum]";
+    return "fused_sum[" + fused_program_string(grp.program) + "; %" + std::to_string(grp.root) +
+           " = sum]";
   const Instr& in = grp.instr;
   std::string s = "gemm[%" + std::to_string(grp.root) + " = ";
   if (in.ins.size() == 3) s += "in2 + ";

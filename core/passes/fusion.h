@@ -30,9 +30,9 @@ namespace fjit {
 struct FusionGroup {
   enum Kind { kElementwise, kSum, kGemm };
   Kind kind = kElementwise;
-  int root = -1;             // the node whose value the instruction writes
-  std::vector<int> members;  // every node it computes, in graph order, root last
-  std::vector<int> inputs;   // external operand node ids, in the instruction's operand order
+  int root = -1;                 // the node whose value the instruction writes
+  std::vector<int> members;      // every node it computes, in graph order, root last
+  std::vector<int> inputs;       // external operand node ids, in the instruction's operand order
   std::vector<FusedOp> program;  // kElementwise
   // The instruction with its kernel already selected (fn, prepared state); the compiler adds
   // buffers and the node id.
