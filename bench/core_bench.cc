@@ -1,5 +1,6 @@
 // Core JIT overheads: cache-hit dispatch of a trivial function, trace + compile time of an
-// MLP forward pass, and how many heap allocations Eigen's GEMM makes inside a cached step.
+// MLP forward pass, how many heap allocations Eigen's GEMM makes inside a cached step, and
+// the arena of compiled MLP training steps against their minimal live set.
 //
 //   build/bench/core_bench
 #include <benchmark/benchmark.h>
@@ -89,6 +90,38 @@ void BM_MlpForwardAllocationsPerStep(benchmark::State& state) {
   state.counters["allocs_per_step"] = static_cast<double>(allocs) / std::max<long>(steps, 1);
 }
 BENCHMARK(BM_MlpForwardAllocationsPerStep)->Unit(benchmark::kMillisecond);
+
+// Arena bytes of compiled training steps (value_and_grad + SGD) against their minimal live
+// set (the peak of simultaneously live intermediates): deterministic, reported as counters.
+Tensor mlp_loss(const Params& p, const Tensor& x, const Tensor& y) {
+  const int layers = static_cast<int>(p.size() / 2);
+  Tensor h = x;
+  for (int k = 1; k <= layers; ++k) {
+    h = matmul(h, p["w" + std::to_string(k)]) + p["b" + std::to_string(k)];
+    if (k < layers) h = relu(h);
+  }
+  return mean(softmax_cross_entropy(h, y));
+}
+void BM_TrainStepArena(benchmark::State& state, std::vector<int64_t> sizes, int64_t batch) {
+  auto step = jit([](const Params& p, const Tensor& x, const Tensor& y) {
+    auto [loss, g] = value_and_grad(mlp_loss)(p, x, y);
+    return std::tuple{sgd(p, g, 0.01), loss};
+  }, JitOptions{.name = "train_step", .checks = CheckMode::off});
+  ArrayDict p = fjit::mlp_params(sizes, 1);
+  Array x = Array::full(DType::f32, {batch, sizes.front()}, 0.5);
+  Array y = Array::full(DType::i32, {batch}, 1);
+  step(p, x, y);
+  for (auto _ : state) benchmark::DoNotOptimize(step.core().last_entry());
+  const Executable& exe = *step.core().last_entry()->exe;
+  state.counters["arena_bytes"] = static_cast<double>(exe.arena_bytes);
+  state.counters["min_live_bytes"] = static_cast<double>(exe.min_live_bytes);
+  state.counters["arena_over_min_live"] =
+      static_cast<double>(exe.arena_bytes) / static_cast<double>(std::max<size_t>(exe.min_live_bytes, 1));
+}
+BENCHMARK_CAPTURE(BM_TrainStepArena, mlp_784_512_512_10_b128, std::vector<int64_t>{784, 512, 512, 10}, 128)
+    ->Iterations(1);
+BENCHMARK_CAPTURE(BM_TrainStepArena, mlp_64_128_10_b64, std::vector<int64_t>{64, 128, 10}, 64)
+    ->Iterations(1);
 
 }  // namespace
 

@@ -170,12 +170,14 @@ void profile_plan(const Config& c, const char* title) {
     std::nth_element(ns[i].begin(), ns[i].begin() + reps / 2, ns[i].end());
     const double us = ns[i][reps / 2] / 1e3;
     total += us;
-    auto& [t, n] = by_op[op_name(in.op)];
+    // Fused instructions are grouped by kind: "fused", "fused_sum" or "gemm" (an epilogue).
+    const std::string kind = in.label.empty() ? op_name(in.op) : in.label.substr(0, in.label.find('['));
+    auto& [t, n] = by_op[kind];
     t += us;
     ++n;
     std::string args;
     for (const ValueType& t : in.ins) args += (args.empty() ? "" : ", ") + type_str(t.dtype, t.shape);
-    std::printf("  %3zu %9.2f us  %-12s %-16s <- %s%s%s\n", i, us, op_name(in.op),
+    std::printf("  %3zu %9.2f us  %-12s %-16s <- %s%s%s\n", i, us, kind.c_str(),
                 type_str(in.out.dtype, in.out.shape).c_str(), args.c_str(), in.attrs.trans_a ? " trans_a" : "",
                 in.attrs.trans_b ? " trans_b" : "");
   }

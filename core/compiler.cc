@@ -6,13 +6,15 @@
 
 #include "core/log.h"
 #include "core/memory_plan.h"
+#include "core/passes/fusion.h"
 #include "core/passes/pass.h"
 
 namespace fjit {
 
 class Compiler {
  public:
-  static std::shared_ptr<Executable> lower(std::shared_ptr<const Graph> g, std::vector<CheckSite> sites);
+  static std::shared_ptr<Executable> lower(std::shared_ptr<const Graph> g, std::vector<CheckSite> sites,
+                                           const FusionOptions& fusion);
 };
 
 namespace {
@@ -50,7 +52,8 @@ Graph optimize(const Graph& traced, bool verify) {
   return g;
 }
 
-std::shared_ptr<Executable> Compiler::lower(std::shared_ptr<const Graph> gp, std::vector<CheckSite> sites) {
+std::shared_ptr<Executable> Compiler::lower(std::shared_ptr<const Graph> gp, std::vector<CheckSite> sites,
+                                            const FusionOptions& fusion_options) {
   const Graph& g = *gp;
   auto exe = std::make_shared<Executable>();
   exe->graph = gp;
@@ -74,6 +77,7 @@ std::shared_ptr<Executable> Compiler::lower(std::shared_ptr<const Graph> gp, std
     if (o.op != Op::Parameter && o.op != Op::Constant && output_of[g.outputs[k]] < 0)
       output_of[g.outputs[k]] = static_cast<int>(k);
   }
+  const FusionPlan fusion = plan_fusion(g, live, fusion_options);
   std::vector<PlannedValue> planned;
   std::vector<int> planned_node;
   std::vector<int> value_of(g.size(), -1);
@@ -87,15 +91,24 @@ std::shared_ptr<Executable> Compiler::lower(std::shared_ptr<const Graph> gp, std
       node_buf[id] = new_buffer({BufferRef::kConstant, 0, data->raw()});
       continue;
     }
+    // A fused group becomes one instruction at its root; its other members have none.
+    const int group = fusion.group_of[id];
+    if (group >= 0 && fusion.groups[group].root != id) continue;
     Instr instr;
-    instr.op = n.op;
-    instr.node = id;
-    instr.out = {n.dtype, n.shape};
-    instr.attrs = n.attrs;
-    for (int in : n.inputs) {
-      instr.ins.push_back({g.node(in).dtype, g.node(in).shape});
-      instr.in_bufs.push_back(node_buf[in]);
+    std::vector<int> operands = n.inputs;
+    if (group >= 0) {
+      const FusionGroup& grp = fusion.groups[group];
+      instr = grp.instr;
+      instr.label = fusion.describe(group);
+      operands = grp.inputs;
+    } else {
+      instr.op = n.op;
+      instr.out = {n.dtype, n.shape};
+      instr.attrs = n.attrs;
+      for (int in : operands) instr.ins.push_back({g.node(in).dtype, g.node(in).shape});
     }
+    instr.node = id;
+    for (int in : operands) instr.in_bufs.push_back(node_buf[in]);
     const int index = static_cast<int>(exe->instrs.size());
     if (output_of[id] >= 0) {
       node_buf[id] = new_buffer({BufferRef::kOutput, output_of[id]});
@@ -104,20 +117,28 @@ std::shared_ptr<Executable> Compiler::lower(std::shared_ptr<const Graph> gp, std
       PlannedValue v;
       v.bytes = n.size() * dtype_size(n.dtype);
       v.def = v.last_use = index;
-      for (int in : n.inputs)
-        if (value_of[in] >= 0 && in_place_ok(n, g.node(in))) v.in_place_candidates.push_back(value_of[in]);
+      for (size_t k = 0; k < operands.size(); ++k) {
+        const int in = operands[k];
+        if (value_of[in] < 0) continue;
+        bool ok = in_place_ok(n, g.node(in));
+        if (group >= 0 && fusion.groups[group].kind != FusionGroup::kGemm)
+          ok = g.node(in).shape == n.shape && dtype_size(g.node(in).dtype) == dtype_size(n.dtype);
+        if (group >= 0 && fusion.groups[group].kind == FusionGroup::kGemm)  // only the addend
+          ok = k == 2 && in != operands[0] && in != operands[1] && g.node(in).shape == n.shape;
+        if (ok) v.in_place_candidates.push_back(value_of[in]);
+      }
       value_of[id] = static_cast<int>(planned.size());
       planned.push_back(std::move(v));
       planned_node.push_back(id);
     }
-    for (int in : n.inputs)
+    for (int in : operands)
       if (value_of[in] >= 0) planned[value_of[in]].last_use = index;
-    if (n.op == Op::MatMul) {
+    if (instr.op == Op::MatMul) {
       const auto& a = instr.ins[0].shape;
       const int64_t k = instr.attrs.trans_a ? a[a.size() - 2] : a.back();
       exe->flops += 2 * n.size() * k;
     }
-    select_kernel(instr);
+    if (group < 0) select_kernel(instr);
     exe->instrs.push_back(std::move(instr));
   }
   // Outputs that are inputs, constants, or repeats of another output are copied.
@@ -159,7 +180,14 @@ std::shared_ptr<const Executable> compile(const Graph& traced, std::vector<Check
     dump(dir, stem, ".before.dot", traced.to_dot(options.name + " (traced)"));
   }
   auto optimized = std::make_shared<const Graph>(optimize(traced, options.verify));
-  std::shared_ptr<Executable> exe = Compiler::lower(optimized, std::move(sites));
+  FusionOptions fusion;
+  fusion.elementwise = fusion.gemm_epilogue = options.fuse;
+  if (const char* env = std::getenv("FJIT_FUSION")) {  // 0, 1, elementwise or gemm
+    const std::string v = env;
+    if (v == "0" || v == "gemm") fusion.elementwise = false;
+    if (v == "0" || v == "elementwise") fusion.gemm_epilogue = false;
+  }
+  std::shared_ptr<Executable> exe = Compiler::lower(optimized, std::move(sites), fusion);
   if (!dir.empty()) {
     dump(dir, stem, ".after.txt", optimized->to_string(true));
     dump(dir, stem, ".after.dot", optimized->to_dot(options.name + " (optimized)"));

@@ -1,7 +1,9 @@
 // compile(): traced Graph -> optimized Graph -> Executable (instructions, kernels, buffers).
 //
 // The pass pipeline is fixed and ordered: algebraic simplification, constant folding,
-// simplification again, dead-code elimination. With FJIT_DUMP_DIR set (or
+// simplification again, dead-code elimination. Lowering then fuses groups of nodes into single
+// instructions (core/passes/fusion.h) and plans the arena (core/memory_plan.h). With
+// FJIT_DUMP_DIR set (or
 // CompileOptions::dump_dir), the graph before and after the passes is written as .txt and .dot
 // and the plan as .plan.txt, named <name>.<n>.*.
 #pragma once
@@ -17,6 +19,8 @@ struct CompileOptions {
   std::string name = "fn";
   std::string dump_dir;  // empty: FJIT_DUMP_DIR, if set
   bool verify = true;    // run the verifier before and after the passes
+  bool fuse = true;      // fused instructions (core/passes/fusion.h); FJIT_FUSION=0 turns off,
+                         // FJIT_FUSION=elementwise or =gemm keeps one kind
 };
 
 std::shared_ptr<const Executable> compile(const Graph& traced, std::vector<CheckSite> sites,

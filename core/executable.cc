@@ -38,7 +38,8 @@ std::string Executable::plan_string() const {
      << min_live_bytes << "), " << check_sites.size() << " check sites\n";
   for (size_t i = 0; i < instrs.size(); ++i) {
     const Instr& in = instrs[i];
-    os << "  " << i << ": " << buf(in.out_buf) << " = " << op_name(in.op) << " "
+    os << "  " << i << ": " << buf(in.out_buf) << " = "
+       << (in.label.empty() ? std::string(op_name(in.op)) : in.label) << " "
        << type_str(in.out.dtype, in.out.shape);
     for (size_t k = 0; k < in.in_bufs.size(); ++k) os << (k ? ", " : " ") << buf(in.in_bufs[k]);
     os << "   (%" << in.node << ")\n";

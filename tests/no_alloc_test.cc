@@ -67,5 +67,35 @@ TEST(NoAlloc, CachedStepAllocatesNothing) {
   EXPECT_NEAR(std::get<1>(out).item<float>(), std::log(10.0f), 1e-3);
 }
 
+// A training step whose plan holds every fused instruction kind: elementwise groups, a fused
+// sum (the global norm), SGD as GEMM epilogues, and narrow (10-column) products.
+TEST(NoAlloc, CachedFusedTrainingStepAllocatesNothing) {
+  auto step = jit([](const Params& p, const Tensor& x, const Tensor& y) {
+    auto loss_fn = [](const Params& q, const Tensor& xs, const Tensor& ys) {
+      Tensor h = relu(matmul(xs, q["w1"]) + q["b1"]);
+      return mean(softmax_cross_entropy(matmul(h, q["w2"]) + q["b2"], ys));
+    };
+    auto [loss, g] = value_and_grad(loss_fn)(p, x, y);
+    TensorDict biases;  // the weights' gradients stay single-use: their SGD is a GEMM epilogue
+    biases.set("b1", g["b1"]);
+    biases.set("b2", g["b2"]);
+    return std::tuple{sgd(p, g, 0.1), loss, global_norm(biases)};
+  });
+  ArrayDict p{{"w1", Array::full(DType::f32, {16, 32}, 0.01)}, {"b1", Array::full(DType::f32, {32}, 0.0)},
+              {"w2", Array::full(DType::f32, {32, 10}, 0.02)}, {"b2", Array::full(DType::f32, {10}, 0.0)}};
+  Array x = Array::full(DType::f32, {64, 16}, 0.5);
+  Array y(DType::i32, {64});
+  for (int i = 0; i < 64; ++i) y.data<int32_t>()[i] = i % 10;
+  std::tuple<ArrayDict, Array, Array> out;
+  step.run_into(out, p, x, y);
+  step.run_into(out, p, x, y);
+  const std::string plan = step.core().last_entry()->exe->plan_string();
+  for (const char* kind : {"fused[", "fused_sum[", "gemm["}) EXPECT_NE(plan.find(kind), std::string::npos) << plan;
+  const long before = g_allocations.load();
+  for (int i = 0; i < 100; ++i) step.run_into(out, p, x, y);
+  EXPECT_EQ(g_allocations.load() - before, 0) << plan;
+  EXPECT_TRUE(std::isfinite(std::get<2>(out).item<float>()));
+}
+
 }  // namespace
 }  // namespace fjit

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "core/array.h"
@@ -57,6 +58,8 @@ struct Instr {
   int64_t p[8] = {};
   std::vector<int64_t> v;         // e.g. broadcast strides
   std::shared_ptr<const void> prepared;
+  // Plan dumps: what a fused instruction computes (empty for a single node).
+  std::string label;
 
   template <class T> const T* in(const Frame& f, int i) const {
     return static_cast<const T*>(f.bufs[in_bufs[i]]);

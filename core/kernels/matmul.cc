@@ -8,8 +8,11 @@
 // GEMM kernels are instantiated here; the warning is about _mm512_undefined_*().
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <Eigen/Core>
+#include <algorithm>
 #include <cassert>
+#include <cstring>
 
+#include "core/kernels/fused.h"
 #include "core/kernels/structural.h"
 
 namespace fjit::kernels::st {
@@ -40,6 +43,68 @@ void matmul_kernel(const Instr& in, const Frame& f) {
   }
 }
 
+// A narrow output (N <= kNarrowN columns, one batch): Eigen computes a row-major product as
+// the column-major product of the transposes, whose row dimension is then N, padded to its
+// register block of 3 vectors (48 floats): 10 logits use a fifth of the FMA units. So the
+// product is computed into a column-major temporary on the stack (row dimension M) and
+// transposed into place, a few thousand elements.
+constexpr int64_t kNarrowN = 16;
+constexpr int64_t kNarrowBytes = 32 << 10;
+template <class T, bool TA, bool TB>
+void narrow_kernel(const Instr& in, const Frame& f) {
+  const Eigen::Index m = in.p[0], k = in.p[1], n = in.p[2];
+  alignas(64) std::byte tmp[kNarrowBytes];
+  Eigen::Map<Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic>> t(reinterpret_cast<T*>(tmp), m, n);
+  t.noalias() = operand<T, TA>(in.in<T>(f, 0), m, k) * operand<T, TB>(in.in<T>(f, 1), k, n);
+  Eigen::Map<RowMajor<T>>(in.output<T>(f), m, n) = t;
+}
+
+template <class T>
+KernelFn pick_narrow(bool ta, bool tb) {
+  if (ta) return tb ? narrow_kernel<T, true, true> : narrow_kernel<T, true, false>;
+  return tb ? narrow_kernel<T, false, true> : narrow_kernel<T, false, false>;
+}
+
+// True when narrow_kernel applies and pays (M large enough for full register blocks).
+bool narrow(const Instr& instr, int64_t esize) {
+  const int64_t m = instr.p[0], k = instr.p[1], n = instr.p[2];
+  return instr.p[3] == 1 && n <= kNarrowN && m >= 64 && k >= 16 && m * n * esize <= kNarrowBytes;
+}
+
+// GEMM epilogue (fused.h): out = addend + alpha * op(A) op(B), accumulated by the GEMM itself.
+// p[0..5] as above; p[6]: 0 no addend, 1 addend of the output's shape, 2 a row vector [N]
+// broadcast over the rows, 3 a scalar.
+template <class T, bool TA, bool TB>
+void epilogue_kernel(const Instr& in, const Frame& f) {
+  const Eigen::Index m = in.p[0], k = in.p[1], n = in.p[2];
+  const int64_t batch = in.p[3], sa = in.p[4], sb = in.p[5];
+  const T alpha = static_cast<T>(in.attrs.scalar);
+  const T* a = in.in<T>(f, 0);
+  const T* b = in.in<T>(f, 1);
+  T* c = in.output<T>(f);
+  const int64_t total = batch * m * n;
+  switch (in.p[6]) {
+    case 0: std::fill(c, c + total, T(0)); break;
+    case 1:
+      if (in.in<T>(f, 2) != c) std::memcpy(c, in.in<T>(f, 2), total * sizeof(T));
+      break;
+    case 2:
+      for (int64_t r = 0; r < batch * m; ++r) std::memcpy(c + r * n, in.in<T>(f, 2), n * sizeof(T));
+      break;
+    case 3: std::fill(c, c + total, *in.in<T>(f, 2)); break;
+  }
+  for (int64_t i = 0; i < batch; ++i) {
+    Eigen::Map<RowMajor<T>> out(c + i * m * n, m, n);
+    out.noalias() += alpha * (operand<T, TA>(a + i * sa, m, k) * operand<T, TB>(b + i * sb, k, n));
+  }
+}
+
+template <class T>
+KernelFn pick_epilogue(bool ta, bool tb) {
+  if (ta) return tb ? epilogue_kernel<T, true, true> : epilogue_kernel<T, true, false>;
+  return tb ? epilogue_kernel<T, false, true> : epilogue_kernel<T, false, false>;
+}
+
 // An empty output: nothing to compute.
 void noop_kernel(const Instr&, const Frame&) {}
 
@@ -49,15 +114,14 @@ KernelFn pick(bool ta, bool tb) {
   return tb ? matmul_kernel<T, false, true> : matmul_kernel<T, false, false>;
 }
 
-}  // namespace
-
-bool select_matmul(Instr& instr) {
-  assert(instr.op == Op::MatMul && instr.ins.size() == 2);
+// Fills p[0..5] (see matmul_kernel).
+void plan_gemm(Instr& instr) {
   const Shape& as = instr.ins[0].shape;
   const Shape& bs = instr.ins[1].shape;
   const Shape& cs = instr.out.shape;
   assert(as.size() >= 2 && bs.size() >= 2 && cs.size() >= 2);
-  const bool ta = instr.attrs.trans_a, tb = instr.attrs.trans_b;
+  const bool ta = instr.attrs.trans_a;
+  [[maybe_unused]] const bool tb = instr.attrs.trans_b;
   const int64_t m = cs[cs.size() - 2], n = cs.back();
   const int64_t k = ta ? as[as.size() - 2] : as.back();
   assert((tb ? bs.back() : bs[bs.size() - 2]) == k);
@@ -79,13 +143,21 @@ bool select_matmul(Instr& instr) {
   instr.p[3] = batch;
   instr.p[4] = sa;
   instr.p[5] = sb;
+}
+
+}  // namespace
+
+bool select_matmul(Instr& instr) {
+  assert(instr.op == Op::MatMul && instr.ins.size() == 2);
+  plan_gemm(instr);
+  const bool ta = instr.attrs.trans_a, tb = instr.attrs.trans_b;
   if (instr.out.size() == 0) {
     instr.fn = noop_kernel;
     return true;
   }
   switch (instr.out.dtype) {
-    case DType::f32: instr.fn = pick<float>(ta, tb); return true;
-    case DType::f64: instr.fn = pick<double>(ta, tb); return true;
+    case DType::f32: instr.fn = narrow(instr, 4) ? pick_narrow<float>(ta, tb) : pick<float>(ta, tb); return true;
+    case DType::f64: instr.fn = narrow(instr, 8) ? pick_narrow<double>(ta, tb) : pick<double>(ta, tb); return true;
     case DType::i32: instr.fn = pick<int32_t>(ta, tb); return true;
     case DType::boolean: return false;
   }
@@ -93,3 +165,33 @@ bool select_matmul(Instr& instr) {
 }
 
 }  // namespace fjit::kernels::st
+
+namespace fjit {
+
+bool select_gemm_epilogue(Instr& instr) {
+  using namespace kernels::st;
+  instr.fn = nullptr;
+  if (instr.ins.size() != 2 && instr.ins.size() != 3) return false;
+  const DType t = instr.out.dtype;
+  if (t != DType::f32 && t != DType::f64) return false;
+  for (const ValueType& v : instr.ins)
+    if (v.dtype != t) return false;
+  if (instr.out.size() == 0 || instr.ins[0].size() == 0 || instr.ins[1].size() == 0) return false;
+  plan_gemm(instr);
+  // Narrow outputs run faster through narrow_kernel, unfused.
+  if (narrow(instr, dtype_size(t))) return false;
+  instr.p[6] = 0;
+  if (instr.ins.size() == 3) {
+    const Shape& d = instr.ins[2].shape;
+    const Shape& c = instr.out.shape;
+    if (d == c) instr.p[6] = 1;
+    else if (instr.ins[2].size() == 1) instr.p[6] = 3;
+    else if (instr.ins[2].size() == c.back() && d.back() == c.back()) instr.p[6] = 2;
+    else return false;
+  }
+  instr.fn = t == DType::f32 ? pick_epilogue<float>(instr.attrs.trans_a, instr.attrs.trans_b)
+                             : pick_epilogue<double>(instr.attrs.trans_a, instr.attrs.trans_b);
+  return true;
+}
+
+}  // namespace fjit

@@ -1,0 +1,62 @@
+// Fused instructions: one Instr that computes several graph nodes (chosen by the fusion
+// planner, core/passes/fusion.h).
+//
+// Fused elementwise: a small program of elementwise ops (unary, binary and compare with
+// broadcasting, logical, select, cast) evaluated in one pass over memory. The output is walked
+// in blocks of at most ~1-2 thousand elements; each op of the program runs over a block with
+// the ordinary fast elementwise kernel, its intermediate results held in block-sized registers
+// on the stack. So intermediates never leave L1, the values are exactly those of the unfused
+// kernels (the same kernels compute them), and dispatch is paid once per op and block.
+//
+// Fused sum: the same program with a full reduce_sum as its root, so sum(x*x) for a global
+// gradient norm reads x once and never writes the squares.
+//
+// GEMM epilogue: out = addend + alpha * op(A) op(B) (addend optional, broadcast from a row
+// vector or a scalar allowed) as one GEMM that accumulates into the output, so neither the
+// product nor alpha times it is materialized. This is the SGD update p - lr * (x^T g) with the
+// weight gradient never written out.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "core/kernels/kernel.h"
+
+namespace fjit {
+
+// One op of a fused elementwise program.
+struct FusedOp {
+  int node = -1;  // the graph node it computes (plan dumps)
+  Op op = Op::Add;
+  DType dtype = DType::f32;
+  Attrs attrs;
+  // args[i] >= 0: the result of program step args[i] (an earlier step);
+  // args[i] < 0: external operand -1 - args[i], i.e. instr.ins[-1 - args[i]].
+  std::vector<int> args;
+};
+
+// Prepares `instr` to run `program`: instr.out is the type of the program's last step, which
+// every step's result has too; instr.ins / in_bufs are the external operands, each of which
+// broadcasts to instr.out.shape. Operands of unary ops (and cast) must have the output's shape.
+// Returns false, leaving instr.fn null, when the program cannot run fused (a broadcast pattern
+// that does not collapse to rows, too many operands, an op without a block kernel); the caller
+// then runs its nodes one by one. The output may alias an external operand of the same shape
+// and element size.
+bool select_fused_elementwise(Instr& instr, const std::vector<FusedOp>& program);
+
+// Prepares a fused full sum: instr.out is a scalar (size 1) of value.dtype (f32 or f64), the
+// sum of every element of `program`'s last result, of type `value`; instr.ins as above, each
+// broadcasting to value.shape along one collapsed row (same shape or scalar). The result is
+// bit-identical to the unfused reduce_sum of the materialized value. False when unsupported.
+bool select_fused_sum(Instr& instr, const ValueType& value, const std::vector<FusedOp>& program);
+
+// Prepares a GEMM epilogue instruction: instr.ins = {A, B} or {A, B, addend}; instr.attrs
+// carries trans_a / trans_b; alpha = instr.attrs.scalar. The addend broadcasts to the output
+// (same shape, a row vector [N], or a scalar). f32 and f64 only; returns false otherwise.
+// The output may alias the addend (then it is not copied), never A or B.
+bool select_gemm_epilogue(Instr& instr);
+
+// "%9 = add(%8, in1); %10 = relu(%9)": a program with its nodes, for plan dumps.
+std::string fused_program_string(const std::vector<FusedOp>& program);
+
+}  // namespace fjit

@@ -1,0 +1,251 @@
+#include "core/passes/fusion.h"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "absl/container/flat_hash_map.h"
+
+namespace fjit {
+namespace {
+
+bool is_float(DType t) { return t == DType::f32 || t == DType::f64; }
+
+// A scalar fill constant: its value, if `id` is one.
+bool scalar_constant(const Graph& g, int id, double* value) {
+  const Node& n = g.node(id);
+  if (n.op != Op::Constant || n.size() != 1) return false;
+  if (!n.attrs.value) {
+    *value = n.attrs.scalar;
+    return true;
+  }
+  const Array& a = *n.attrs.value;
+  switch (a.dtype()) {
+    case DType::f32:
+      *value = a.data<float>()[0];
+      return true;
+    case DType::f64:
+      *value = a.data<double>()[0];
+      return true;
+    default:
+      return false;
+  }
+}
+
+class Planner {
+ public:
+  Planner(const Graph& g, const std::vector<bool>& live, const FusionOptions& o)
+      : g_(g), live_(live), opt_(o), consumers_(g.size()), output_(g.size(), false) {
+    for (int id = 0; id < g.size(); ++id) {
+      if (!live[id]) continue;
+      for (int in : g.node(id).inputs) {
+        auto& c = consumers_[in];
+        if (c.empty() || c.back() != id) c.push_back(id);
+      }
+    }
+    for (int o : g.outputs) output_[o] = true;
+    plan.group_of.assign(g.size(), -1);
+  }
+
+  void run() {
+    if (opt_.gemm_epilogue)
+      for (int id = 0; id < g_.size(); ++id)
+        if (live_[id] && g_.node(id).op == Op::MatMul) try_gemm(id);
+    if (!opt_.elementwise) return;
+    for (int id = g_.size() - 1; id >= 0; --id) {
+      if (!live_[id] || plan.group_of[id] >= 0) continue;
+      const Node& n = g_.node(id);
+      if (n.op == Op::ReduceSum && n.size() == 1 && is_float(n.dtype)) {
+        const int e = n.inputs[0];
+        if (plan.group_of[e] < 0 && fusable(e) && g_.node(e).op != Op::BroadcastTo &&
+            sole_consumer(e) == id && g_.node(e).dtype == n.dtype)
+          try_elementwise(e, id);
+      } else if (fusable(id) && n.op != Op::BroadcastTo) {
+        try_elementwise(id, -1);
+      }
+    }
+  }
+
+  FusionPlan plan;
+
+ private:
+  // `id`'s only consumer, when it has exactly one and is not an output.
+  int sole_consumer(int id) const {
+    if (output_[id] || consumers_[id].size() != 1) return -1;
+    return consumers_[id][0];
+  }
+
+  bool fusable(int id) const {
+    const Node& n = g_.node(id);
+    if (n.size() == 0) return false;
+    if (n.op == Op::BroadcastTo) return true;
+    return op_is_elementwise(n.op);
+  }
+
+  void try_gemm(int m) {
+    const Node& mm = g_.node(m);
+    if (!is_float(mm.dtype)) return;
+    int root = m, addend = -1;
+    double alpha = 1;
+    int c = sole_consumer(m);
+    if (c < 0) return;
+    const Node& cn = g_.node(c);
+    if (cn.shape != mm.shape || cn.dtype != mm.dtype) return;
+    std::vector<int> members{m};
+    auto other = [&](const Node& n, int x) { return n.inputs[0] == x ? n.inputs[1] : n.inputs[0]; };
+    if (cn.op == Op::Mul && cn.inputs[0] != cn.inputs[1] &&
+        scalar_constant(g_, other(cn, m), &alpha)) {
+      members.push_back(c);
+      root = c;
+      const int d = sole_consumer(c);
+      if (d >= 0) {
+        const Node& dn = g_.node(d);
+        const bool sub = dn.op == Op::Sub && dn.inputs[1] == c && dn.inputs[0] != c;
+        const bool add = dn.op == Op::Add && dn.inputs[0] != dn.inputs[1];
+        if ((sub || add) && dn.shape == mm.shape && dn.dtype == mm.dtype) {
+          addend = other(dn, c);
+          if (sub) alpha = -alpha;
+          members.push_back(d);
+          root = d;
+        }
+      }
+    } else {
+      // A bias add alone is left to elementwise fusion (with its activation): starting the
+      // GEMM from the bias saves nothing over a fused add+relu pass, and small GEMMs would
+      // sum in another order than the unfused `=` product, so results would depend on
+      // whether a check reads the product.
+      return;
+    }
+    if (root == m) return;
+    FusionGroup grp;
+    grp.kind = FusionGroup::kGemm;
+    grp.root = root;
+    grp.members = members;
+    grp.inputs = {mm.inputs[0], mm.inputs[1]};
+    if (addend >= 0) grp.inputs.push_back(addend);
+    Instr& in = grp.instr;
+    in.op = Op::MatMul;
+    in.out = {g_.node(root).dtype, g_.node(root).shape};
+    for (int x : grp.inputs) in.ins.push_back({g_.node(x).dtype, g_.node(x).shape});
+    in.attrs.trans_a = mm.attrs.trans_a;
+    in.attrs.trans_b = mm.attrs.trans_b;
+    in.attrs.scalar = alpha;
+    if (!select_gemm_epilogue(in)) return;
+    add_group(std::move(grp));
+  }
+
+  // A group with `root` as its last elementwise node; with `sum` >= 0, that full reduce_sum
+  // of root's value is the group's result instead.
+  void try_elementwise(int root, int sum) {
+    const Shape& shape = g_.node(root).shape;
+    std::vector<int> members{root};
+    std::vector<bool> in_group(g_.size(), false);
+    in_group[root] = true;
+    for (bool grew = true; grew && static_cast<int>(members.size()) < opt_.max_members;) {
+      grew = false;
+      for (size_t i = 0; i < members.size() && static_cast<int>(members.size()) < opt_.max_members;
+           ++i) {
+        for (int p : g_.node(members[i]).inputs) {
+          if (in_group[p] || plan.group_of[p] >= 0 || !live_[p] || output_[p] || !fusable(p))
+            continue;
+          const Node& pn = g_.node(p);
+          if (pn.shape != shape) continue;
+          // A broadcast is absorbed only over an operand that stays external.
+          if (pn.op == Op::BroadcastTo && g_.node(pn.inputs[0]).shape == shape) continue;
+          bool all_inside = true;
+          for (int c : consumers_[p]) all_inside = all_inside && in_group[c];
+          if (!all_inside) continue;
+          in_group[p] = true;
+          members.push_back(p);
+          grew = true;
+        }
+      }
+    }
+    if (members.size() < (sum >= 0 ? 1u : 2u)) return;
+    std::sort(members.begin(), members.end());
+    FusionGroup grp;
+    grp.kind = sum >= 0 ? FusionGroup::kSum : FusionGroup::kElementwise;
+    grp.root = sum >= 0 ? sum : root;
+    absl::flat_hash_map<int, int> value;  // node -> program arg (step index, or -1 - operand)
+    auto arg_of = [&](int x) {
+      auto it = value.find(x);
+      if (it != value.end()) return it->second;
+      const int a = -1 - static_cast<int>(grp.inputs.size());
+      grp.inputs.push_back(x);
+      value[x] = a;
+      return a;
+    };
+    for (int id : members) {
+      const Node& n = g_.node(id);
+      if (n.op == Op::BroadcastTo) {  // identity: the step kernels broadcast the operand
+        value[id] = arg_of(n.inputs[0]);
+        continue;
+      }
+      FusedOp op;
+      op.node = id;
+      op.op = n.op;
+      op.dtype = n.dtype;
+      op.attrs = n.attrs;
+      for (int in : n.inputs) op.args.push_back(arg_of(in));
+      value[id] = static_cast<int>(grp.program.size());
+      grp.program.push_back(std::move(op));
+    }
+    if (grp.program.size() < (sum >= 0 ? 1u : 2u) ||
+        value[root] != static_cast<int>(grp.program.size()) - 1)
+      return;
+    grp.members = members;
+    Instr& in = grp.instr;
+    for (int x : grp.inputs) in.ins.push_back({g_.node(x).dtype, g_.node(x).shape});
+    if (sum >= 0) {
+      grp.members.push_back(sum);
+      in.op = Op::ReduceSum;
+      in.out = {g_.node(sum).dtype, g_.node(sum).shape};
+      if (!select_fused_sum(in, {g_.node(root).dtype, shape}, grp.program)) return;
+    } else {
+      in.op = g_.node(root).op;
+      in.out = {g_.node(root).dtype, shape};
+      if (!select_fused_elementwise(in, grp.program)) return;
+    }
+    add_group(std::move(grp));
+  }
+
+  void add_group(FusionGroup grp) {
+    const int index = static_cast<int>(plan.groups.size());
+    for (int m : grp.members) plan.group_of[m] = index;
+    plan.groups.push_back(std::move(grp));
+  }
+
+  const Graph& g_;
+  const std::vector<bool>& live_;
+  const FusionOptions& opt_;
+  std::vector<std::vector<int>> consumers_;  // distinct live consumers, in graph order
+  std::vector<bool> output_;
+};
+
+}  // namespace
+
+FusionPlan plan_fusion(const Graph& g, const std::vector<bool>& live,
+                       const FusionOptions& options) {
+  Planner p(g, live, options);
+  p.run();
+  return std::move(p.plan);
+}
+
+std::string FusionPlan::describe(int group) const {
+  const FusionGroup& grp = groups[group];
+  if (grp.kind == FusionGroup::kElementwise)
+    return "fused[" + fused_program_string(grp.program) + "]";
+  if (grp.kind == FusionGroup::kSum)
+    return "fused_sum[" + fused_program_string(grp.program) + "; %" + std::to_string(grp.root) +
+           " = sum]";
+  const Instr& in = grp.instr;
+  std::string s = "gemm[%" + std::to_string(grp.root) + " = ";
+  if (in.ins.size() == 3) s += "in2 + ";
+  char alpha[32];
+  std::snprintf(alpha, sizeof alpha, "%g", in.attrs.scalar);
+  s += std::string(alpha) + " * in0" + (in.attrs.trans_a ? "^T" : "") + " in1" +
+       (in.attrs.trans_b ? "^T" : "") + "; nodes";
+  for (int m : grp.members) s += " %" + std::to_string(m);
+  return s + "]";
+}
+
+}  // namespace fjit
