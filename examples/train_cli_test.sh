@@ -48,6 +48,13 @@ losses=($(grep '^== epoch' "$out" | sed -e 's/.*train loss \([0-9.]*\).*/\1/'))
 awk -v a="${losses[0]}" -v b="${losses[2]}" 'BEGIN { exit !(b < a) }' ||
   fail "epoch loss did not fall: ${losses[*]}"
 
+# Both spellings of the replica count reach the mesh.
+for spelling in "--replicas=2" "--replicas 2"; do
+  "$bin" "${small[@]}" --max-steps 1 $spelling > "$work/replicas.out" 2>&1 || fail "$spelling exited $?"
+  grep -q '^fjit train_fashion_mnist: 2 replica(s) (threads)' "$work/replicas.out" ||
+    fail "$spelling did not give 2 thread replicas: $(head -1 "$work/replicas.out")"
+done
+
 # Stopped after 3 of 6 steps (a checkpoint every 2), then resumed: the same final checkpoint.
 "$bin" "${small[@]}" --replicas 2 --checkpoint-dir "$work/split" --checkpoint-every 2 --max-steps 3 \
   > "$work/first.out" 2>&1 || fail "first half exited $?"
