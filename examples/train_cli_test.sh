@@ -6,8 +6,10 @@
 #                checkpoint byte-identical to the uninterrupted run's; bad data files and bad
 #                options fail with exit 1 / 2 and a message naming the file and what was
 #                expected.
-#   mpi          the same small run under `MPIEXEC -n 2`: its epoch lines equal the thread run's.
-# usage: train_cli_test.sh threads|mpi TRAIN_BINARY FIXTURE_DIR [MPIEXEC...]
+#   mpi          the same small run under `MPIEXEC -n 2`: its epoch lines equal the thread run's;
+#                a run resumed under MPI where only rank 0 sees the checkpoint ends with the
+#                same final checkpoint as the uninterrupted thread run.
+# usage: train_cli_test.sh threads|mpi TRAIN_BINARY FIXTURE_DIR [MPIEXEC -n 2 FLAGS...]
 set -uo pipefail
 mode=$1 bin=$2 fixture=$3
 shift 3
@@ -34,6 +36,20 @@ if [ "$mode" = mpi ]; then
   [ "$(epoch_lines "$work/mpi.out" | wc -l)" -eq 3 ] || fail "the MPI run printed no 3 epoch lines"
   diff <(epoch_lines "$work/threads.out") <(epoch_lines "$work/mpi.out") ||
     fail "MPI ranks and thread replicas trained differently"
+  # Resume under MPI when only rank 0 sees the checkpoint (rank 1 is pointed at an empty
+  # directory, as on a machine without a shared file system): rank 0 broadcasts what it loaded,
+  # and the final checkpoint equals the uninterrupted thread run's byte for byte.
+  "$bin" "${small[@]}" --replicas 2 --checkpoint-dir "$work/full" > /dev/null 2>&1 || fail "thread run exited $?"
+  "$@" "$bin" "${small[@]}" --checkpoint-dir "$work/split" --max-steps 3 > "$work/first.out" 2>&1 ||
+    { cat "$work/first.out"; fail "first half under MPI exited $?"; }
+  launcher=("$1" --allow-run-as-root --oversubscribe --bind-to none)
+  "${launcher[@]}" -n 1 "$bin" "${small[@]}" --checkpoint-dir "$work/split" --resume \
+    : -n 1 "$bin" "${small[@]}" --checkpoint-dir "$work/nowhere" --resume > "$work/second.out" 2>&1 ||
+    { cat "$work/second.out"; fail "resumed MPI run exited $?"; }
+  grep -q 'resumed from .*ckpt-3.safetensors' "$work/second.out" || fail "the MPI run did not resume from step 3"
+  cmp -s "$work/full/ckpt-6.safetensors" "$work/split/ckpt-6.safetensors" ||
+    fail "the resumed MPI run's final checkpoint differs from the uninterrupted thread run's"
+  [ ! -e "$work/nowhere" ] || fail "rank 1 wrote into its checkpoint directory"
   [ "$failures" -eq 0 ] && echo "train_cli_test mpi: OK"
   exit $((failures > 0))
 fi
