@@ -16,8 +16,6 @@
 #include <cstdio>
 #include <exception>
 #include <optional>
-#include <string>
-#include <vector>
 
 #include "lib/idx_reader.h"
 #include "lib/train_loop.h"
@@ -73,21 +71,9 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "%s: %s\n", argv[0], parsed.error.c_str());
     return 2;
   }
-  // Mesh::from_environment reads "--replicas N" only; the parser also accepts "--replicas=N",
-  // so split that form rather than silently running one replica.
-  std::vector<std::string> args(argv, argv + argc);
-  for (size_t i = 1; i < args.size(); ++i)
-    if (args[i].rfind("--replicas=", 0) == 0) {
-      args.insert(args.begin() + i + 1, args[i].substr(11));
-      args[i] = "--replicas";
-    }
-  std::vector<char*> mesh_argv;
-  for (std::string& a : args) mesh_argv.push_back(a.data());
-  mesh_argv.push_back(nullptr);
-  int mesh_argc = static_cast<int>(args.size());
   std::optional<Mesh> maybe_mesh;
   try {
-    maybe_mesh = Mesh::from_environment(mesh_argc, mesh_argv.data());
+    maybe_mesh = mesh_from_command_line(argc, argv);  // "--replicas N" or "--replicas=N"
   } catch (const std::exception& e) {
     std::fprintf(stderr, "%s: %s\n", argv[0], e.what());
     return 2;
