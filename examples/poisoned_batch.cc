@@ -141,7 +141,7 @@ int main(int argc, char** argv) {
   TrainOptions& o = parsed.options;
   bool explicit_replicas = std::getenv("FJIT_REPLICAS") != nullptr;
   for (int i = 1; i < argc; ++i) explicit_replicas |= std::strncmp(argv[i], "--replicas", 10) == 0;
-  Mesh mesh = Mesh::from_environment(argc, argv);
+  Mesh mesh = mesh_from_command_line(argc, argv);
   if (!mesh.is_mpi() && !explicit_replicas) mesh = Mesh::threads(2);  // the point needs two
   const bool primary = mesh.is_primary();
   if (poison_options.replica >= mesh.size() || o.on_check_failure != CheckPolicy::skip_step ||

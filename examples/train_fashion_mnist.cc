@@ -73,7 +73,7 @@ int main(int argc, char** argv) {
   }
   std::optional<Mesh> maybe_mesh;
   try {
-    maybe_mesh = Mesh::from_environment(argc, argv);
+    maybe_mesh = mesh_from_command_line(argc, argv);  // "--replicas N" or "--replicas=N"
   } catch (const std::exception& e) {
     std::fprintf(stderr, "%s: %s\n", argv[0], e.what());
     return 2;

@@ -223,10 +223,12 @@ TEST_F(IdxTest, FashionMnistNamingFallbackAndLabelRange) {
             tmp("t10k-labels-idx1-ubyte") +
                 ": label 12 at index 5 is not a Fashion-MNIST class (expected 0..9)");
   EXPECT_THROW(load_fashion_mnist(dir_.string(), "test"), std::invalid_argument);
-  // With neither name present, the error names the .gz file.
-  EXPECT_NE(error_of([&] { load_fashion_mnist(dir_.string(), "train"); })
-                .find(tmp("train-images-idx3-ubyte.gz") + ": cannot open"),
-            std::string::npos);
+  // With neither name present, the error names the .gz file, what belongs there and where it
+  // usually comes from.
+  const std::string missing = error_of([&] { load_fashion_mnist(dir_.string(), "train"); });
+  EXPECT_EQ(missing.find(tmp("train-images-idx3-ubyte.gz") + ": cannot open"), 0u) << missing;
+  EXPECT_NE(missing.find("expected Fashion-MNIST's train images"), std::string::npos) << missing;
+  EXPECT_NE(missing.find("dataset-fashion-mnist"), std::string::npos) << missing;
 }
 
 TEST(IdxRealData, FullFashionMnistWhenInstalled) {

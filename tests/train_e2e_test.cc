@@ -240,7 +240,8 @@ ParsedOptions parse(std::vector<std::string> args) {
 TEST(TrainOptionsParser, ParsesEveryKindOfValue) {
   ParsedOptions p = parse({"--epochs", "3", "--batch-size=64", "--lr", "3e-4", "--seed", "7",
                            "--checks", "all", "--on-check-failure", "skip_step", "--resume",
-                           "--checkpoint-dir", "/tmp/x", "--layers", "784,32,10", "--replicas", "2"});
+                           "--checkpoint-dir", "/tmp/x", "--layers", "784,32,10", "--replicas", "2",
+                           "--checkpoint-every=50", "--lr-schedule", "constant"});
   ASSERT_TRUE(p.error.empty()) << p.error;
   EXPECT_EQ(p.options.epochs, 3);
   EXPECT_EQ(p.options.batch_size, 64);
@@ -249,6 +250,10 @@ TEST(TrainOptionsParser, ParsesEveryKindOfValue) {
   EXPECT_EQ(p.options.checks, CheckMode::all);
   EXPECT_EQ(p.options.on_check_failure, CheckPolicy::skip_step);
   EXPECT_TRUE(p.options.resume);
+  EXPECT_EQ(p.options.checkpoint_dir, "/tmp/x");
+  EXPECT_EQ(p.options.checkpoint_every, 50);
+  EXPECT_EQ(p.options.replicas, 2);
+  EXPECT_FALSE(p.options.cosine_schedule);
   EXPECT_EQ(p.options.layers, (std::vector<int64_t>{784, 32, 10}));
   EXPECT_TRUE(parse({"--help"}).help);
 }
@@ -257,6 +262,11 @@ TEST(TrainOptionsParser, RejectsBadInput) {
   EXPECT_NE(parse({"--epochs", "0"}).error.find("--epochs"), std::string::npos);
   EXPECT_NE(parse({"--lr", "fast"}).error.find("'fast'"), std::string::npos);
   EXPECT_NE(parse({"--checks", "some"}).error.find("off, user or all"), std::string::npos);
+  EXPECT_NE(parse({"--on-check-failure", "retry"}).error.find("throw, skip_step or log"),
+            std::string::npos);
+  EXPECT_NE(parse({"--batch-size", "-4"}).error.find("--batch-size"), std::string::npos);
+  EXPECT_NE(parse({"--seed", "-1"}).error.find("unsigned"), std::string::npos);
+  EXPECT_NE(parse({"--replicas", "0"}).error.find("--replicas"), std::string::npos);
   EXPECT_NE(parse({"--bogus"}).error.find("unknown option"), std::string::npos);
   EXPECT_NE(parse({"--epochs"}).error.find("needs a value"), std::string::npos);
   EXPECT_NE(parse({"--resume"}).error.find("--checkpoint-dir"), std::string::npos);

@@ -200,9 +200,19 @@ Dataset load_fashion_mnist(const std::string& dir, const std::string& split) {
   auto pick = [&](const std::string& stem) {
     std::string gz = (fs::path(dir) / (stem + ".gz")).string();
     std::string plain = (fs::path(dir) / stem).string();
-    // Name the .gz file in errors unless only the unpacked one exists.
-    return !fs::exists(gz) && fs::exists(plain) ? plain : gz;
+    if (fs::exists(gz) || !fs::exists(plain)) return gz;
+    return plain;  // only the unpacked file exists
   };
+  // Neither name exists: say what belongs there and where it usually comes from, since the
+  // usual cause is a data set that was never installed.
+  for (const char* stem : {"-images-idx3-ubyte", "-labels-idx1-ubyte"}) {
+    const std::string path = pick(split + stem);
+    if (!fs::exists(path))
+      throw std::runtime_error(path + ": cannot open: no such file (expected Fashion-MNIST's " +
+                               split + (stem[1] == 'i' ? " images" : " labels") +
+                               ", gzip or plain IDX; Debian's dataset-fashion-mnist package installs "
+                               "them in " + kDebianFashionMnistDir + ")");
+  }
   std::string labels_path = pick(split + "-labels-idx1-ubyte");
   Dataset ds = load_dataset(pick(split + "-images-idx3-ubyte"), labels_path);
   const int32_t* y = ds.labels.data<int32_t>();

@@ -3,6 +3,8 @@
 #include <cmath>
 #include <filesystem>
 #include <stdexcept>
+#include <string>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -15,6 +17,14 @@ std::string join(const std::vector<int64_t>& v) {
   std::string s;
   for (int64_t x : v) s += (s.empty() ? "" : ",") + std::to_string(x);
   return s;
+}
+
+// Replica 0's `s` on every MPI rank.
+void broadcast_string(const Mesh& mesh, std::string& s) {
+  uint64_t size = s.size();
+  mesh.comm(0).broadcast(&size, sizeof size, 0);
+  s.resize(size);
+  if (size > 0) mesh.comm(0).broadcast(s.data(), size, 0);
 }
 
 // Puts d's entries in the order of `like`'s names (same set of names).
@@ -51,6 +61,20 @@ io::BatchIterator make_batches(const io::Dataset& train, const TrainOptions& o) 
 }
 
 }  // namespace
+
+Mesh mesh_from_command_line(int argc, char** argv) {
+  std::vector<std::string> args(argv, argv + argc);
+  for (size_t i = 1; i < args.size(); ++i)
+    if (args[i].rfind("--replicas=", 0) == 0) {
+      args.insert(args.begin() + static_cast<std::ptrdiff_t>(i) + 1, args[i].substr(11));
+      args[i] = "--replicas";
+    }
+  std::vector<char*> mesh_argv;
+  for (std::string& a : args) mesh_argv.push_back(a.data());
+  mesh_argv.push_back(nullptr);
+  int mesh_argc = static_cast<int>(args.size());
+  return Mesh::from_environment(mesh_argc, mesh_argv.data());
+}
 
 io::NamedArrays checkpoint_tensors(const ArrayDict& params, const ArrayDict& state) {
   io::NamedArrays out;
@@ -202,37 +226,65 @@ void Trainer::save(const std::string& path) {
 }
 
 void Trainer::load(const std::string& path) {
-  io::Checkpoint ck = io::load_checkpoint(path);
-  if (metadata_str(ck, "format") != kFormat)
-    throw std::runtime_error(path + ": not a checkpoint of this trainer (format '" +
-                             metadata_str(ck, "format") + "', expected '" + kFormat + "')");
-  io::check_compatible(ck, checkpoint_tensors(params(), optimizer_state()));
-  const int64_t batch_size = metadata_int(ck, path, "batch_size");
-  if (batch_size != options_.batch_size)
-    throw std::runtime_error(fmt::format("{}: saved with global batch {}, this run uses {}: the data "
-                                         "position would not carry over",
-                                         path, batch_size, options_.batch_size));
-  const uint64_t seed = static_cast<uint64_t>(metadata_int(ck, path, "seed"));
-  const int64_t step = metadata_int(ck, path, "step");
-  const int64_t epoch = metadata_int(ck, path, "epoch");
-  const int64_t batch = metadata_int(ck, path, "batch_in_epoch");
-  if (batch > batches_.batches_per_epoch())
-    throw std::runtime_error(fmt::format("{}: batch {} of an epoch of {} batches", path, batch,
-                                         batches_.batches_per_epoch()));
+  // Replica 0 reads and verifies the file; under MPI the other ranks receive its tensors and
+  // position by broadcast, so they need not see the file, and an error on rank 0 fails every
+  // rank instead of leaving the others waiting in the next collective.
+  ArrayDict params = this->params(), state = optimizer_state();  // shapes to receive into
+  uint64_t position[4] = {0, 0, 0, 0};                            // step, epoch, batch, seed
+  int failed = 0;
+  std::string error;
+  if (mesh_.is_primary()) {
+    try {
+      io::Checkpoint ck = io::load_checkpoint(path);
+      if (metadata_str(ck, "format") != kFormat)
+        throw std::runtime_error(path + ": not a checkpoint of this trainer (format '" +
+                                 metadata_str(ck, "format") + "', expected '" + kFormat + "')");
+      io::check_compatible(ck, checkpoint_tensors(params, state));
+      const int64_t batch_size = metadata_int(ck, path, "batch_size");
+      if (batch_size != options_.batch_size)
+        throw std::runtime_error(fmt::format("{}: saved with global batch {}, this run uses {}: the "
+                                             "data position would not carry over",
+                                             path, batch_size, options_.batch_size));
+      const int64_t batch = metadata_int(ck, path, "batch_in_epoch");
+      if (batch > batches_.batches_per_epoch())
+        throw std::runtime_error(fmt::format("{}: batch {} of an epoch of {} batches", path, batch,
+                                             batches_.batches_per_epoch()));
+      position[0] = static_cast<uint64_t>(metadata_int(ck, path, "step"));
+      position[1] = static_cast<uint64_t>(metadata_int(ck, path, "epoch"));
+      position[2] = static_cast<uint64_t>(batch);
+      position[3] = static_cast<uint64_t>(metadata_int(ck, path, "seed"));
+      ArrayDict loaded_params, loaded_state;
+      for (const auto& [name, a] : params) loaded_params.set(name, *ck.find("params/" + name));
+      for (const auto& [name, a] : state) loaded_state.set(name, *ck.find("opt/" + name));
+      params = std::move(loaded_params);
+      state = std::move(loaded_state);
+    } catch (const std::exception& e) {
+      failed = 1;
+      error = e.what();
+    }
+  }
+  if (mesh_.is_mpi()) {
+    mesh_.comm(0).all_reduce(&failed, 1, DType::i32, ReduceOp::max);
+    if (!failed) {
+      mesh_.comm(0).broadcast(position, sizeof position, 0);
+      params = mesh_.replicate(params);
+      state = mesh_.replicate(state);
+    }
+  }
+  if (failed)
+    throw std::runtime_error(mesh_.is_primary() ? error : "checkpoint load failed on rank 0: " + path);
   // The data order continues from the checkpoint's seed, whatever this run was given.
+  const uint64_t seed = position[3];
   if (seed != options_.seed) {
     options_.seed = seed;
     batches_ = make_batches(train_, options_);
   }
-  ArrayDict params, state;
-  for (const auto& [name, a] : this->params()) params.set(name, *ck.find("params/" + name));
-  for (const auto& [name, a] : optimizer_state()) state.set(name, *ck.find("opt/" + name));
   buffers_[current_] = TrainStepOut{std::move(params), std::move(state), Array(), Array(), Array()};
   buffers_conformed_ = false;
-  batches_.seek(epoch, batch);
-  steps_done_ = step;
-  epoch_ = epoch;
-  batch_in_epoch_ = batch;
+  steps_done_ = static_cast<int64_t>(position[0]);
+  epoch_ = static_cast<int64_t>(position[1]);
+  batch_in_epoch_ = static_cast<int64_t>(position[2]);
+  batches_.seek(epoch_, batch_in_epoch_);
 }
 
 Progress Trainer::make_progress() const {
@@ -248,7 +300,9 @@ double Trainer::run() {
   const bool checkpoints = !options_.checkpoint_dir.empty();
   std::string resumed;
   if (options_.resume && checkpoints) {
-    const std::string path = io::latest_checkpoint(options_.checkpoint_dir);
+    // Replica 0's choice: under MPI the other ranks may not see the directory at all.
+    std::string path = mesh_.is_primary() ? io::latest_checkpoint(options_.checkpoint_dir) : "";
+    if (mesh_.is_mpi()) broadcast_string(mesh_, path);
     if (!path.empty()) {
       load(path);
       resumed = fmt::format("resumed from {} (step {}, epoch {}, batch {})", path, steps_done_,

@@ -52,8 +52,9 @@ class Trainer {
   // Writes a checkpoint (primary replica only; under MPI the others wait at a barrier until
   // the file is complete). Creates the directory if needed.
   void save(const std::string& path);
-  // Restores parameters, optimizer state and the data position. Every replica reads the file.
-  // Throws std::runtime_error when it does not match the model or the batch size.
+  // Restores parameters, optimizer state and the data position. Replica 0 reads and verifies
+  // the file and broadcasts what it holds to the other MPI ranks (which need not see it).
+  // Throws std::runtime_error on every rank when it does not match the model or the batch size.
   void load(const std::string& path);
 
   // The whole run: progress lines, evaluation at each epoch end, checkpoints every
@@ -101,6 +102,10 @@ class Trainer {
   int64_t batch_in_epoch_ = 0;   // of the next batch
   int64_t run_started_at_ = 0;   // steps_done_ when run() began training
 };
+
+// Mesh::from_environment for the examples' command lines, which accept "--replicas=N" as well
+// as "--replicas N" (Mesh reads only the latter). Leaves argv as it is.
+Mesh mesh_from_command_line(int argc, char** argv);
 
 // The checkpoint's tensors: "params/<name>" and "opt/<name>".
 io::NamedArrays checkpoint_tensors(const ArrayDict& params, const ArrayDict& state);
