@@ -5,6 +5,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "core/threads.h"
 #include "parallel/mpi_communicator.h"
 #include "parallel/mpi_runtime.h"
 #include "parallel/shm_communicator.h"
@@ -25,7 +26,7 @@ Mesh Mesh::threads(int n) {
   Mesh m;
   m.state_ = std::make_shared<State>();
   m.state_->size = n;
-  m.state_->pool = std::make_unique<ReplicaPool>(n);
+  m.state_->pool = std::make_unique<ReplicaPool>(n, default_intra_op_threads(n));
   m.reset_communicators();
   return m;
 }
@@ -36,7 +37,7 @@ Mesh Mesh::mpi(int* argc, char*** argv) {
   Mesh m;
   m.state_ = std::make_shared<State>();
   m.state_->mpi = true;
-  m.state_->pool = std::make_unique<ReplicaPool>(1);
+  m.state_->pool = std::make_unique<ReplicaPool>(1, default_intra_op_threads(mpi_local_ranks()));
   m.state_->comms.push_back(std::make_unique<MpiCommunicator>());
   m.state_->size = m.state_->comms[0]->size();
   m.state_->first = m.state_->comms[0]->rank();
@@ -45,15 +46,31 @@ Mesh Mesh::mpi(int* argc, char*** argv) {
 
 Mesh Mesh::from_environment(int& argc, char** argv) {
   if (launched_under_mpi()) return mpi(&argc, &argv);
-  int n = 1;
-  if (const char* env = std::getenv("FJIT_REPLICAS")) n = std::atoi(env);
+  std::string spec;
+  const char* from = "FJIT_REPLICAS";
+  if (const char* env = std::getenv("FJIT_REPLICAS")) spec = env;
+  // `--replicas N` or `--replicas=N`, removed from argv.
   for (int i = 1; i < argc; ++i) {
+    int used = 0;
     if (std::strcmp(argv[i], "--replicas") == 0 && i + 1 < argc) {
-      n = std::atoi(argv[i + 1]);
-      for (int j = i; j + 2 <= argc; ++j) argv[j] = argv[j + 2];
-      argc -= 2;
-      break;
+      spec = argv[i + 1], used = 2;
+    } else if (std::strncmp(argv[i], "--replicas=", 11) == 0) {
+      spec = argv[i] + 11, used = 1;
     }
+    if (used == 0) continue;
+    from = "--replicas";
+    for (int j = i; j + used <= argc; ++j) argv[j] = argv[j + used];
+    argc -= used;
+    break;
+  }
+  int n = 1;
+  if (!spec.empty()) {
+    char* end = nullptr;
+    const long v = std::strtol(spec.c_str(), &end, 10);
+    if (*end != '\0' || v < 1 || v > 1024)
+      throw std::invalid_argument(std::string("Mesh::from_environment: ") + from +
+                                  " must be a replica count >= 1, got '" + spec + "'");
+    n = static_cast<int>(v);
   }
   return threads(n);
 }
@@ -64,6 +81,7 @@ int Mesh::first_replica() const { return state_->first; }
 bool Mesh::is_mpi() const { return state_->mpi; }
 Communicator& Mesh::comm(int local) const { return *state_->comms.at(local); }
 ReplicaPool& Mesh::pool() const { return *state_->pool; }
+int Mesh::intra_op_threads() const { return state_->pool->intra_op_threads(); }
 
 void Mesh::reset_communicators() const {
   if (state_->mpi) return;

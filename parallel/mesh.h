@@ -3,9 +3,9 @@
 //
 // A Mesh is a cheap handle (copies share the replicas). Threads get long-lived workers
 // (ReplicaPool) and a shared-memory communicator group; MPI ranks get an MpiCommunicator over
-// a duplicate of MPI_COMM_WORLD. Intra-op threads per replica: fjit's kernels run on the
-// replica's thread (Eigen is built without its thread pool), so replicas = cores is the
-// intended configuration.
+// a duplicate of MPI_COMM_WORLD. Intra-op threads per replica (core/threads.h): the cores of
+// the machine divided among the replicas that share it (threads of this process, or MPI ranks
+// on this host), at least 1; FJIT_INTRA_OP_THREADS overrides.
 #pragma once
 
 #include <memory>
@@ -26,14 +26,17 @@ class Mesh {
   // One replica per MPI rank; initialises MPI (thread support requested) and installs the
   // handler that turns an uncaught exception into MPI_Abort.
   static Mesh mpi(int* argc = nullptr, char*** argv = nullptr);
-  // Under mpirun: mpi(). Otherwise threads(N) with N from `--replicas N` (removed from argv),
-  // else FJIT_REPLICAS, else 1.
+  // Under mpirun: mpi(). Otherwise threads(N) with N from `--replicas N` or `--replicas=N`
+  // (removed from argv), else FJIT_REPLICAS, else 1. A count that is not an integer >= 1 is
+  // an std::invalid_argument naming where it came from.
   static Mesh from_environment(int& argc, char** argv);
 
   int size() const;           // replicas in the whole job
   int local_size() const;     // replicas in this process
   int first_replica() const;  // job-wide index of this process's replica 0
   bool is_mpi() const;
+  // Threads each replica's kernels may use (core/threads.h).
+  int intra_op_threads() const;
   // True in the process that holds replica 0 (the one that prints and writes checkpoints).
   bool is_primary() const { return first_replica() == 0; }
 

@@ -102,4 +102,14 @@ std::string describe_current_exception() {
 
 void install_mpi_terminate_handler() { std::set_terminate(terminate_job); }
 
+int mpi_local_ranks() {
+  if (!mpi_active()) return 1;
+  MPI_Comm local;
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &local);
+  int n = 1;
+  MPI_Comm_size(local, &n);
+  MPI_Comm_free(&local);
+  return n;
+}
+
 }  // namespace fjit

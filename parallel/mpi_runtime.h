@@ -27,6 +27,9 @@ bool mpi_active();
 // MPI_COMM_WORLD rank, or 0 when MPI is not active.
 int mpi_world_rank();
 
+// How many ranks of MPI_COMM_WORLD share this rank's machine (1 when MPI is not active).
+int mpi_local_ranks();
+
 // Installs the std::terminate handler described above (idempotent). Call after
 // mpi_init_once(); before MPI is active the handler just logs and aborts.
 void install_mpi_terminate_handler();

@@ -1,8 +1,11 @@
 #include "parallel/replica_pool.h"
 
+#include "core/threads.h"
+
 namespace fjit {
 
-ReplicaPool::ReplicaPool(int replicas) : size_(replicas), errors_(replicas) {
+ReplicaPool::ReplicaPool(int replicas, int intra_op_threads)
+    : size_(replicas), intra_op_threads_(intra_op_threads), errors_(replicas) {
   for (int r = 1; r < size_; ++r) threads_.emplace_back([this, r] { worker(r); });
 }
 
@@ -16,6 +19,7 @@ ReplicaPool::~ReplicaPool() {
 }
 
 void ReplicaPool::worker(int replica) {
+  set_intra_op_threads(intra_op_threads_);
   uint64_t seen = 0;
   for (;;) {
     const std::function<void(int)>* task;
@@ -45,11 +49,14 @@ void ReplicaPool::run(const std::function<void(int)>& fn) {
     ++generation_;
   }
   start_cv_.notify_all();
+  const int callers_threads = fjit::intra_op_threads();
+  set_intra_op_threads(intra_op_threads_);
   try {
     fn(0);
   } catch (...) {
     errors_[0] = std::current_exception();
   }
+  set_intra_op_threads(callers_threads);
   {
     std::unique_lock<std::mutex> lock(mu_);
     done_cv_.wait(lock, [&] { return pending_ == 0; });

@@ -63,17 +63,11 @@ io::BatchIterator make_batches(const io::Dataset& train, const TrainOptions& o) 
 }  // namespace
 
 Mesh mesh_from_command_line(int argc, char** argv) {
-  std::vector<std::string> args(argv, argv + argc);
-  for (size_t i = 1; i < args.size(); ++i)
-    if (args[i].rfind("--replicas=", 0) == 0) {
-      args.insert(args.begin() + static_cast<std::ptrdiff_t>(i) + 1, args[i].substr(11));
-      args[i] = "--replicas";
-    }
-  std::vector<char*> mesh_argv;
-  for (std::string& a : args) mesh_argv.push_back(a.data());
+  // Mesh removes the option from the argv it is given; the caller's argv stays whole for
+  // the option parser.
+  std::vector<char*> mesh_argv(argv, argv + argc);
   mesh_argv.push_back(nullptr);
-  int mesh_argc = static_cast<int>(args.size());
-  return Mesh::from_environment(mesh_argc, mesh_argv.data());
+  return Mesh::from_environment(argc, mesh_argv.data());
 }
 
 io::NamedArrays checkpoint_tensors(const ArrayDict& params, const ArrayDict& state) {

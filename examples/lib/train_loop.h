@@ -103,8 +103,8 @@ class Trainer {
   int64_t run_started_at_ = 0;   // steps_done_ when run() began training
 };
 
-// Mesh::from_environment for the examples' command lines, which accept "--replicas=N" as well
-// as "--replicas N" (Mesh reads only the latter). Leaves argv as it is.
+// Mesh::from_environment ("--replicas N" or "--replicas=N") that leaves argv as it is, for
+// the examples' own option parser.
 Mesh mesh_from_command_line(int argc, char** argv);
 
 // The checkpoint's tensors: "params/<name>" and "opt/<name>".
