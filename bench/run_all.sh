@@ -20,6 +20,9 @@
 # Timings are only comparable within one run on an idle machine: the header records the load
 # average before and after so a reader can tell. The suite takes about 6-9 minutes.
 set -uo pipefail
+# Figures are per core: one intra-op thread per replica, for fjit and the baselines alike
+# (Eigen's GEMM uses OpenMP). One extra run shows the train step with 2 intra-op threads.
+export OMP_NUM_THREADS=1 FJIT_INTRA_OP_THREADS=1
 BUILD=${1:-build}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 RESULTS=${FJIT_BENCH_RESULTS:-$ROOT/bench/RESULTS.md}
@@ -70,6 +73,7 @@ G=(--benchmark_color=false)
 run core_bench "$B/core_bench" --benchmark_min_time="$MIN_TIME" "${G[@]}"
 run train_step_bench "$B/train_step_bench" --benchmark_min_time="$MIN_TIME" "${G[@]}"
 run train_step_interleaved env FJIT_BENCH_INTERLEAVED=1 "$B/train_step_bench" --benchmark_filter=none
+run train_step_2_threads env OMP_NUM_THREADS=2 FJIT_BENCH_INTERLEAVED=1 "$B/train_step_bench" --benchmark_filter=none
 run checks_bench "$B/checks_bench" --benchmark_min_time="$MIN_TIME" "${G[@]}"
 run checks_interleaved env FJIT_BENCH_INTERLEAVED=1 "$B/checks_bench" --benchmark_filter=none
 run allreduce_bench "${MPIEXEC[@]}" "$B/allreduce_bench" "${G[@]}"
