@@ -57,6 +57,21 @@ double Array::item_as_double() const {
   return at_as_double(0);
 }
 
+Array Array::rows(int64_t begin, int64_t end) const {
+  if (rank() == 0 || begin < 0 || begin > end || end > shape_[0])
+    throw std::out_of_range("Array::rows: rows [" + std::to_string(begin) + ", " + std::to_string(end) +
+                            ") of an array of shape " + shape_str(shape_));
+  Array view;
+  view.dtype_ = dtype_;
+  view.shape_ = shape_;
+  view.shape_[0] = end - begin;
+  view.size_ = num_elements(view.shape_);
+  view.defined_ = true;
+  const size_t row_bytes = shape_[0] ? nbytes() / shape_[0] : 0;
+  view.storage_ = std::shared_ptr<std::byte>(storage_, storage_.get() + begin * row_bytes);
+  return view;
+}
+
 Array Array::clone() const {
   if (!defined_) return Array();
   Array out(dtype_, shape_);

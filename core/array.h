@@ -2,7 +2,8 @@
 // back from compiled functions.
 //
 // Arrays share their storage when copied (like a numpy view of the whole buffer): copying an
-// Array is cheap, and `clone()` makes an independent deep copy. Storage is 64-byte aligned.
+// Array is cheap, and `clone()` makes an independent deep copy. Storage made by the
+// constructor is 64-byte aligned; a view made by rows() starts at its first row.
 #pragma once
 
 #include <cstring>
@@ -98,10 +99,19 @@ class Array {
   double at_as_double(int64_t i) const;
 
   Array clone() const;
+  // Rows [begin, end) along axis 0 as a view: no copy, the storage is shared (writes through
+  // either are seen by both) and stays alive while the view does. REQUIRES: rank >= 1,
+  // 0 <= begin <= end <= shape()[0]; otherwise std::out_of_range naming the shapes.
+  Array rows(int64_t begin, int64_t end) const;
   // True when dtype, shape and every byte of data are equal.
   bool bit_equal(const Array& other) const;
-  // Same storage (as after a copy of the handle).
-  bool shares_storage_with(const Array& other) const { return storage_ == other.storage_; }
+  // True when the two arrays' bytes overlap: copies of one handle, or row views of
+  // overlapping rows. Empty arrays overlap nothing.
+  bool shares_storage_with(const Array& other) const {
+    const auto* a = static_cast<const std::byte*>(raw());
+    const auto* b = static_cast<const std::byte*>(other.raw());
+    return nbytes() > 0 && other.nbytes() > 0 && a < b + other.nbytes() && b < a + nbytes();
+  }
   // A stable 64-bit hash of dtype, shape and data (FNV-1a); used for fingerprints.
   uint64_t fingerprint() const;
   std::string to_string(int max_elements = 16) const;

@@ -51,9 +51,10 @@ class Mesh {
   ArrayDict replicate(const ArrayDict& values) const;
   Array replicate(const Array& value) const;
 
-  // Splits a batch along axis 0 into this process's replicas' shards (threads), as evenly as
-  // possible (sizes differ by at most 1; pmean weights them so means stay exact). Under MPI
-  // each rank already holds its shard and gets it back unchanged.
+  // Splits a batch along axis 0 into this process's replicas' shards (threads: row views of
+  // the batch, no copy), as evenly as possible (sizes differ by at most 1; pmean weights them
+  // so means stay exact). Under MPI each rank already holds its shard and gets it back
+  // unchanged.
   std::vector<Array> shard(const Array& batch) const;
   // Shard r's [begin, end) rows of a batch of `rows` over `parts` parts.
   static std::pair<int64_t, int64_t> shard_range(int64_t rows, int parts, int r);
