@@ -11,6 +11,7 @@
 
 #include <tuple>
 #include <type_traits>
+#include <utility>
 
 #include "core/jit_core.h"
 #include "core/tree.h"
@@ -171,11 +172,12 @@ class Jitted {
         f,
         [&](TraceContext& ctx) {
           std::vector<std::string> paths;
-          int i = 0;
           // Braced initialisation evaluates left to right: parameters follow the flat order.
           using Tuple = std::tuple<typename detail::ArgTraits<A>::Traced...>;
-          traced_args_ = std::make_shared<Tuple>(
-              Tuple{detail::ArgTraits<A>::make(args, ctx, "arg" + std::to_string(i++), paths)...});
+          traced_args_ = [&]<size_t... I>(std::index_sequence<I...>) {
+            return std::make_shared<Tuple>(
+                Tuple{detail::ArgTraits<A>::make(args, ctx, "arg" + std::to_string(I), paths)...});
+          }(std::index_sequence_for<A...>{});
           return paths;
         },
         [&](TraceContext& ctx, OutTree& tree) {

@@ -16,6 +16,8 @@
 // every replica (enable the divergence check to verify that).
 #pragma once
 
+#include <utility>
+
 #include "core/jit.h"
 #include "parallel/collectives.h"
 #include "parallel/mesh.h"
@@ -116,10 +118,11 @@ class Pmapped {
         [&](TraceContext& ctx, int replica) {
           lookup_replica_ = replica;
           std::vector<std::string> paths;
-          int i = 0;
           using Tuple = std::tuple<typename detail::ArgTraits<A>::Traced...>;
           // Replica 0's shapes define the traced parameters (braced init: left to right).
-          traced_ = std::make_shared<Tuple>(Tuple{make_traced(args, ctx, i++, paths)...});
+          traced_ = [&]<size_t... I>(std::index_sequence<I...>) {
+            return std::make_shared<Tuple>(Tuple{make_traced(args, ctx, static_cast<int>(I), paths)...});
+          }(std::index_sequence_for<A...>{});
           ctx.parameter(DType::f32, {}, "__replica_weight");
           paths.push_back("__replica_weight");
           return paths;
