@@ -78,6 +78,11 @@ std::shared_ptr<Executable> Compiler::lower(std::shared_ptr<const Graph> gp, std
       output_of[g.outputs[k]] = static_cast<int>(k);
   }
   const FusionPlan fusion = plan_fusion(g, live, fusion_options);
+  exe->output_writer.assign(g.outputs.size(), -1);
+  std::vector<int> input_of(g.size(), -1);
+  for (size_t k = 0; k < g.parameters.size(); ++k) input_of[g.parameters[k]] = static_cast<int>(k);
+  exe->input_last_read.assign(g.parameters.size(), -1);
+  exe->input_last_read_in_place.assign(g.parameters.size(), false);
   std::vector<PlannedValue> planned;
   std::vector<int> planned_node;
   std::vector<int> value_of(g.size(), -1);
@@ -110,7 +115,25 @@ std::shared_ptr<Executable> Compiler::lower(std::shared_ptr<const Graph> gp, std
     instr.node = id;
     for (int in : operands) instr.in_bufs.push_back(node_buf[in]);
     const int index = static_cast<int>(exe->instrs.size());
+    // Whether operand k may share storage with this instruction's result: same shape, and a
+    // kernel that reads each element before it writes it (for a GEMM epilogue, only the addend).
+    auto in_place_operand = [&](size_t k) {
+      const int in = operands[k];
+      if (group >= 0 && fusion.groups[group].kind == FusionGroup::kGemm)
+        return k == 2 && in != operands[0] && in != operands[1] && g.node(in).shape == n.shape;
+      if (group >= 0)
+        return g.node(in).shape == n.shape && dtype_size(g.node(in).dtype) == dtype_size(n.dtype);
+      return in_place_ok(n, g.node(in));
+    };
+    for (size_t k = 0; k < operands.size(); ++k) {
+      const int p = input_of[operands[k]];
+      if (p < 0) continue;
+      const bool ok = in_place_operand(k);
+      if (exe->input_last_read[p] == index) exe->input_last_read_in_place[p] = exe->input_last_read_in_place[p] && ok;
+      else exe->input_last_read[p] = index, exe->input_last_read_in_place[p] = ok;
+    }
     if (output_of[id] >= 0) {
+      exe->output_writer[output_of[id]] = index;
       node_buf[id] = new_buffer({BufferRef::kOutput, output_of[id]});
     } else {
       node_buf[id] = new_buffer({BufferRef::kArena, 0});
@@ -119,13 +142,7 @@ std::shared_ptr<Executable> Compiler::lower(std::shared_ptr<const Graph> gp, std
       v.def = v.last_use = index;
       for (size_t k = 0; k < operands.size(); ++k) {
         const int in = operands[k];
-        if (value_of[in] < 0) continue;
-        bool ok = in_place_ok(n, g.node(in));
-        if (group >= 0 && fusion.groups[group].kind != FusionGroup::kGemm)
-          ok = g.node(in).shape == n.shape && dtype_size(g.node(in).dtype) == dtype_size(n.dtype);
-        if (group >= 0 && fusion.groups[group].kind == FusionGroup::kGemm)  // only the addend
-          ok = k == 2 && in != operands[0] && in != operands[1] && g.node(in).shape == n.shape;
-        if (ok) v.in_place_candidates.push_back(value_of[in]);
+        if (value_of[in] >= 0 && in_place_operand(k)) v.in_place_candidates.push_back(value_of[in]);
       }
       value_of[id] = static_cast<int>(planned.size());
       planned.push_back(std::move(v));
@@ -154,6 +171,11 @@ std::shared_ptr<Executable> Compiler::lower(std::shared_ptr<const Graph> gp, std
     copy.out_buf = new_buffer({BufferRef::kOutput, static_cast<int64_t>(k)});
     const int index = static_cast<int>(exe->instrs.size());
     if (value_of[id] >= 0) planned[value_of[id]].last_use = index;
+    exe->output_writer[k] = index;
+    if (const int p = input_of[id]; p >= 0) {  // a copy reads each byte before writing it
+      if (exe->input_last_read[p] != index) exe->input_last_read_in_place[p] = true;
+      exe->input_last_read[p] = index;
+    }
     select_kernel(copy);
     exe->instrs.push_back(std::move(copy));
   }

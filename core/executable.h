@@ -31,6 +31,15 @@ class Executable {
   void run(const void* const* inputs, void* const* outputs, RunContext& ctx, void* workspace) const;
 
   size_t workspace_bytes() const { return table_bytes_ + arena_bytes; }
+  // Donation: true when output k may be written into input i's own storage, i.e. the plan
+  // reads input i only before the instruction that writes output k, or in that instruction
+  // as an operand it can update in place (same shape, elementwise, or a GEMM epilogue's
+  // addend). The types must match too (the caller checks that).
+  bool can_alias(int input, int output) const {
+    const int w = output_writer[output];
+    const int r = input_last_read[input];
+    return w >= 0 && (r < w || (r == w && input_last_read_in_place[input]));
+  }
   int num_check_sites() const { return static_cast<int>(check_sites.size()); }
   // The plan, one instruction per line with its buffer assignment.
   std::string plan_string() const;
@@ -44,6 +53,11 @@ class Executable {
   size_t arena_bytes = 0;              // intermediate values, after buffer reuse
   size_t min_live_bytes = 0;           // the largest set of values live at one time
   int64_t flops = 0;                   // matmul multiply-adds x2, for reports
+  // For can_alias(): per output, the one instruction that writes it (-1: none); per input,
+  // the last instruction that reads it (-1: none) and whether every read there is in place.
+  std::vector<int> output_writer;
+  std::vector<int> input_last_read;
+  std::vector<bool> input_last_read_in_place;
 
  private:
   friend class Compiler;

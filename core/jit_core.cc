@@ -1,5 +1,6 @@
 #include "core/jit_core.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -223,6 +224,17 @@ std::shared_ptr<const CompiledEntry> JitCore::compile_locked(const FlatArgs& arg
   return entry;
 }
 
+bool JitCore::donated(const FlatArgs& args, size_t leaf) const {
+  const auto& d = options_.donate_argnums;
+  return std::find(d.begin(), d.end(), args.arg_of_leaf[leaf]) != d.end();
+}
+
+bool JitCore::sole_owner_of_bytes(const FlatArgs& args, size_t leaf) {
+  for (size_t j = 0; j < args.leaves.size(); ++j)
+    if (j != leaf && args.leaves[j]->shares_storage_with(*args.leaves[leaf])) return false;
+  return true;
+}
+
 StepResult JitCore::run(const CompiledEntry& entry, const FlatArgs& args, std::span<Array> outputs,
                         Communicator* comm, int replica, int64_t step) {
   const Executable& exe = *entry.exe;
@@ -230,10 +242,17 @@ StepResult JitCore::run(const CompiledEntry& entry, const FlatArgs& args, std::s
   s.ins.resize(args.leaves.size());
   for (size_t i = 0; i < args.leaves.size(); ++i) s.ins[i] = args.leaves[i]->raw();
   s.outs.resize(outputs.size());
+  const bool may_donate = !options_.donate_argnums.empty() &&
+                          (exe.num_check_sites() == 0 ||
+                           options_.policy.value_or(default_check_policy()) == CheckPolicy::log);
   for (size_t k = 0; k < outputs.size(); ++k) {
     bool fresh = !same_type(outputs[k], exe.output_types[k]);
-    for (size_t i = 0; i < args.leaves.size() && !fresh; ++i)
-      fresh = outputs[k].shares_storage_with(*args.leaves[i]) && outputs[k].nbytes() > 0;
+    const int donor = may_donate && k < entry.out.passthrough.size() ? entry.out.passthrough[k] : -1;
+    for (size_t i = 0; i < args.leaves.size() && !fresh; ++i) {
+      if (!outputs[k].shares_storage_with(*args.leaves[i])) continue;
+      fresh = !(static_cast<int>(i) == donor && donated(args, i) && exe.can_alias(donor, static_cast<int>(k)) &&
+                outputs[k].raw() == args.leaves[i]->raw() && sole_owner_of_bytes(args, i));
+    }
     for (size_t j = 0; j < k && !fresh; ++j)
       fresh = outputs[k].shares_storage_with(outputs[j]) && outputs[k].nbytes() > 0;
     if (fresh) outputs[k] = Array(exe.output_types[k].dtype, exe.output_types[k].shape);

@@ -26,6 +26,13 @@ struct JitOptions {
   std::optional<CheckPolicy> policy;    // default: FJIT_ON_CHECK_FAILURE, else throw_error
   int recompile_warn_threshold = -1;    // default: FJIT_RECOMPILE_WARN, else 8
   int64_t large_constant_bytes = -1;    // default: FJIT_LARGE_CONSTANT_BYTES, else 1 MiB
+  // Donation (JAX's donate_argnums): top-level arguments whose storage the step may reuse for
+  // the outputs that replace them. With run_into(out, args...) where `out` holds the very
+  // Arrays passed as a donated argument (e.g. the parameters), each updated leaf is written in
+  // place when the plan allows it (Executable::can_alias); otherwise, and in every case where
+  // a raised check must leave the previous state intact (check sites under the throw or
+  // skip_step policy), a fresh output is allocated as without donation. Not used by pmap.
+  std::vector<int> donate_argnums;
   // Set by pmap: the named axis collectives may use, and the number of replicas on it.
   std::vector<std::string> axis_names;
   int num_replicas = 1;
@@ -112,6 +119,9 @@ class JitCore {
   std::shared_ptr<const CompiledEntry> compile_locked(const FlatArgs& args, const ParamFn& params,
                                                       const TraceFn& trace)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Donation: leaf belongs to a donated argument; no other input leaf overlaps its bytes.
+  bool donated(const FlatArgs& args, size_t leaf) const;
+  static bool sole_owner_of_bytes(const FlatArgs& args, size_t leaf);
   std::string describe_change(const FlatArgs& args, const CompiledEntry& prev,
                               std::string* changed_leaf) const;
 

@@ -75,6 +75,10 @@ PmapCore::PmapCore(Mesh mesh, std::string axis, PmapOptions options)
                             : (std::getenv("FJIT_DIVERGENCE_CHECK_EVERY") ? std::atoi(std::getenv("FJIT_DIVERGENCE_CHECK_EVERY")) : 0)),
       jit_([&] {
         JitOptions o = options.jit;
+        // Thread replicas read one shared copy of replicated inputs: none may write it in place.
+        if (!o.donate_argnums.empty())
+          log().warn("pmap '{}': donate_argnums is ignored under pmap (replicas share their inputs)", o.name);
+        o.donate_argnums.clear();
         o.axis_names = {axis_};
         o.num_replicas = mesh_.size();
         return o;
