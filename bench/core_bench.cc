@@ -8,6 +8,7 @@
 #include <atomic>
 
 #include "fjit.h"
+#include "examples/lib/mlp_model.h"
 
 extern "C" {
 void* __libc_malloc(size_t);
@@ -94,13 +95,7 @@ BENCHMARK(BM_MlpForwardAllocationsPerStep)->Unit(benchmark::kMillisecond);
 // Arena bytes of compiled training steps (value_and_grad + SGD) against their minimal live
 // set (the peak of simultaneously live intermediates): deterministic, reported as counters.
 Tensor mlp_loss(const Params& p, const Tensor& x, const Tensor& y) {
-  const int layers = static_cast<int>(p.size() / 2);
-  Tensor h = x;
-  for (int k = 1; k <= layers; ++k) {
-    h = matmul(h, p["w" + std::to_string(k)]) + p["b" + std::to_string(k)];
-    if (k < layers) h = relu(h);
-  }
-  return mean(softmax_cross_entropy(h, y));
+  return mean(softmax_cross_entropy(examples::mlp_logits(p, x), y));
 }
 void BM_TrainStepArena(benchmark::State& state, std::vector<int64_t> sizes, int64_t batch) {
   auto step = jit([](const Params& p, const Tensor& x, const Tensor& y) {

@@ -22,6 +22,7 @@
 #include "bench/mlp_reference.h"
 #include "core/fjit.h"
 #include "core/init.h"
+#include "examples/lib/mlp_model.h"
 
 using namespace fjit;
 
@@ -37,13 +38,7 @@ const Config kLarge{{784, 512, 512, 10}, 128};
 const Config kSmall{{64, 128, 10}, 64};
 
 Tensor mlp_loss(const Params& p, const Tensor& x, const Tensor& y) {
-  const int layers = static_cast<int>(p.size() / 2);
-  Tensor h = x;
-  for (int k = 1; k <= layers; ++k) {
-    h = matmul(h, p["w" + std::to_string(k)]) + p["b" + std::to_string(k)];
-    if (k < layers) h = relu(h);
-  }
-  return mean(softmax_cross_entropy(h, y));
+  return mean(softmax_cross_entropy(examples::mlp_logits(p, x), y));
 }
 
 auto make_step(std::vector<int> donate = {}) {

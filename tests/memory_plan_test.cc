@@ -8,18 +8,13 @@
 #include "core/compiler.h"
 #include "core/fjit.h"
 #include "core/init.h"
+#include "examples/lib/mlp_model.h"
 
 namespace fjit {
 namespace {
 
 Tensor mlp_loss(const Params& p, const Tensor& x, const Tensor& y) {
-  const int layers = static_cast<int>(p.size() / 2);
-  Tensor h = x;
-  for (int k = 1; k <= layers; ++k) {
-    h = matmul(h, p["w" + std::to_string(k)]) + p["b" + std::to_string(k)];
-    if (k < layers) h = relu(h);
-  }
-  return mean(softmax_cross_entropy(h, y));
+  return mean(softmax_cross_entropy(examples::mlp_logits(p, x), y));
 }
 
 std::shared_ptr<const Executable> train_step_plan(const std::vector<int64_t>& sizes,
