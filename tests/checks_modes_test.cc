@@ -9,8 +9,8 @@
 #include <cstdlib>
 #include <limits>
 
-#include "fjit.h"
 #include "core/init.h"
+#include "fjit.h"
 #include "tests/test_util.h"
 
 namespace fjit {
@@ -183,7 +183,8 @@ void expect_step_bit_identical_across_modes(const std::vector<int64_t>& sizes, i
     auto [q1, m1] = f(p, x, y);
     auto [q2, m2] = f(q1, x, y);
     EXPECT_GT(f.core().last_entry()->exe->num_check_sites(), 0) << v.name;
-    EXPECT_TRUE(m1.bit_equal(l1)) << v.name << ": loss " << m1.item<float>() << " vs " << l1.item<float>();
+    EXPECT_TRUE(m1.bit_equal(l1)) << v.name << ": loss " << m1.item<float>() << " vs "
+                                  << l1.item<float>();
     EXPECT_TRUE(m2.bit_equal(l2)) << v.name << ": second loss " << m2.item<float>() << " vs "
                                   << l2.item<float>();
     for (size_t i = 0; i < p1.size(); ++i) {

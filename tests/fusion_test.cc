@@ -375,20 +375,20 @@ TEST(Fusion, GemmUpdateRoundsAsTheEpilogue) {
           return compile(ctx.graph, {}, {});
         };
         std::vector<Array> ins = {random_array(t, as, rng), random_array(t, bs, rng),
-                                  random_array(t, {cs.m, cs.n}, rng),
-                                  random_array(t, {cs.n}, rng)};
+                                  random_array(t, {cs.m, cs.n}, rng), random_array(t, {cs.n}, rng)};
         auto alone = build(0);
         const bool epilogue = count_label(*alone, "gemm[") == 1;
         epilogues += epilogue;
         const Array want = run(*alone, ins)[0];
         if (cs.m * cs.k * cs.n < 400000)  // the reference GEMM is slow
-          EXPECT_LT(max_diff(want, reference(*alone->graph, ins)[0]), t == DType::f32 ? 1e-5 : 1e-12);
+          EXPECT_LT(max_diff(want, reference(*alone->graph, ins)[0]),
+                    t == DType::f32 ? 1e-5 : 1e-12);
         for (int extra = 1; extra <= 3; ++extra) {
           auto shared = build(extra);
           EXPECT_EQ(count_label(*shared, "update["), epilogue ? 1 : 0) << shared->plan_string();
           EXPECT_TRUE(run(*shared, ins)[0].bit_equal(want))
-              << cs.m << "x" << cs.k << "x" << cs.n << " form " << form << " extra " << extra
-              << " " << dtype_name(t) << "\n"
+              << cs.m << "x" << cs.k << "x" << cs.n << " form " << form << " extra " << extra << " "
+              << dtype_name(t) << "\n"
               << alone->plan_string() << shared->plan_string();
         }
       }

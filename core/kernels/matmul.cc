@@ -272,10 +272,14 @@ bool select_epilogue_update(Instr& instr) {
   instr.p[6] = 0;
   if (instr.ins.size() == 2) {
     const Shape& d = instr.ins[1].shape;
-    if (d == instr.out.shape) instr.p[6] = 1;
-    else if (instr.ins[1].size() == 1) instr.p[6] = 3;
-    else if (instr.ins[1].size() == instr.p[2] && d.back() == instr.p[2]) instr.p[6] = 2;
-    else return false;
+    if (d == instr.out.shape)
+      instr.p[6] = 1;
+    else if (instr.ins[1].size() == 1)
+      instr.p[6] = 3;
+    else if (instr.ins[1].size() == instr.p[2] && d.back() == instr.p[2])
+      instr.p[6] = 2;
+    else
+      return false;
   }
   instr.fn = t == DType::f32 ? update_kernel<float> : update_kernel<double>;
   return true;
