@@ -350,7 +350,7 @@ TEST(Fusion, GemmUpdateRoundsAsTheEpilogue) {
       for (int form = 0; form < 4; ++form) {
         const Shape as = cs.ta ? Shape{cs.k, cs.m} : Shape{cs.m, cs.k};
         const Shape bs = cs.tb ? Shape{cs.n, cs.k} : Shape{cs.k, cs.n};
-        auto build = [&](int extra) {
+        auto build = [&](int extra, bool fuse = true) {
           TraceContext ctx({});
           Tensor a = ctx.parameter(t, as, "a");
           Tensor b = ctx.parameter(t, bs, "b");
@@ -372,7 +372,9 @@ TEST(Fusion, GemmUpdateRoundsAsTheEpilogue) {
             ctx.graph.effects.push_back(ctx.graph.add(
                 Node{Op::Check, DType::boolean, {}, {flag.id(), scaled.id()}, at, {}}));
           }
-          return compile(ctx.graph, {}, {});
+          CompileOptions o;
+          o.fuse = fuse;
+          return compile(ctx.graph, {}, o);
         };
         std::vector<Array> ins = {random_array(t, as, rng), random_array(t, bs, rng),
                                   random_array(t, {cs.m, cs.n}, rng), random_array(t, {cs.n}, rng)};
@@ -386,6 +388,12 @@ TEST(Fusion, GemmUpdateRoundsAsTheEpilogue) {
         for (int extra = 1; extra <= 3; ++extra) {
           auto shared = build(extra);
           EXPECT_EQ(count_label(*shared, "update["), epilogue ? 1 : 0) << shared->plan_string();
+          if (extra == 1) {  // the update also sums the squares: as the unfused sum does
+            EXPECT_EQ(shared->plan_string().find("sum(in0 * in0)") != std::string::npos, epilogue)
+                << shared->plan_string();
+            EXPECT_TRUE(run(*shared, ins)[1].bit_equal(run(*build(1, false), ins)[1]))
+                << cs.m << "x" << cs.k << "x" << cs.n << " " << dtype_name(t);
+          }
           EXPECT_TRUE(run(*shared, ins)[0].bit_equal(want))
               << cs.m << "x" << cs.k << "x" << cs.n << " form " << form << " extra " << extra << " "
               << dtype_name(t) << "\n"

@@ -64,8 +64,10 @@ bool select_gemm_epilogue(Instr& instr);
 // whether the product was also needed. instr.ins = {x} or {x, addend} (x of the output's shape,
 // addend broadcast as above), alpha = instr.attrs.scalar. The output may alias x or a
 // same-shape addend. Use it only for a product for which select_gemm_epilogue succeeds: only
-// then is the rounding the same.
-bool select_epilogue_update(Instr& instr);
+// then is the rounding the same. with_sum_of_squares: the instruction also writes the full sum
+// of x's squares (of type T, bit-identical to the unfused sum(x * x)) to one more buffer,
+// in_bufs[ins.size()], which the caller appends after the operands' buffers.
+bool select_epilogue_update(Instr& instr, bool with_sum_of_squares = false);
 
 // "%9 = add(%8, in1); %10 = relu(%9)": a program with its nodes, for plan dumps.
 std::string fused_program_string(const std::vector<FusedOp>& program);

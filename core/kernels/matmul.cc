@@ -103,34 +103,64 @@ void epilogue_kernel(const Instr& in, const Frame& f) {
 // The update an epilogue computes, out = addend + alpha * x, for an x already materialized:
 // std::fma, the single rounding of the GEMM's own store (pmadd(acc, alpha, out)), so that an
 // update whose product a check also reads is bit-identical to the epilogue without the check.
-// ins = {x} or {x, addend}; p[2] = N (row length), p[6] as in epilogue_kernel.
+// ins = {x} or {x, addend}; p[2] = N (row length), p[6] as in epilogue_kernel. Elements
+// [lo, hi) of the flat output.
 template <class T>
-void update_kernel(const Instr& in, const Frame& f) {
+void update_range(const Instr& in, const Frame& f, int64_t lo, int64_t hi) {
   const T alpha = static_cast<T>(in.attrs.scalar);
   const T* x = in.in<T>(f, 0);
   T* out = in.output<T>(f);
-  const int64_t total = in.out.size(), n = in.p[2];
   switch (in.p[6]) {
     case 0:
-      for (int64_t i = 0; i < total; ++i) out[i] = std::fma(alpha, x[i], T(0));
+      for (int64_t i = lo; i < hi; ++i) out[i] = std::fma(alpha, x[i], T(0));
       break;
     case 1: {
       const T* d = in.in<T>(f, 1);
-      for (int64_t i = 0; i < total; ++i) out[i] = std::fma(alpha, x[i], d[i]);
+      for (int64_t i = lo; i < hi; ++i) out[i] = std::fma(alpha, x[i], d[i]);
       break;
     }
     case 2: {
       const T* d = in.in<T>(f, 1);
-      for (int64_t r = 0; r < total; r += n)
-        for (int64_t j = 0; j < n; ++j) out[r + j] = std::fma(alpha, x[r + j], d[j]);
+      const int64_t n = in.p[2];
+      for (int64_t i = lo, j = lo % n; i < hi; ++i, j = j + 1 == n ? 0 : j + 1)
+        out[i] = std::fma(alpha, x[i], d[j]);
       break;
     }
     case 3: {
       const T d = *in.in<T>(f, 1);
-      for (int64_t i = 0; i < total; ++i) out[i] = std::fma(alpha, x[i], d);
+      for (int64_t i = lo; i < hi; ++i) out[i] = std::fma(alpha, x[i], d);
       break;
     }
   }
+}
+
+template <class T>
+void update_kernel(const Instr& in, const Frame& f) {
+  update_range<T>(in, f, 0, in.out.size());
+}
+
+// With the sum of x's squares as a second result (in_bufs.back()): the squares are summed in
+// the tree of the unfused full sum (reduce.cc's blocked_sum: leaves of 2048, Eigen's redux of
+// an aligned leaf, pairwise above), so the sum is bit-identical to sum(x * x) computed apart.
+constexpr int64_t kSquareLeaf = 2048;
+template <class T>
+T update_and_square_sum(const Instr& in, const Frame& f, T* leaf, int64_t lo, int64_t n) {
+  if (n <= kSquareLeaf) {
+    update_range<T>(in, f, lo, lo + n);
+    const T* x = in.in<T>(f, 0) + lo;
+    for (int64_t i = 0; i < n; ++i) leaf[i] = x[i] * x[i];
+    return Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>(leaf, n).sum();
+  }
+  const int64_t half = ((n / kSquareLeaf + 1) / 2) * kSquareLeaf;
+  return update_and_square_sum<T>(in, f, leaf, lo, half) +
+         update_and_square_sum<T>(in, f, leaf, lo + half, n - half);
+}
+
+template <class T>
+void update_sum_kernel(const Instr& in, const Frame& f) {
+  alignas(64) T leaf[kSquareLeaf];
+  *static_cast<T*>(f.bufs[in.in_bufs.back()]) =
+      update_and_square_sum<T>(in, f, leaf, 0, in.out.size());
 }
 
 // True when Eigen's GEMM stores addend + alpha * acc with one rounding, acc being exactly what
@@ -259,7 +289,7 @@ bool select_gemm_epilogue(Instr& instr) {
   return true;
 }
 
-bool select_epilogue_update(Instr& instr) {
+bool select_epilogue_update(Instr& instr, bool with_sum_of_squares) {
   using namespace kernels::st;
   instr.fn = nullptr;
   if (instr.ins.size() != 1 && instr.ins.size() != 2) return false;
@@ -281,7 +311,10 @@ bool select_epilogue_update(Instr& instr) {
     else
       return false;
   }
-  instr.fn = t == DType::f32 ? update_kernel<float> : update_kernel<double>;
+  if (with_sum_of_squares)
+    instr.fn = t == DType::f32 ? update_sum_kernel<float> : update_sum_kernel<double>;
+  else
+    instr.fn = t == DType::f32 ? update_kernel<float> : update_kernel<double>;
   return true;
 }
 

@@ -74,6 +74,39 @@ class Planner {
     }
   }
 
+  // An update of a product that is also squared and summed (sum(dW * dW) of a gradient
+  // norm) computes the sum in its pass over the product: one read of dW instead of two.
+  void merge_norm_sums() {
+    for (size_t u = 0; u < plan.groups.size(); ++u) {
+      FusionGroup& up = plan.groups[u];
+      if (up.kind != FusionGroup::kUpdate) continue;
+      const int x = up.inputs[0];
+      for (int sq : consumers_[x]) {
+        const int s = plan.group_of[sq];
+        if (s < 0 || plan.groups[s].kind != FusionGroup::kSum) continue;
+        FusionGroup& sum = plan.groups[s];
+        const bool square = sum.program.size() == 1 && sum.program[0].op == Op::Mul &&
+                            sum.program[0].args == std::vector<int>{-1, -1} &&
+                            sum.inputs == std::vector<int>{x} && sum.program[0].dtype == g_.node(x).dtype;
+        // Every operand must exist where the instruction then runs (node ids are topological).
+        int latest = -1;
+        for (int in : up.inputs) latest = std::max(latest, in);
+        if (!square || latest > sum.root) continue;
+        Instr in = up.instr;
+        if (!select_epilogue_update(in, /*with_sum_of_squares=*/true)) continue;
+        up.instr = std::move(in);
+        up.extra_root = sum.root;
+        for (int m : sum.members) {
+          plan.group_of[m] = static_cast<int>(u);
+          up.members.push_back(m);
+        }
+        std::sort(up.members.begin(), up.members.end());
+        sum.members.clear();  // left empty: no node refers to it
+        break;
+      }
+    }
+  }
+
   FusionPlan plan;
 
  private:
@@ -269,6 +302,7 @@ FusionPlan plan_fusion(const Graph& g, const std::vector<bool>& live,
                        const FusionOptions& options) {
   Planner p(g, live, options);
   p.run();
+  if (options.elementwise && options.gemm_epilogue) p.merge_norm_sums();
   return std::move(p.plan);
 }
 
@@ -285,7 +319,9 @@ std::string FusionPlan::describe(int group) const {
   if (grp.kind == FusionGroup::kUpdate) {
     std::string s = "update[%" + std::to_string(grp.root) + " = ";
     if (in.ins.size() == 2) s += "in1 + ";
-    s += std::string(alpha) + " * in0 as a gemm epilogue; nodes";
+    s += std::string(alpha) + " * in0 as a gemm epilogue";
+    if (grp.extra_root >= 0) s += ", %" + std::to_string(grp.extra_root) + " = sum(in0 * in0)";
+    s += "; nodes";
     for (int m : grp.members) s += " %" + std::to_string(m);
     return s + "]";
   }

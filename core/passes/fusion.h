@@ -18,7 +18,10 @@
 //                product is materialized by its own matmul and the update reads it, rounding
 //                exactly as the epilogue does. So updated parameters are bit-identical with
 //                checks on and off. Which nodes form an update is decided on the consumers
-//                that reach an output or a collective, never on check helpers.
+//                that reach an output or a collective, never on check helpers. When the
+//                product is also squared and summed (a global norm), the update computes
+//                that sum too, in the same pass over the product (extra_root below), with
+//                the unfused sum's rounding.
 // Nothing is fused across a node with effects (check, collective): such a node is never a
 // member, and a value it reads is never an intermediate, so it stays materialized and every
 // check still reads the value of the op that produced it. Graph outputs are never
@@ -39,6 +42,10 @@ struct FusionGroup {
   std::vector<int> members;      // every node it computes, in graph order, root last
   std::vector<int> inputs;       // external operand node ids, in the instruction's operand order
   std::vector<FusedOp> program;  // kElementwise
+  // kUpdate: a second node it computes (a full sum of the product's squares), or -1. The
+  // instruction then runs at the earlier of root and extra_root, and writes extra_root's
+  // value through one more buffer after its operands.
+  int extra_root = -1;
   // The instruction with its kernel already selected (fn, prepared state); the compiler adds
   // buffers and the node id.
   Instr instr;
