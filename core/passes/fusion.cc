@@ -87,7 +87,8 @@ class Planner {
         FusionGroup& sum = plan.groups[s];
         const bool square = sum.program.size() == 1 && sum.program[0].op == Op::Mul &&
                             sum.program[0].args == std::vector<int>{-1, -1} &&
-                            sum.inputs == std::vector<int>{x} && sum.program[0].dtype == g_.node(x).dtype;
+                            sum.inputs == std::vector<int>{x} &&
+                            sum.program[0].dtype == g_.node(x).dtype;
         // Every operand must exist where the instruction then runs (node ids are topological).
         int latest = -1;
         for (int in : up.inputs) latest = std::max(latest, in);
