@@ -1,5 +1,6 @@
 #include "core/compiler.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <fstream>
@@ -96,9 +97,28 @@ std::shared_ptr<Executable> Compiler::lower(std::shared_ptr<const Graph> gp, std
       node_buf[id] = new_buffer({BufferRef::kConstant, 0, data->raw()});
       continue;
     }
-    // A fused group becomes one instruction at its root; its other members have none.
+    // A fused group becomes one instruction at its root (or, for a group with a second result,
+    // at the earlier of the two); its other members have none.
     const int group = fusion.group_of[id];
-    if (group >= 0 && fusion.groups[group].root != id) continue;
+    const int extra = group >= 0 ? fusion.groups[group].extra_root : -1;
+    const int main_id = group >= 0 ? fusion.groups[group].root : id;
+    if ((extra < 0 ? main_id : std::min(main_id, extra)) != id) continue;
+    // Allocates the buffer of a value the instruction defines.
+    auto define = [&](int node, const std::vector<int>& in_place, int index) {
+      if (output_of[node] >= 0) {
+        exe->output_writer[output_of[node]] = index;
+        node_buf[node] = new_buffer({BufferRef::kOutput, output_of[node]});
+        return;
+      }
+      node_buf[node] = new_buffer({BufferRef::kArena, 0});
+      PlannedValue v;
+      v.bytes = g.node(node).size() * dtype_size(g.node(node).dtype);
+      v.def = v.last_use = index;
+      v.in_place_candidates = in_place;
+      value_of[node] = static_cast<int>(planned.size());
+      planned.push_back(std::move(v));
+      planned_node.push_back(node);
+    };
     Instr instr;
     std::vector<int> operands = n.inputs;
     if (group >= 0) {
@@ -112,41 +132,37 @@ std::shared_ptr<Executable> Compiler::lower(std::shared_ptr<const Graph> gp, std
       instr.attrs = n.attrs;
       for (int in : operands) instr.ins.push_back({g.node(in).dtype, g.node(in).shape});
     }
-    instr.node = id;
+    instr.node = main_id;
     for (int in : operands) instr.in_bufs.push_back(node_buf[in]);
     const int index = static_cast<int>(exe->instrs.size());
-    // Whether operand k may share storage with this instruction's result: same shape, and a
-    // kernel that reads each element before it writes it (for a GEMM epilogue, only the addend).
+    // Whether operand k may share storage with the instruction's main result: same shape, and
+    // a kernel that reads each element before it writes it (for a GEMM epilogue, only the addend).
+    const Node& main_node = g.node(main_id);
     auto in_place_operand = [&](size_t k) {
       const int in = operands[k];
       if (group >= 0 && fusion.groups[group].kind == FusionGroup::kGemm)
-        return k == 2 && in != operands[0] && in != operands[1] && g.node(in).shape == n.shape;
+        return k == 2 && in != operands[0] && in != operands[1] && g.node(in).shape == main_node.shape;
       if (group >= 0)
-        return g.node(in).shape == n.shape && dtype_size(g.node(in).dtype) == dtype_size(n.dtype);
-      return in_place_ok(n, g.node(in));
+        return g.node(in).shape == main_node.shape && dtype_size(g.node(in).dtype) == dtype_size(main_node.dtype);
+      return in_place_ok(main_node, g.node(in));
     };
+    // Donation bookkeeping (Executable::can_alias): the last instruction reading each input.
     for (size_t k = 0; k < operands.size(); ++k) {
       const int p = input_of[operands[k]];
       if (p < 0) continue;
-      const bool ok = in_place_operand(k);
+      const bool ok = in_place_operand(k) && extra < 0;
       if (exe->input_last_read[p] == index) exe->input_last_read_in_place[p] = exe->input_last_read_in_place[p] && ok;
       else exe->input_last_read[p] = index, exe->input_last_read_in_place[p] = ok;
     }
-    if (output_of[id] >= 0) {
-      exe->output_writer[output_of[id]] = index;
-      node_buf[id] = new_buffer({BufferRef::kOutput, output_of[id]});
-    } else {
-      node_buf[id] = new_buffer({BufferRef::kArena, 0});
-      PlannedValue v;
-      v.bytes = n.size() * dtype_size(n.dtype);
-      v.def = v.last_use = index;
-      for (size_t k = 0; k < operands.size(); ++k) {
-        const int in = operands[k];
-        if (value_of[in] >= 0 && in_place_operand(k)) v.in_place_candidates.push_back(value_of[in]);
-      }
-      value_of[id] = static_cast<int>(planned.size());
-      planned.push_back(std::move(v));
-      planned_node.push_back(id);
+    {
+      std::vector<int> in_place;
+      for (size_t k = 0; k < operands.size() && output_of[main_id] < 0; ++k)
+        if (value_of[operands[k]] >= 0 && in_place_operand(k)) in_place.push_back(value_of[operands[k]]);
+      define(main_id, in_place, index);
+    }
+    if (extra >= 0) {  // the second result's buffer follows the operands (fused.h)
+      define(extra, {}, index);
+      instr.in_bufs.push_back(node_buf[extra]);
     }
     for (int in : operands)
       if (value_of[in] >= 0) planned[value_of[in]].last_use = index;

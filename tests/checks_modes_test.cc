@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <limits>
 
+#include "core/init.h"
 #include "fjit.h"
 #include "tests/test_util.h"
 
@@ -122,6 +123,83 @@ TEST(ChecksModes, ModeOffCompilesTheTrainingStepOfCodeWithoutChecks) {
   EXPECT_EQ(a.arena_bytes, b.arena_bytes);
   // The global norm computed only for the check is dead code without it.
   EXPECT_EQ(a.graph->to_string(), b.graph->to_string());
+}
+
+// Issue 5: outputs are bit-identical with checks on and off. A production check on the global
+// gradient norm (or mode all's automatic checks) reads every weight gradient dW, which then
+// must exist, so the SGD update p - lr * dW cannot be the GEMM epilogue it is without checks;
+// the update must still round exactly as the epilogue does (core/passes/fusion.h).
+auto checked_sgd_step(CheckMode mode, bool norm_check) {
+  JitOptions o;
+  o.checks = mode;
+  o.policy = CheckPolicy::throw_error;
+  return jit(
+      [norm_check](const Params& p, const Tensor& x, const Tensor& y) {
+        auto loss_fn = [](const Params& p, const Tensor& x, const Tensor& y) {
+          const int layers = static_cast<int>(p.size() / 2);
+          Tensor h = x;
+          for (int k = 1; k <= layers; ++k) {
+            h = matmul(h, p["w" + std::to_string(k)]) + p["b" + std::to_string(k)];
+            if (k < layers) h = relu(h);
+          }
+          return mean(softmax_cross_entropy(h, y));
+        };
+        auto [loss, g] = value_and_grad(loss_fn)(p, x, y);
+        check(isfinite(loss) && loss < 1e4, "loss is {}", loss);
+        if (norm_check) {
+          Tensor norm = global_norm(g);
+          check(isfinite(norm) && norm < 1e4, "gradient norm {} not finite or too large", norm);
+        }
+        return std::tuple{sgd(p, g, 0.01), loss};
+      },
+      o);
+}
+
+void expect_step_bit_identical_across_modes(const std::vector<int64_t>& sizes, int64_t batch) {
+  const ArrayDict p = mlp_params(sizes, 1);
+  const Array x = he_uniform(Shape{batch, sizes.front()}, 3);
+  Array y(DType::i32, Shape{batch});
+  for (int64_t i = 0; i < batch; ++i)
+    y.data<int32_t>()[i] = static_cast<int32_t>((i * 7) % sizes.back());
+  struct Variant {
+    const char* name;
+    CheckMode mode;
+    bool norm;
+  };
+  const Variant variants[] = {{"user: loss and global norm", CheckMode::user, true},
+                              {"all", CheckMode::all, false},
+                              {"all with global norm", CheckMode::all, true}};
+  auto base = checked_sgd_step(CheckMode::off, false);
+  // Two steps, the second from the first's parameters: a difference in the last bit of an
+  // update would also show in the second loss.
+  auto [p1, l1] = base(p, x, y);
+  auto [p2, l2] = base(p1, x, y);
+  bool gemm_epilogue = false;
+  for (const Instr& in : base.core().last_entry()->exe->instrs)
+    gemm_epilogue = gemm_epilogue || in.label.rfind("gemm[", 0) == 0;
+  EXPECT_TRUE(gemm_epilogue) << "without checks, some SGD update should be a GEMM epilogue";
+  for (const Variant& v : variants) {
+    auto f = checked_sgd_step(v.mode, v.norm);
+    auto [q1, m1] = f(p, x, y);
+    auto [q2, m2] = f(q1, x, y);
+    EXPECT_GT(f.core().last_entry()->exe->num_check_sites(), 0) << v.name;
+    EXPECT_TRUE(m1.bit_equal(l1)) << v.name << ": loss " << m1.item<float>() << " vs "
+                                  << l1.item<float>();
+    EXPECT_TRUE(m2.bit_equal(l2)) << v.name << ": second loss " << m2.item<float>() << " vs "
+                                  << l2.item<float>();
+    for (size_t i = 0; i < p1.size(); ++i) {
+      EXPECT_TRUE(q1.value(i).bit_equal(p1.value(i))) << v.name << ": " << p1.name(i);
+      EXPECT_TRUE(q2.value(i).bit_equal(p2.value(i))) << v.name << ": second step " << p2.name(i);
+    }
+  }
+}
+
+TEST(ChecksModes, SgdStepIsBitIdenticalWithChecksOffUserAndAllLarge) {
+  expect_step_bit_identical_across_modes({784, 512, 512, 10}, 128);
+}
+
+TEST(ChecksModes, SgdStepIsBitIdenticalWithChecksOffUserAndAllSmall) {
+  expect_step_bit_identical_across_modes({64, 128, 10}, 64);
 }
 
 // JAX checkify's enabled-errors test: one input that breaks a user check and makes a NaN;

@@ -53,8 +53,21 @@ bool select_fused_sum(Instr& instr, const ValueType& value, const std::vector<Fu
 // Prepares a GEMM epilogue instruction: instr.ins = {A, B} or {A, B, addend}; instr.attrs
 // carries trans_a / trans_b; alpha = instr.attrs.scalar. The addend broadcasts to the output
 // (same shape, a row vector [N], or a scalar). f32 and f64 only; returns false otherwise.
-// The output may alias the addend (then it is not copied), never A or B.
+// The output may alias the addend (then it is not copied), never A or B. False, too, for shapes
+// where Eigen would not round the result once, as fma(alpha, A B, addend) with A B as the
+// plain product computes it (see epilogue_rounds_once in matmul.cc): fused or not, an update
+// rounds the same.
 bool select_gemm_epilogue(Instr& instr);
+
+// Prepares the update of a GEMM epilogue whose product is materialized (a check reads it):
+// out = addend + alpha * x rounded as the epilogue rounds it, so the result does not depend on
+// whether the product was also needed. instr.ins = {x} or {x, addend} (x of the output's shape,
+// addend broadcast as above), alpha = instr.attrs.scalar. The output may alias x or a
+// same-shape addend. Use it only for a product for which select_gemm_epilogue succeeds: only
+// then is the rounding the same. with_sum_of_squares: the instruction also writes the full sum
+// of x's squares (of type T, bit-identical to the unfused sum(x * x)) to one more buffer,
+// in_bufs[ins.size()], which the caller appends after the operands' buffers.
+bool select_epilogue_update(Instr& instr, bool with_sum_of_squares = false);
 
 // "%9 = add(%8, in1); %10 = relu(%9)": a program with its nodes, for plan dumps.
 std::string fused_program_string(const std::vector<FusedOp>& program);

@@ -34,7 +34,12 @@ bool scalar_constant(const Graph& g, int id, double* value) {
 class Planner {
  public:
   Planner(const Graph& g, const std::vector<bool>& live, const FusionOptions& o)
-      : g_(g), live_(live), opt_(o), consumers_(g.size()), output_(g.size(), false) {
+      : g_(g),
+        live_(live),
+        opt_(o),
+        consumers_(g.size()),
+        output_(g.size(), false),
+        feeds_result_(g.size(), false) {
     for (int id = 0; id < g.size(); ++id) {
       if (!live[id]) continue;
       for (int in : g.node(id).inputs) {
@@ -42,7 +47,11 @@ class Planner {
         if (c.empty() || c.back() != id) c.push_back(id);
       }
     }
-    for (int o : g.outputs) output_[o] = true;
+    for (int o : g.outputs) output_[o] = feeds_result_[o] = true;
+    for (int e : g.effects) feeds_result_[e] = g.node(e).op != Op::Check;
+    for (int id = g.size() - 1; id >= 0; --id)
+      if (feeds_result_[id] && live[id])
+        for (int in : g.node(id).inputs) feeds_result_[in] = true;
     plan.group_of.assign(g.size(), -1);
   }
 
@@ -65,6 +74,40 @@ class Planner {
     }
   }
 
+  // An update of a product that is also squared and summed (sum(dW * dW) of a gradient
+  // norm) computes the sum in its pass over the product: one read of dW instead of two.
+  void merge_norm_sums() {
+    for (size_t u = 0; u < plan.groups.size(); ++u) {
+      FusionGroup& up = plan.groups[u];
+      if (up.kind != FusionGroup::kUpdate) continue;
+      const int x = up.inputs[0];
+      for (int sq : consumers_[x]) {
+        const int s = plan.group_of[sq];
+        if (s < 0 || plan.groups[s].kind != FusionGroup::kSum) continue;
+        FusionGroup& sum = plan.groups[s];
+        const bool square = sum.program.size() == 1 && sum.program[0].op == Op::Mul &&
+                            sum.program[0].args == std::vector<int>{-1, -1} &&
+                            sum.inputs == std::vector<int>{x} &&
+                            sum.program[0].dtype == g_.node(x).dtype;
+        // Every operand must exist where the instruction then runs (node ids are topological).
+        int latest = -1;
+        for (int in : up.inputs) latest = std::max(latest, in);
+        if (!square || latest > sum.root) continue;
+        Instr in = up.instr;
+        if (!select_epilogue_update(in, /*with_sum_of_squares=*/true)) continue;
+        up.instr = std::move(in);
+        up.extra_root = sum.root;
+        for (int m : sum.members) {
+          plan.group_of[m] = static_cast<int>(u);
+          up.members.push_back(m);
+        }
+        std::sort(up.members.begin(), up.members.end());
+        sum.members.clear();  // left empty: no node refers to it
+        break;
+      }
+    }
+  }
+
   FusionPlan plan;
 
  private:
@@ -81,45 +124,60 @@ class Planner {
     return op_is_elementwise(n.op);
   }
 
+  // The result consumer of `id` when it has exactly one and is not an output: check helpers
+  // are not counted, so the answer is the same with checks on and off.
+  int sole_result_consumer(int id) const {
+    if (output_[id]) return -1;
+    int found = -1;
+    for (int c : consumers_[id]) {
+      if (!feeds_result_[c]) continue;
+      if (found >= 0) return -1;
+      found = c;
+    }
+    return found;
+  }
+
+  // matmul m, scaled (c = m * alpha), then maybe added to (d = addend +- c). Which nodes form
+  // the update is decided on result consumers only (sole_result_consumer). The update is the
+  // GEMM epilogue when nothing else reads the product or its scaled value; when something
+  // does (a check on the gradient norm, automatic checks, a returned gradient) the product is
+  // materialized and the update still rounds as the epilogue would (select_epilogue_update):
+  // the updated values never depend on the checks.
   void try_gemm(int m) {
     const Node& mm = g_.node(m);
     if (!is_float(mm.dtype)) return;
-    int root = m, addend = -1;
-    double alpha = 1;
-    int c = sole_consumer(m);
-    if (c < 0) return;
-    const Node& cn = g_.node(c);
-    if (cn.shape != mm.shape || cn.dtype != mm.dtype) return;
-    std::vector<int> members{m};
     auto other = [&](const Node& n, int x) { return n.inputs[0] == x ? n.inputs[1] : n.inputs[0]; };
-    if (cn.op == Op::Mul && cn.inputs[0] != cn.inputs[1] &&
-        scalar_constant(g_, other(cn, m), &alpha)) {
-      members.push_back(c);
-      root = c;
-      const int d = sole_consumer(c);
-      if (d >= 0) {
-        const Node& dn = g_.node(d);
-        const bool sub = dn.op == Op::Sub && dn.inputs[1] == c && dn.inputs[0] != c;
-        const bool add = dn.op == Op::Add && dn.inputs[0] != dn.inputs[1];
-        if ((sub || add) && dn.shape == mm.shape && dn.dtype == mm.dtype) {
-          addend = other(dn, c);
-          if (sub) alpha = -alpha;
-          members.push_back(d);
-          root = d;
-        }
+    int c = -1;
+    double alpha = 1;
+    for (int x : consumers_[m]) {
+      const Node& cn = g_.node(x);
+      if (feeds_result_[x] && cn.op == Op::Mul && cn.inputs[0] != cn.inputs[1] &&
+          cn.shape == mm.shape && cn.dtype == mm.dtype && plan.group_of[x] < 0 &&
+          scalar_constant(g_, other(cn, m), &alpha)) {
+        c = x;
+        break;
       }
-    } else {
-      // A bias add alone is left to elementwise fusion (with its activation): starting the
-      // GEMM from the bias saves nothing over a fused add+relu pass, and small GEMMs would
-      // sum in another order than the unfused `=` product, so results would depend on
-      // whether a check reads the product.
-      return;
     }
-    if (root == m) return;
+    // A bias add alone is left to elementwise fusion (with its activation): starting the
+    // GEMM from the bias saves nothing over a fused add+relu pass.
+    if (c < 0) return;
+    int root = c, addend = -1;
+    const int d = sole_result_consumer(c);
+    if (d >= 0 && plan.group_of[d] < 0) {
+      const Node& dn = g_.node(d);
+      const bool sub = dn.op == Op::Sub && dn.inputs[1] == c && dn.inputs[0] != c;
+      const bool add = dn.op == Op::Add && dn.inputs[0] != dn.inputs[1];
+      if ((sub || add) && dn.shape == mm.shape && dn.dtype == mm.dtype) {
+        addend = other(dn, c);
+        if (sub) alpha = -alpha;
+        root = d;
+      }
+    }
     FusionGroup grp;
     grp.kind = FusionGroup::kGemm;
     grp.root = root;
-    grp.members = members;
+    grp.members = {m, c};
+    if (root != c) grp.members.push_back(root);
     grp.inputs = {mm.inputs[0], mm.inputs[1]};
     if (addend >= 0) grp.inputs.push_back(addend);
     Instr& in = grp.instr;
@@ -129,7 +187,23 @@ class Planner {
     in.attrs.trans_a = mm.attrs.trans_a;
     in.attrs.trans_b = mm.attrs.trans_b;
     in.attrs.scalar = alpha;
-    if (!select_gemm_epilogue(in)) return;
+    if (!select_gemm_epilogue(in)) return;  // and so no update either: see fused.h
+    const bool alone = sole_consumer(m) == c && (root == c || sole_consumer(c) == root);
+    if (!alone) {  // the product stays a matmul of its own; the update reads it
+      grp.kind = FusionGroup::kUpdate;
+      // The scaled product is computed alone when a check reads it too.
+      grp.members = {root};
+      if (root != c && sole_consumer(c) == root) grp.members = {c, root};
+      grp.inputs = {m};
+      if (addend >= 0) grp.inputs.push_back(addend);
+      Instr up;
+      up.op = g_.node(root).op;
+      up.out = in.out;
+      for (int x : grp.inputs) up.ins.push_back({g_.node(x).dtype, g_.node(x).shape});
+      up.attrs.scalar = alpha;
+      if (!select_epilogue_update(up)) return;
+      grp.instr = std::move(up);
+    }
     add_group(std::move(grp));
   }
 
@@ -219,6 +293,8 @@ class Planner {
   const FusionOptions& opt_;
   std::vector<std::vector<int>> consumers_;  // distinct live consumers, in graph order
   std::vector<bool> output_;
+  // Reaches an output or a collective, not only checks: with checks off, the same nodes exist.
+  std::vector<bool> feeds_result_;
 };
 
 }  // namespace
@@ -227,6 +303,7 @@ FusionPlan plan_fusion(const Graph& g, const std::vector<bool>& live,
                        const FusionOptions& options) {
   Planner p(g, live, options);
   p.run();
+  if (options.elementwise && options.gemm_epilogue) p.merge_norm_sums();
   return std::move(p.plan);
 }
 
@@ -238,10 +315,19 @@ std::string FusionPlan::describe(int group) const {
     return "fused_sum[" + fused_program_string(grp.program) + "; %" + std::to_string(grp.root) +
            " = sum]";
   const Instr& in = grp.instr;
-  std::string s = "gemm[%" + std::to_string(grp.root) + " = ";
-  if (in.ins.size() == 3) s += "in2 + ";
   char alpha[32];
   std::snprintf(alpha, sizeof alpha, "%g", in.attrs.scalar);
+  if (grp.kind == FusionGroup::kUpdate) {
+    std::string s = "update[%" + std::to_string(grp.root) + " = ";
+    if (in.ins.size() == 2) s += "in1 + ";
+    s += std::string(alpha) + " * in0 as a gemm epilogue";
+    if (grp.extra_root >= 0) s += ", %" + std::to_string(grp.extra_root) + " = sum(in0 * in0)";
+    s += "; nodes";
+    for (int m : grp.members) s += " %" + std::to_string(m);
+    return s + "]";
+  }
+  std::string s = "gemm[%" + std::to_string(grp.root) + " = ";
+  if (in.ins.size() == 3) s += "in2 + ";
   s += std::string(alpha) + " * in0" + (in.attrs.trans_a ? "^T" : "") + " in1" +
        (in.attrs.trans_b ? "^T" : "") + "; nodes";
   for (int m : grp.members) s += " %" + std::to_string(m);

@@ -10,10 +10,18 @@
 //                global norm never writes the squares).
 //   gemm         matmul followed by a scalar multiply, then optionally an add/sub of a value
 //                the output can start from: out = addend + alpha * A B in one GEMM (the SGD
-//                update p - lr * dW never materializes dW). Rounding differs from the unfused
-//                ops (one rounding of p + alpha*acc instead of three), so a plan where a check
-//                also reads dW (and so keeps it unfused) can differ from one without in the
-//                last bit of the updated parameters.
+//                update p - lr * dW never materializes dW). It rounds once, as
+//                fma(alpha, A B, addend) with A B the plain product; shapes where Eigen would
+//                not are left unfused (select_gemm_epilogue).
+//   update       the same update when the product, or its scaled value, is read elsewhere too
+//                (a check on the gradient norm, automatic checks, a returned gradient): the
+//                product is materialized by its own matmul and the update reads it, rounding
+//                exactly as the epilogue does. So updated parameters are bit-identical with
+//                checks on and off. Which nodes form an update is decided on the consumers
+//                that reach an output or a collective, never on check helpers. When the
+//                product is also squared and summed (a global norm), the update computes
+//                that sum too, in the same pass over the product (extra_root below), with
+//                the unfused sum's rounding.
 // Nothing is fused across a node with effects (check, collective): such a node is never a
 // member, and a value it reads is never an intermediate, so it stays materialized and every
 // check still reads the value of the op that produced it. Graph outputs are never
@@ -28,12 +36,16 @@
 namespace fjit {
 
 struct FusionGroup {
-  enum Kind { kElementwise, kSum, kGemm };
+  enum Kind { kElementwise, kSum, kGemm, kUpdate };
   Kind kind = kElementwise;
   int root = -1;                 // the node whose value the instruction writes
   std::vector<int> members;      // every node it computes, in graph order, root last
   std::vector<int> inputs;       // external operand node ids, in the instruction's operand order
   std::vector<FusedOp> program;  // kElementwise
+  // kUpdate: a second node it computes (a full sum of the product's squares), or -1. The
+  // instruction then runs at the earlier of root and extra_root, and writes extra_root's
+  // value through one more buffer after its operands.
+  int extra_root = -1;
   // The instruction with its kernel already selected (fn, prepared state); the compiler adds
   // buffers and the node id.
   Instr instr;
