@@ -39,6 +39,7 @@
 #include "core/init.h"
 #include "parallel/mesh.h"
 #include "parallel/shm_communicator.h"
+#include "examples/lib/mlp_model.h"
 
 using namespace fjit;
 
@@ -55,13 +56,7 @@ const Config kLarge{"MLP 784-512-512-10, batch 128", {784, 512, 512, 10}, 128};
 const Config kSmall{"MLP 64-128-10, batch 64", {64, 128, 10}, 64};
 
 Tensor mlp_loss(const Params& p, const Tensor& x, const Tensor& y) {
-  const int layers = static_cast<int>(p.size() / 2);
-  Tensor h = x;
-  for (int k = 1; k <= layers; ++k) {
-    h = matmul(h, p["w" + std::to_string(k)]) + p["b" + std::to_string(k)];
-    if (k < layers) h = relu(h);
-  }
-  return mean(softmax_cross_entropy(h, y));
+  return mean(softmax_cross_entropy(examples::mlp_logits(p, x), y));
 }
 
 enum StepShape { kLoss, kLossNorm, kLossSum };

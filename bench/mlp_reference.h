@@ -12,6 +12,24 @@
 
 namespace fjit::bench {
 
+// Loss and its gradient in one pass per row of the logits z [batch, classes]:
+// g = (softmax(z) - onehot(y)) / batch. Returns the summed (not yet averaged) loss.
+template <class Mat>
+double softmax_cross_entropy_grad(const Mat& z, const int32_t* y, Mat& g) {
+  const auto batch = z.rows();
+  const float inv_n = 1.0f / static_cast<float>(batch);
+  double total = 0;
+  for (int64_t i = 0; i < batch; ++i) {
+    const float m = z.row(i).maxCoeff();
+    g.row(i) = (z.row(i).array() - m).exp();
+    const float s = g.row(i).sum();
+    total += std::log(s) + m - z(i, y[i]);
+    g.row(i) *= inv_n / s;
+    g(i, y[i]) -= inv_n;
+  }
+  return total;
+}
+
 class HandWrittenMlp {
  public:
   using Mat = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
@@ -46,16 +64,8 @@ class HandWrittenMlp {
     // Loss and its gradient in one pass per row: g = (softmax(z) - onehot(y)) / batch.
     Mat& z = act_.back();
     Mat& g = grad_.back();
+    const double total = softmax_cross_entropy_grad(z, y, g);
     const float inv_n = 1.0f / static_cast<float>(batch_);
-    double total = 0;
-    for (int64_t i = 0; i < batch_; ++i) {
-      const float m = z.row(i).maxCoeff();
-      g.row(i) = (z.row(i).array() - m).exp();
-      const float s = g.row(i).sum();
-      total += std::log(s) + m - z(i, y[i]);
-      g.row(i) *= inv_n / s;
-      g(i, y[i]) -= inv_n;
-    }
     // Backward: dW = act^T g, db = colsum(g), g_prev = (g w^T) * relu'(act_prev).
     for (size_t k = layers; k-- > 0;) {
       const Mat& gk = grad_[k];

@@ -10,6 +10,8 @@
 #include <functional>
 #include <vector>
 
+#include "bench/mlp_reference.h"
+
 namespace fjit::bench {
 
 class FlatHandMlp {
@@ -61,16 +63,8 @@ class FlatHandMlp {
     }
     Mat& z = act_.back();
     Mat& g = delta_.back();
+    const double total = softmax_cross_entropy_grad(z, y, g);
     const float inv_n = 1.0f / static_cast<float>(batch_);
-    double total = 0;
-    for (int64_t i = 0; i < batch_; ++i) {
-      const float m = z.row(i).maxCoeff();
-      g.row(i) = (z.row(i).array() - m).exp();
-      const float s = g.row(i).sum();
-      total += std::log(s) + m - z(i, y[i]);
-      g.row(i) *= inv_n / s;
-      g(i, y[i]) -= inv_n;
-    }
     for (size_t k = layers; k-- > 0;) {
       const Mat& gk = delta_[k];
       if (k == 0)
