@@ -1,0 +1,185 @@
+// GEMM epilogues and narrow matmuls: fused SGD updates against the reference, the update
+// instruction rounding exactly as the epilogue does, and when a GEMM must not be fused.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "tests/fusion_test_util.h"
+
+namespace fjit {
+namespace {
+
+using namespace fusion_testing;
+
+TEST(Fusion, GemmEpiloguesMatchReference) {
+  std::mt19937 rng(3);
+  struct Case {
+    int64_t m, k, n;
+    bool ta, tb;
+    int form;
+  };
+  // N a multiple of 16: other shapes are left unfused (GemmUpdateRoundsAsTheEpilogue).
+  const std::vector<Case> cases = {{37, 19, 32, false, false, 0}, {64, 128, 48, true, false, 0},
+                                   {5, 7, 304, false, true, 1},   {128, 33, 64, true, true, 2},
+                                   {2, 3, 16, false, false, 3},   {70, 40, 128, false, false, 4}};
+  for (DType t : {DType::f32, DType::f64}) {
+    for (const Case& cs : cases) {
+      TraceContext ctx({});
+      const Shape as = cs.ta ? Shape{cs.k, cs.m} : Shape{cs.m, cs.k};
+      const Shape bs = cs.tb ? Shape{cs.n, cs.k} : Shape{cs.k, cs.n};
+      Tensor a = ctx.parameter(t, as, "a");
+      Tensor b = ctx.parameter(t, bs, "b");
+      Tensor p = ctx.parameter(t, {cs.m, cs.n}, "p");
+      Tensor bias = ctx.parameter(t, {cs.n}, "bias");
+      Tensor prod = matmul(cs.ta ? transpose(a) : a, cs.tb ? transpose(b) : b);
+      Tensor out;
+      switch (cs.form) {
+        case 0:
+          out = p - prod * 0.01;
+          break;  // SGD
+        case 1:
+          out = 0.5 * prod + p;
+          break;
+        case 2:
+          out = prod * 0.25 + bias;
+          break;  // addend broadcast from a row vector
+        case 3:
+          out = prod * -3.0;
+          break;  // alpha only
+        case 4:
+          out = 2.0 * prod - reshape(bias, {1, cs.n});
+          break;
+      }
+      ctx.graph.outputs = {out.id()};
+      Compiled c = compile_both(ctx.graph);
+      EXPECT_EQ(count_label(*c.fused, "gemm["), 1) << c.fused->plan_string();
+      std::vector<Array> ins = {random_array(t, as, rng), random_array(t, bs, rng),
+                                random_array(t, {cs.m, cs.n}, rng), random_array(t, {cs.n}, rng)};
+      const double tol = t == DType::f32 ? 1e-5 : 1e-12;
+      EXPECT_LT(max_diff(run(*c.fused, ins)[0], reference(*c.fused->graph, ins)[0]), tol)
+          << cs.form;
+      EXPECT_LT(max_diff(run(*c.plain, ins)[0], reference(*c.fused->graph, ins)[0]), tol)
+          << cs.form;
+    }
+  }
+}
+
+// An update whose product is read elsewhere too (a returned sum of squares or product, a
+// check on the product and its scaled value) runs as a matmul and an "update" instruction that
+// must round exactly as the epilogue does, for every shape the epilogue takes; shapes it
+// refuses (N not a multiple of the packet, a depth over one Eigen kc block, tiny products)
+// take the plain ops either way.
+TEST(Fusion, GemmUpdateRoundsAsTheEpilogue) {
+  std::mt19937 rng(13);
+  struct Case {
+    int64_t m, k, n;
+    bool ta, tb;
+  };
+  const std::vector<Case> cases = {
+      {784, 128, 512, true, false}, {512, 128, 512, true, false}, {64, 64, 128, true, false},
+      {128, 512, 512, false, true}, {37, 19, 32, false, false},   {5, 7, 304, false, true},
+      {33, 300, 64, true, true},    {100, 2000, 48, true, false}, {70, 40, 129, false, false},
+      {3, 4, 5, false, false},      {2, 3, 16, false, false},     {1, 9, 64, false, false}};
+  int epilogues = 0;
+  for (DType t : {DType::f32, DType::f64}) {
+    for (const Case& cs : cases) {
+      for (int form = 0; form < 4; ++form) {
+        const Shape as = cs.ta ? Shape{cs.k, cs.m} : Shape{cs.m, cs.k};
+        const Shape bs = cs.tb ? Shape{cs.n, cs.k} : Shape{cs.k, cs.n};
+        auto build = [&](int extra, bool fuse = true) {
+          TraceContext ctx({});
+          Tensor a = ctx.parameter(t, as, "a");
+          Tensor b = ctx.parameter(t, bs, "b");
+          Tensor p = ctx.parameter(t, {cs.m, cs.n}, "p");
+          Tensor bias = ctx.parameter(t, {cs.n}, "bias");
+          Tensor prod = matmul(cs.ta ? transpose(a) : a, cs.tb ? transpose(b) : b);
+          Tensor scaled = prod * 0.01;
+          Tensor out = form == 0   ? p - scaled
+                       : form == 1 ? scaled + bias
+                       : form == 2 ? p + scaled
+                                   : scaled;
+          ctx.graph.outputs = {out.id()};
+          if (extra == 1) ctx.graph.outputs.push_back(sum(prod * prod).id());
+          if (extra == 2) ctx.graph.outputs.push_back(prod.id());
+          if (extra == 3) {  // mode all's automatic checks on the product and its scaling
+            Tensor flag = logical_and(all(isfinite(prod)), all(isfinite(scaled)));
+            Attrs at;
+            at.index = 0;
+            ctx.graph.effects.push_back(ctx.graph.add(
+                Node{Op::Check, DType::boolean, {}, {flag.id(), scaled.id()}, at, {}}));
+          }
+          CompileOptions o;
+          o.fuse = fuse;
+          return compile(ctx.graph, {}, o);
+        };
+        std::vector<Array> ins = {random_array(t, as, rng), random_array(t, bs, rng),
+                                  random_array(t, {cs.m, cs.n}, rng), random_array(t, {cs.n}, rng)};
+        auto alone = build(0);
+        const bool epilogue = count_label(*alone, "gemm[") == 1;
+        epilogues += epilogue;
+        const Array want = run(*alone, ins)[0];
+        if (cs.m * cs.k * cs.n < 400000)  // the reference GEMM is slow
+          EXPECT_LT(max_diff(want, reference(*alone->graph, ins)[0]),
+                    t == DType::f32 ? 1e-5 : 1e-12);
+        for (int extra = 1; extra <= 3; ++extra) {
+          auto shared = build(extra);
+          EXPECT_EQ(count_label(*shared, "update["), epilogue ? 1 : 0) << shared->plan_string();
+          if (extra == 1) {  // the update also sums the squares: as the unfused sum does
+            EXPECT_EQ(shared->plan_string().find("sum(in0 * in0)") != std::string::npos, epilogue)
+                << shared->plan_string();
+            EXPECT_TRUE(run(*shared, ins)[1].bit_equal(run(*build(1, false), ins)[1]))
+                << cs.m << "x" << cs.k << "x" << cs.n << " " << dtype_name(t);
+          }
+          EXPECT_TRUE(run(*shared, ins)[0].bit_equal(want))
+              << cs.m << "x" << cs.k << "x" << cs.n << " form " << form << " extra " << extra << " "
+              << dtype_name(t) << "\n"
+              << alone->plan_string() << shared->plan_string();
+        }
+      }
+    }
+  }
+  EXPECT_GE(epilogues, 40);  // most cases above are epilogues
+}
+
+// Narrow products (N <= 16 columns, the logits of a classifier and their weight gradient) run
+// through a column-major temporary (core/kernels/matmul.cc); SGD on them is left unfused.
+TEST(Fusion, NarrowMatmulsMatchReference) {
+  std::mt19937 rng(9);
+  for (DType t : {DType::f32, DType::f64}) {
+    for (int form = 0; form < 4; ++form) {
+      const bool ta = form & 1, tb = form & 2;
+      const int64_t m = 200, k = 33, n = 10;
+      TraceContext ctx({});
+      const Shape as = ta ? Shape{k, m} : Shape{m, k};
+      const Shape bs = tb ? Shape{n, k} : Shape{k, n};
+      Tensor a = ctx.parameter(t, as, "a");
+      Tensor b = ctx.parameter(t, bs, "b");
+      Tensor p = ctx.parameter(t, {m, n}, "p");
+      Tensor prod = matmul(ta ? transpose(a) : a, tb ? transpose(b) : b);
+      ctx.graph.outputs = {prod.id(), (p - prod * 0.1).id()};
+      Compiled c = compile_both(ctx.graph);
+      std::vector<Array> ins = {random_array(t, as, rng), random_array(t, bs, rng),
+                                random_array(t, {m, n}, rng)};
+      const auto got = run(*c.fused, ins), ref = reference(*c.fused->graph, ins);
+      for (size_t i = 0; i < got.size(); ++i)
+        EXPECT_LT(max_diff(got[i], ref[i]), t == DType::f32 ? 1e-5 : 1e-12)
+            << form << " output " << i;
+    }
+  }
+}
+
+// The product is also used elsewhere: no epilogue, since the product must exist anyway.
+TEST(Fusion, GemmWithSecondConsumerIsNotFused) {
+  TraceContext ctx({});
+  Tensor a = ctx.parameter(DType::f32, {8, 4}, "a");
+  Tensor b = ctx.parameter(DType::f32, {4, 6}, "b");
+  Tensor p = ctx.parameter(DType::f32, {8, 6}, "p");
+  Tensor prod = matmul(a, b);
+  ctx.graph.outputs = {(p - prod * 0.1).id(), sum(prod).id()};
+  auto exe = compile(ctx.graph, {}, {});
+  EXPECT_EQ(count_label(*exe, "gemm["), 0) << exe->plan_string();
+}
+
+}  // namespace
+}  // namespace fjit
