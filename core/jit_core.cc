@@ -254,7 +254,7 @@ StepResult JitCore::run(const CompiledEntry& entry, const FlatArgs& args, std::s
                 outputs[k].raw() == args.leaves[i]->raw() && sole_owner_of_bytes(args, i));
     }
     for (size_t j = 0; j < k && !fresh; ++j)
-      fresh = outputs[k].shares_storage_with(outputs[j]) && outputs[k].nbytes() > 0;
+      fresh = outputs[k].shares_storage_with(outputs[j]);
     if (fresh) outputs[k] = Array(exe.output_types[k].dtype, exe.output_types[k].shape);
     s.outs[k] = outputs[k].raw();
   }

@@ -10,20 +10,16 @@
 #include <omp.h>
 #endif
 
+#include "core/env.h"
+
 namespace fjit {
 namespace {
 
-// FJIT_INTRA_OP_THREADS as a count, or 0 when unset. A value that is not a positive integer
-// is an error the user must hear about, not a silent fallback.
+// FJIT_INTRA_OP_THREADS as a count, or 0 when unset.
 int env_threads() {
   const char* s = std::getenv("FJIT_INTRA_OP_THREADS");
   if (s == nullptr || *s == '\0') return 0;
-  char* end = nullptr;
-  const long v = std::strtol(s, &end, 10);
-  if (*end != '\0' || v < 1 || v > 4096)
-    throw std::invalid_argument(std::string("FJIT_INTRA_OP_THREADS must be a positive integer, got '") +
-                                s + "'");
-  return static_cast<int>(v);
+  return parse_count(s, "FJIT_INTRA_OP_THREADS", 4096);
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "core/env.h"
 #include "core/threads.h"
 #include "parallel/mpi_communicator.h"
 #include "parallel/mpi_runtime.h"
@@ -63,16 +64,7 @@ Mesh Mesh::from_environment(int& argc, char** argv) {
     argc -= used;
     break;
   }
-  int n = 1;
-  if (!spec.empty()) {
-    char* end = nullptr;
-    const long v = std::strtol(spec.c_str(), &end, 10);
-    if (*end != '\0' || v < 1 || v > 1024)
-      throw std::invalid_argument(std::string("Mesh::from_environment: ") + from +
-                                  " must be a replica count >= 1, got '" + spec + "'");
-    n = static_cast<int>(v);
-  }
-  return threads(n);
+  return threads(spec.empty() ? 1 : parse_count(spec, std::string("Mesh::from_environment: ") + from, 1024));
 }
 
 int Mesh::size() const { return state_->size; }

@@ -1,0 +1,17 @@
+#include "core/env.h"
+
+#include <cstdlib>
+#include <stdexcept>
+
+namespace fjit {
+
+int parse_count(const std::string& text, const std::string& what, int max) {
+  char* end = nullptr;
+  const long v = std::strtol(text.c_str(), &end, 10);
+  if (text.empty() || *end != '\0' || v < 1 || v > max)
+    throw std::invalid_argument(what + " must be an integer from 1 to " + std::to_string(max) + ", got '" +
+                                text + "'");
+  return static_cast<int>(v);
+}
+
+}  // namespace fjit
