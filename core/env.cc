@@ -14,4 +14,10 @@ int parse_count(const std::string& text, const std::string& what, int max) {
   return static_cast<int>(v);
 }
 
+int env_count(const char* name, int fallback, int max) {
+  const char* text = std::getenv(name);
+  if (text == nullptr || *text == '\0') return fallback;
+  return parse_count(text, name, max);
+}
+
 }  // namespace fjit

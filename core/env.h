@@ -10,4 +10,8 @@ namespace fjit {
 // throws std::invalid_argument "<what> must be an integer from 1 to <max>, got '<text>'".
 int parse_count(const std::string& text, const std::string& what, int max);
 
+// The environment variable `name` read with parse_count(value, name, max); `fallback` when it
+// is unset or empty. Reads the environment on every call (callers cache where they need to).
+int env_count(const char* name, int fallback, int max);
+
 }  // namespace fjit

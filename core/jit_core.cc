@@ -7,6 +7,7 @@
 
 #include "checks/automatic.h"
 #include "checks/host.h"
+#include "core/env.h"
 #include "core/log.h"
 #include "core/metrics.h"
 
@@ -31,11 +32,6 @@ CheckPolicy parse_policy(const char* s) {
 }
 
 std::atomic<int> g_mode{-1}, g_policy{-1};
-
-int64_t env_int(const char* name, int64_t fallback) {
-  const char* s = std::getenv(name);
-  return s ? std::atoll(s) : fallback;
-}
 
 // Per-thread scratch reused by every run on this thread: allocates only when it must grow.
 struct Scratch {
@@ -87,8 +83,9 @@ void set_default_check_policy(CheckPolicy policy) { g_policy.store(static_cast<i
 
 JitOptions JitOptions::resolved() const {
   JitOptions o = *this;
-  if (o.recompile_warn_threshold < 0) o.recompile_warn_threshold = static_cast<int>(env_int("FJIT_RECOMPILE_WARN", 8));
-  if (o.large_constant_bytes < 0) o.large_constant_bytes = env_int("FJIT_LARGE_CONSTANT_BYTES", 1 << 20);
+  // Strict (core/env.h): a malformed value throws here, when the jit or pmap is constructed.
+  if (o.recompile_warn_threshold < 0) o.recompile_warn_threshold = env_count("FJIT_RECOMPILE_WARN", 8, 1 << 30);
+  if (o.large_constant_bytes < 0) o.large_constant_bytes = env_count("FJIT_LARGE_CONSTANT_BYTES", 1 << 20, 1 << 30);
   return o;
 }
 

@@ -36,7 +36,9 @@ struct JitOptions {
   // Set by pmap: the named axis collectives may use, and the number of replicas on it.
   std::vector<std::string> axis_names;
   int num_replicas = 1;
-  // Resolves every unset field from the environment.
+  // Resolves every unset field from the environment (JitCore's constructor calls it). The
+  // integer variables are read strictly (core/env.h): an integer from 1 to 2^30, unset or
+  // empty for the default; anything else throws std::invalid_argument naming the variable.
   JitOptions resolved() const;
 };
 

@@ -1,7 +1,8 @@
 #include "parallel/collectives.h"
 
 #include <algorithm>
-#include <cstdlib>
+
+#include "core/env.h"
 
 namespace fjit {
 namespace {
@@ -33,8 +34,8 @@ Tensor collective(const char* name, Op op, const Tensor& x, ReduceOp r, const st
 }  // namespace
 
 int64_t default_fusion_bytes() {
-  if (const char* s = std::getenv("FJIT_FUSION_BYTES")) return std::max<int64_t>(1024, std::atoll(s));
-  return int64_t{1} << 20;  // why: collectives.h
+  // Default 1 MiB (why: collectives.h); a valid value below 1024 is raised to 1024.
+  return std::max(1024, env_count("FJIT_FUSION_BYTES", 1 << 20, 1 << 30));
 }
 
 Tensor psum(const Tensor& x, const std::string& axis, Loc loc) {

@@ -25,6 +25,9 @@ namespace fjit {
 // threads and MPI alike. Buckets are not reduced while backward still runs: a replica's
 // plan runs on one thread, and with one core per replica there is nothing to overlap with
 // (the shared-memory all-reduce is itself CPU work).
+// Read on every call (on the tracing thread: psum/pmean of a TensorDict), strictly: an integer
+// from 1 to 2^30 (1 GiB), raised to at least 1024; unset or empty gives the default; anything
+// else throws std::invalid_argument naming FJIT_FUSION_BYTES, out of the trace to the caller.
 int64_t default_fusion_bytes();
 
 Tensor psum(const Tensor& x, const std::string& axis, Loc loc = Loc::current());

@@ -25,7 +25,8 @@ namespace fjit {
 struct PmapOptions {
   JitOptions jit;
   // Compare output fingerprints across replicas every K steps; 0 = off. Default:
-  // FJIT_DIVERGENCE_CHECK_EVERY, else 0.
+  // FJIT_DIVERGENCE_CHECK_EVERY (0 or an integer from 1 to 2^30; anything else makes the
+  // PmapCore constructor throw std::invalid_argument naming it), else 0.
   int divergence_check_every = -1;
 };
 

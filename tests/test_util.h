@@ -1,8 +1,9 @@
-// Helpers shared by tests: capturing fjit's log output.
+// Helpers shared by tests: capturing fjit's log output, setting an environment variable.
 #pragma once
 
 #include <spdlog/sinks/ringbuffer_sink.h>
 
+#include <cstdlib>
 #include <string>
 
 #include "core/log.h"
@@ -29,6 +30,23 @@ class LogCapture {
  private:
   std::shared_ptr<spdlog::sinks::ringbuffer_sink_mt> sink_;
   std::shared_ptr<spdlog::logger> previous_;
+};
+
+// Sets (value != nullptr) or unsets an environment variable while alive, then restores it.
+class EnvVar {
+ public:
+  EnvVar(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old, had_ = true;
+    if (value) setenv(name, value, 1); else unsetenv(name);
+  }
+  ~EnvVar() { if (had_) setenv(name_, old_.c_str(), 1); else unsetenv(name_); }
+  EnvVar(const EnvVar&) = delete;
+  EnvVar& operator=(const EnvVar&) = delete;
+
+ private:
+  const char* name_;
+  std::string old_;
+  bool had_ = false;
 };
 
 }  // namespace fjit::testing

@@ -8,23 +8,12 @@
 #include <thread>
 
 #include "fjit.h"
+#include "tests/test_util.h"
 
 namespace fjit {
 namespace {
 
-class EnvVar {
- public:
-  EnvVar(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old, had_ = true;
-    if (value) setenv(name, value, 1); else unsetenv(name);
-  }
-  ~EnvVar() { if (had_) setenv(name_, old_.c_str(), 1); else unsetenv(name_); }
-
- private:
-  const char* name_;
-  std::string old_;
-  bool had_ = false;
-};
+using testing::EnvVar;
 
 TEST(IntraOpThreads, SettingIsPerThread) {
   set_intra_op_threads(1);
