@@ -97,12 +97,15 @@ std::shared_ptr<Executable> Compiler::lower(std::shared_ptr<const Graph> gp, std
       node_buf[id] = new_buffer({BufferRef::kConstant, 0, data->raw()});
       continue;
     }
-    // A fused group becomes one instruction at its root (or, for a group with a second result,
-    // at the earlier of the two); its other members have none.
+    // A fused group becomes one instruction at its root (or, for a group with further results,
+    // at the earliest of them); its other members have none.
     const int group = fusion.group_of[id];
-    const int extra = group >= 0 ? fusion.groups[group].extra_root : -1;
+    static const std::vector<int> kNone;
+    const std::vector<int>& extras = group >= 0 ? fusion.groups[group].extra_roots : kNone;
     const int main_id = group >= 0 ? fusion.groups[group].root : id;
-    if ((extra < 0 ? main_id : std::min(main_id, extra)) != id) continue;
+    int first = main_id;
+    for (int x : extras) first = std::min(first, x);
+    if (first != id) continue;
     // Allocates the buffer of a value the instruction defines.
     auto define = [&](int node, const std::vector<int>& in_place, int index) {
       if (output_of[node] >= 0) {
@@ -150,7 +153,7 @@ std::shared_ptr<Executable> Compiler::lower(std::shared_ptr<const Graph> gp, std
     for (size_t k = 0; k < operands.size(); ++k) {
       const int p = input_of[operands[k]];
       if (p < 0) continue;
-      const bool ok = in_place_operand(k) && extra < 0;
+      const bool ok = in_place_operand(k) && extras.empty();
       if (exe->input_last_read[p] == index) exe->input_last_read_in_place[p] = exe->input_last_read_in_place[p] && ok;
       else exe->input_last_read[p] = index, exe->input_last_read_in_place[p] = ok;
     }
@@ -160,9 +163,9 @@ std::shared_ptr<Executable> Compiler::lower(std::shared_ptr<const Graph> gp, std
         if (value_of[operands[k]] >= 0 && in_place_operand(k)) in_place.push_back(value_of[operands[k]]);
       define(main_id, in_place, index);
     }
-    if (extra >= 0) {  // the second result's buffer follows the operands (fused.h)
-      define(extra, {}, index);
-      instr.in_bufs.push_back(node_buf[extra]);
+    for (int x : extras) {  // further results' buffers follow the operands (fused.h)
+      define(x, {}, index);
+      instr.in_bufs.push_back(node_buf[x]);
     }
     for (int in : operands)
       if (value_of[in] >= 0) planned[value_of[in]].last_use = index;

@@ -1,5 +1,6 @@
-// GEMM epilogues and narrow matmuls: fused SGD updates against the reference, the update
-// instruction rounding exactly as the epilogue does, and when a GEMM must not be fused.
+// GEMM updates and narrow matmuls: fused SGD updates against the reference, the same update
+// whichever further results (the product, the sum of its squares) the instruction writes,
+// and what a GEMM whose product is read elsewhere does.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -19,7 +20,6 @@ TEST(Fusion, GemmEpiloguesMatchReference) {
     bool ta, tb;
     int form;
   };
-  // N a multiple of 16: other shapes are left unfused (GemmUpdateRoundsAsTheEpilogue).
   const std::vector<Case> cases = {{37, 19, 32, false, false, 0}, {64, 128, 48, true, false, 0},
                                    {5, 7, 304, false, true, 1},   {128, 33, 64, true, true, 2},
                                    {2, 3, 16, false, false, 3},   {70, 40, 128, false, false, 4}};
@@ -66,11 +66,11 @@ TEST(Fusion, GemmEpiloguesMatchReference) {
 }
 
 // An update whose product is read elsewhere too (a returned sum of squares or product, a
-// check on the product and its scaled value) runs as a matmul and an "update" instruction that
-// must round exactly as the epilogue does, for every shape the epilogue takes; shapes it
-// refuses (N not a multiple of the packet, a depth over one Eigen kc block, tiny products)
-// take the plain ops either way.
-TEST(Fusion, GemmUpdateRoundsAsTheEpilogue) {
+// check on the product and its scaled value) is the same blocked GEMM instruction writing
+// those further results: its update must be bit-identical to the one that writes nothing
+// else, for every shape (several kc blocks of depth, odd N, tiny and one-row products), and
+// its sum of squares bit-identical to the unfused sum over the product it writes.
+TEST(Fusion, GemmUpdateIsTheSameWhateverElseItWrites) {
   std::mt19937 rng(13);
   struct Case {
     int64_t m, k, n;
@@ -122,13 +122,24 @@ TEST(Fusion, GemmUpdateRoundsAsTheEpilogue) {
         if (cs.m * cs.k * cs.n < 400000)  // the reference GEMM is slow
           EXPECT_LT(max_diff(want, reference(*alone->graph, ins)[0]),
                     t == DType::f32 ? 1e-5 : 1e-12);
+        // The product as the group computes it, and the unfused sum of its squares.
+        const Array product = run(*build(2), ins)[1];
+        Array unfused_sum;
+        {
+          TraceContext ctx({});
+          Tensor x = ctx.parameter(t, product.shape(), "x");
+          ctx.graph.outputs = {sum(x * x).id()};
+          CompileOptions o;
+          o.fuse = false;
+          unfused_sum = run(*compile(ctx.graph, {}, o), {product})[0];
+        }
         for (int extra = 1; extra <= 3; ++extra) {
           auto shared = build(extra);
-          EXPECT_EQ(count_label(*shared, "update["), epilogue ? 1 : 0) << shared->plan_string();
-          if (extra == 1) {  // the update also sums the squares: as the unfused sum does
-            EXPECT_EQ(shared->plan_string().find("sum(in0 * in0)") != std::string::npos, epilogue)
+          EXPECT_EQ(count_label(*shared, "gemm["), epilogue ? 1 : 0) << shared->plan_string();
+          if (extra == 1) {
+            EXPECT_EQ(shared->plan_string().find("sum of its squares") != std::string::npos, epilogue)
                 << shared->plan_string();
-            EXPECT_TRUE(run(*shared, ins)[1].bit_equal(run(*build(1, false), ins)[1]))
+            EXPECT_TRUE(run(*shared, ins)[1].bit_equal(unfused_sum))
                 << cs.m << "x" << cs.k << "x" << cs.n << " " << dtype_name(t);
           }
           EXPECT_TRUE(run(*shared, ins)[0].bit_equal(want))
@@ -136,10 +147,13 @@ TEST(Fusion, GemmUpdateRoundsAsTheEpilogue) {
               << dtype_name(t) << "\n"
               << alone->plan_string() << shared->plan_string();
         }
+        if (epilogue && cs.m * cs.k * cs.n < 400000)
+          EXPECT_LT(max_diff(product, reference(*build(2)->graph, ins)[1]),
+                    t == DType::f32 ? 1e-4 : 1e-11);
       }
     }
   }
-  EXPECT_GE(epilogues, 40);  // most cases above are epilogues
+  EXPECT_EQ(epilogues, 2 * 12 * 4);  // every case above is fused
 }
 
 // Narrow products (N <= 16 columns, the logits of a classifier and their weight gradient) run
@@ -169,8 +183,10 @@ TEST(Fusion, NarrowMatmulsMatchReference) {
   }
 }
 
-// The product is also used elsewhere: no epilogue, since the product must exist anyway.
-TEST(Fusion, GemmWithSecondConsumerIsNotFused) {
+// The product is also used elsewhere: the update's instruction writes it out as well, and
+// both results match the reference.
+TEST(Fusion, GemmWithSecondConsumerWritesTheProduct) {
+  std::mt19937 rng(5);
   TraceContext ctx({});
   Tensor a = ctx.parameter(DType::f32, {8, 4}, "a");
   Tensor b = ctx.parameter(DType::f32, {4, 6}, "b");
@@ -178,7 +194,13 @@ TEST(Fusion, GemmWithSecondConsumerIsNotFused) {
   Tensor prod = matmul(a, b);
   ctx.graph.outputs = {(p - prod * 0.1).id(), sum(prod).id()};
   auto exe = compile(ctx.graph, {}, {});
-  EXPECT_EQ(count_label(*exe, "gemm["), 0) << exe->plan_string();
+  EXPECT_EQ(count_label(*exe, "gemm["), 1) << exe->plan_string();
+  EXPECT_NE(exe->plan_string().find("%" + std::to_string(prod.id()) + " = in0 in1"), std::string::npos)
+      << exe->plan_string();
+  std::vector<Array> ins = {random_array(DType::f32, {8, 4}, rng), random_array(DType::f32, {4, 6}, rng),
+                            random_array(DType::f32, {8, 6}, rng)};
+  const auto got = run(*exe, ins), ref = reference(*exe->graph, ins);
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_LT(max_diff(got[i], ref[i]), 1e-5) << i;
 }
 
 }  // namespace

@@ -11,10 +11,10 @@
 // Fused sum: the same program with a full reduce_sum as its root, so sum(x*x) for a global
 // gradient norm reads x once and never writes the squares.
 //
-// GEMM epilogue: out = addend + alpha * op(A) op(B) (addend optional, broadcast from a row
-// vector or a scalar allowed) as one GEMM that accumulates into the output, so neither the
-// product nor alpha times it is materialized. This is the SGD update p - lr * (x^T g) with the
-// weight gradient never written out.
+// GEMM update: out = addend + alpha * op(A) op(B) (addend optional, broadcast from a row
+// vector or a scalar allowed), the product made block by block and the update applied to each
+// block while it is in cache (core/kernels/gemm_update.cc). This is the SGD update
+// p - lr * (x^T g) with the weight gradient never written to memory.
 #pragma once
 
 #include <string>
@@ -50,24 +50,23 @@ bool select_fused_elementwise(Instr& instr, const std::vector<FusedOp>& program)
 // bit-identical to the unfused reduce_sum of the materialized value. False when unsupported.
 bool select_fused_sum(Instr& instr, const ValueType& value, const std::vector<FusedOp>& program);
 
-// Prepares a GEMM epilogue instruction: instr.ins = {A, B} or {A, B, addend}; instr.attrs
-// carries trans_a / trans_b; alpha = instr.attrs.scalar. The addend broadcasts to the output
-// (same shape, a row vector [N], or a scalar). f32 and f64 only; returns false otherwise.
-// The output may alias the addend (then it is not copied), never A or B. False, too, for shapes
-// where Eigen would not round the result once, as fma(alpha, A B, addend) with A B as the
-// plain product computes it (see epilogue_rounds_once in matmul.cc): fused or not, an update
-// rounds the same.
-bool select_gemm_epilogue(Instr& instr);
+// Prepares a GEMM update: instr.ins = {A, B} or {A, B, addend}; instr.attrs carries trans_a /
+// trans_b and alpha = instr.attrs.scalar; rank-2 f32 or f64 operands. The addend broadcasts to
+// the output (same shape, a row vector [N], or a scalar); the output may alias the addend,
+// never A or B. Every element is rounded once: fma(alpha, P, addend), P being the product as
+// Eigen's panel kernel accumulates it, whatever the thread count. Further results, each in
+// one more buffer the caller appends to in_bufs after the operands' (in this order):
+//   with_product         P itself;
+//   with_sum_of_squares  the full sum of P's squares (a scalar of the output's type),
+//                        bit-identical to the unfused sum(P * P).
+// So the output does not depend on which results are asked for. False, with instr.fn null,
+// for other operands, or for a sum without the product when the blocks cannot hold whole
+// summation leaves (then ask again with the product).
+bool select_gemm_update(Instr& instr, bool with_product, bool with_sum_of_squares);
 
-// Prepares the update of a GEMM epilogue whose product is materialized (a check reads it):
-// out = addend + alpha * x rounded as the epilogue rounds it, so the result does not depend on
-// whether the product was also needed. instr.ins = {x} or {x, addend} (x of the output's shape,
-// addend broadcast as above), alpha = instr.attrs.scalar. The output may alias x or a
-// same-shape addend. Use it only for a product for which select_gemm_epilogue succeeds: only
-// then is the rounding the same. with_sum_of_squares: the instruction also writes the full sum
-// of x's squares (of type T, bit-identical to the unfused sum(x * x)) to one more buffer,
-// in_bufs[ins.size()], which the caller appends after the operands' buffers.
-bool select_epilogue_update(Instr& instr, bool with_sum_of_squares = false);
+// Whether a plain matmul of this size runs faster through the narrow-output kernel (few
+// output columns, core/kernels/matmul.cc) than as a GEMM: such products are not fused.
+bool matmul_is_narrow(int64_t m, int64_t k, int64_t n, int64_t esize);
 
 // "%9 = add(%8, in1); %10 = relu(%9)": a program with its nodes, for plan dumps.
 std::string fused_program_string(const std::vector<FusedOp>& program);

@@ -74,13 +74,14 @@ class Planner {
     }
   }
 
-  // An update of a product that is also squared and summed (sum(dW * dW) of a gradient
-  // norm) computes the sum in its pass over the product: one read of dW instead of two.
+  // A GEMM update whose product is also squared and summed (sum(dW * dW) of a gradient norm)
+  // computes that sum too, from the product blocks it already holds in cache: dW is then not
+  // written out at all unless something else reads it.
   void merge_norm_sums() {
     for (size_t u = 0; u < plan.groups.size(); ++u) {
       FusionGroup& up = plan.groups[u];
-      if (up.kind != FusionGroup::kUpdate) continue;
-      const int x = up.inputs[0];
+      if (up.kind != FusionGroup::kGemm) continue;
+      const int x = up.product;
       for (int sq : consumers_[x]) {
         const int s = plan.group_of[sq];
         if (s < 0 || plan.groups[s].kind != FusionGroup::kSum) continue;
@@ -89,19 +90,21 @@ class Planner {
                             sum.program[0].args == std::vector<int>{-1, -1} &&
                             sum.inputs == std::vector<int>{x} &&
                             sum.program[0].dtype == g_.node(x).dtype;
-        // Every operand must exist where the instruction then runs (node ids are topological).
-        int latest = -1;
-        for (int in : up.inputs) latest = std::max(latest, in);
-        if (!square || latest > sum.root) continue;
+        if (!square) continue;
+        std::vector<int> members = up.members;
+        members.insert(members.end(), sum.members.begin(), sum.members.end());
+        std::sort(members.begin(), members.end());
+        const bool write_product = read_outside(x, members);
         Instr in = up.instr;
-        if (!select_epilogue_update(in, /*with_sum_of_squares=*/true)) continue;
+        if (!select_gemm_update(in, write_product, true) &&
+            !(!write_product && select_gemm_update(in, true, true)))
+          continue;
         up.instr = std::move(in);
-        up.extra_root = sum.root;
-        for (int m : sum.members) {
-          plan.group_of[m] = static_cast<int>(u);
-          up.members.push_back(m);
-        }
-        std::sort(up.members.begin(), up.members.end());
+        up.extra_roots.clear();
+        if (up.instr.p[7] & 1) up.extra_roots.push_back(x);  // the product's buffer comes first
+        up.extra_roots.push_back(sum.root);
+        for (int m : sum.members) plan.group_of[m] = static_cast<int>(u);
+        up.members = std::move(members);
         sum.members.clear();  // left empty: no node refers to it
         break;
       }
@@ -137,12 +140,11 @@ class Planner {
     return found;
   }
 
-  // matmul m, scaled (c = m * alpha), then maybe added to (d = addend +- c). Which nodes form
-  // the update is decided on result consumers only (sole_result_consumer). The update is the
-  // GEMM epilogue when nothing else reads the product or its scaled value; when something
-  // does (a check on the gradient norm, automatic checks, a returned gradient) the product is
-  // materialized and the update still rounds as the epilogue would (select_epilogue_update):
-  // the updated values never depend on the checks.
+  // matmul m, scaled (c = m * alpha), then maybe added to (d = addend +- c): one blocked GEMM
+  // update (select_gemm_update). Which nodes form the update is decided on result consumers
+  // only (sole_result_consumer), so it is the same with checks on and off; what checks read
+  // besides (the product, its scaled value) is written out by the same instruction or computed
+  // from what it writes, and the updated values never depend on the checks.
   void try_gemm(int m) {
     const Node& mm = g_.node(m);
     if (!is_float(mm.dtype)) return;
@@ -173,13 +175,22 @@ class Planner {
         root = d;
       }
     }
+    // The instruction runs where its first result is due (the product, when it is written
+    // out): the addend must exist by then. Decided without looking at checks, as above.
+    if (addend > m) return;
     FusionGroup grp;
     grp.kind = FusionGroup::kGemm;
     grp.root = root;
-    grp.members = {m, c};
+    grp.product = m;
+    grp.members = {m};
+    // The scaled product is computed alone, from the written-out product, when something
+    // other than the update reads it (a check).
+    if (root == c || sole_consumer(c) == root) grp.members.push_back(c);
     if (root != c) grp.members.push_back(root);
     grp.inputs = {mm.inputs[0], mm.inputs[1]};
     if (addend >= 0) grp.inputs.push_back(addend);
+    const bool write_product = read_outside(m, grp.members);
+    if (write_product) grp.extra_roots = {m};
     Instr& in = grp.instr;
     in.op = Op::MatMul;
     in.out = {g_.node(root).dtype, g_.node(root).shape};
@@ -187,24 +198,17 @@ class Planner {
     in.attrs.trans_a = mm.attrs.trans_a;
     in.attrs.trans_b = mm.attrs.trans_b;
     in.attrs.scalar = alpha;
-    if (!select_gemm_epilogue(in)) return;  // and so no update either: see fused.h
-    const bool alone = sole_consumer(m) == c && (root == c || sole_consumer(c) == root);
-    if (!alone) {  // the product stays a matmul of its own; the update reads it
-      grp.kind = FusionGroup::kUpdate;
-      // The scaled product is computed alone when a check reads it too.
-      grp.members = {root};
-      if (root != c && sole_consumer(c) == root) grp.members = {c, root};
-      grp.inputs = {m};
-      if (addend >= 0) grp.inputs.push_back(addend);
-      Instr up;
-      up.op = g_.node(root).op;
-      up.out = in.out;
-      for (int x : grp.inputs) up.ins.push_back({g_.node(x).dtype, g_.node(x).shape});
-      up.attrs.scalar = alpha;
-      if (!select_epilogue_update(up)) return;
-      grp.instr = std::move(up);
-    }
+    if (!select_gemm_update(in, write_product, false)) return;
     add_group(std::move(grp));
+  }
+
+  // Whether `id`'s value is needed outside `members` (an output, or a live consumer that is
+  // not a member): then a group computing it must write it out.
+  bool read_outside(int id, const std::vector<int>& members) const {
+    if (output_[id]) return true;
+    for (int c : consumers_[id])
+      if (!std::binary_search(members.begin(), members.end(), c)) return true;
+    return false;
   }
 
   // A group with `root` as its last elementwise node; with `sum` >= 0, that full reduce_sum
@@ -317,19 +321,14 @@ std::string FusionPlan::describe(int group) const {
   const Instr& in = grp.instr;
   char alpha[32];
   std::snprintf(alpha, sizeof alpha, "%g", in.attrs.scalar);
-  if (grp.kind == FusionGroup::kUpdate) {
-    std::string s = "update[%" + std::to_string(grp.root) + " = ";
-    if (in.ins.size() == 2) s += "in1 + ";
-    s += std::string(alpha) + " * in0 as a gemm epilogue";
-    if (grp.extra_root >= 0) s += ", %" + std::to_string(grp.extra_root) + " = sum(in0 * in0)";
-    s += "; nodes";
-    for (int m : grp.members) s += " %" + std::to_string(m);
-    return s + "]";
-  }
   std::string s = "gemm[%" + std::to_string(grp.root) + " = ";
   if (in.ins.size() == 3) s += "in2 + ";
-  s += std::string(alpha) + " * in0" + (in.attrs.trans_a ? "^T" : "") + " in1" +
-       (in.attrs.trans_b ? "^T" : "") + "; nodes";
+  const std::string product = std::string("in0") + (in.attrs.trans_a ? "^T" : "") + " in1" +
+                              (in.attrs.trans_b ? "^T" : "");
+  s += std::string(alpha) + " * " + product;
+  for (int x : grp.extra_roots)
+    s += ", %" + std::to_string(x) + (x == grp.product ? " = " + product : " = sum of its squares");
+  s += "; nodes";
   for (int m : grp.members) s += " %" + std::to_string(m);
   return s + "]";
 }

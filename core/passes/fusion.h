@@ -8,20 +8,17 @@
 //   sum          such a group (one op is enough) whose value only a full reduce_sum reads:
 //                summed block by block, bit-identical to the unfused sum (sum(g*g) for a
 //                global norm never writes the squares).
-//   gemm         matmul followed by a scalar multiply, then optionally an add/sub of a value
-//                the output can start from: out = addend + alpha * A B in one GEMM (the SGD
-//                update p - lr * dW never materializes dW). It rounds once, as
-//                fma(alpha, A B, addend) with A B the plain product; shapes where Eigen would
-//                not are left unfused (select_gemm_epilogue).
-//   update       the same update when the product, or its scaled value, is read elsewhere too
-//                (a check on the gradient norm, automatic checks, a returned gradient): the
-//                product is materialized by its own matmul and the update reads it, rounding
-//                exactly as the epilogue does. So updated parameters are bit-identical with
-//                checks on and off. Which nodes form an update is decided on the consumers
-//                that reach an output or a collective, never on check helpers. When the
-//                product is also squared and summed (a global norm), the update computes
-//                that sum too, in the same pass over the product (extra_root below), with
-//                the unfused sum's rounding.
+//   gemm         matmul followed by a scalar multiply, then optionally an add/sub of a value:
+//                out = addend + alpha * A B as one blocked GEMM that applies the update to
+//                each block of the product while it is in cache (the SGD update p - lr * dW),
+//                rounding once, as fma(alpha, A B, addend). When something else reads the
+//                product (a check, a returned gradient), the same instruction writes it out
+//                too; when the product is also squared and summed (a global gradient norm),
+//                it computes that sum as well, with the unfused sum's rounding (extra_roots).
+//                Which nodes form the update is decided on the consumers that reach an output
+//                or a collective, never on check helpers, and the arithmetic is the same
+//                whichever results are written: updated parameters are bit-identical with
+//                checks off, on user checks and on all checks.
 // Nothing is fused across a node with effects (check, collective): such a node is never a
 // member, and a value it reads is never an intermediate, so it stays materialized and every
 // check still reads the value of the op that produced it. Graph outputs are never
@@ -36,16 +33,17 @@
 namespace fjit {
 
 struct FusionGroup {
-  enum Kind { kElementwise, kSum, kGemm, kUpdate };
+  enum Kind { kElementwise, kSum, kGemm };
   Kind kind = kElementwise;
   int root = -1;                 // the node whose value the instruction writes
   std::vector<int> members;      // every node it computes, in graph order, root last
   std::vector<int> inputs;       // external operand node ids, in the instruction's operand order
   std::vector<FusedOp> program;  // kElementwise
-  // kUpdate: a second node it computes (a full sum of the product's squares), or -1. The
-  // instruction then runs at the earlier of root and extra_root, and writes extra_root's
-  // value through one more buffer after its operands.
-  int extra_root = -1;
+  int product = -1;              // kGemm: the matmul node
+  // kGemm: further results the instruction writes, each through one more buffer after its
+  // operands, in this order: the product when it is read outside the group, then the sum of
+  // its squares. The instruction runs at the earliest of root and these.
+  std::vector<int> extra_roots;
   // The instruction with its kernel already selected (fn, prepared state); the compiler adds
   // buffers and the node id.
   Instr instr;
