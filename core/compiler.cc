@@ -30,9 +30,12 @@ void dump(const std::string& dir, const std::string& stem, const std::string& su
   f << text;
 }
 
+// Whether n's kernel may write its result over `in` (the planner decides whether `in` is dead
+// by then): elementwise kernels read each element before they write it, and an all-reduce
+// reduces its buffer in place (so a gradient is reduced where its matmul wrote it, not copied).
 bool in_place_ok(const Node& n, const Node& in) {
-  return op_is_elementwise(n.op) && n.op != Op::Cast && in.shape == n.shape &&
-         dtype_size(in.dtype) == dtype_size(n.dtype);
+  const bool kernel_ok = (op_is_elementwise(n.op) && n.op != Op::Cast) || n.op == Op::AllReduce;
+  return kernel_ok && in.shape == n.shape && dtype_size(in.dtype) == dtype_size(n.dtype);
 }
 
 }  // namespace
