@@ -49,19 +49,19 @@ Tensor pmax(const Tensor& x, const std::string& axis, Loc loc) {
 // The mean is psum(x * (w / n)): the replica weight and 1/n meet in one scalar, so the
 // tensor is scaled in a single pass before the reduction (scaling after it as well would be
 // a second full pass over every gradient).
-namespace {
-Tensor mean_scale(DType dtype, const Loc& loc) {
+namespace detail {
+Tensor mean_scale(DType dtype, Loc loc) {
   const int n = TraceContext::current()->num_replicas;
   Tensor inv_n = scalar(dtype, 1.0 / n, loc);
   Tensor w = detail::replica_weight();
   return w.defined() ? mul(cast(w, dtype, loc), inv_n, loc) : inv_n;
 }
-}  // namespace
+}  // namespace detail
 
 Tensor pmean(const Tensor& x, const std::string& axis, Loc loc) {
   require_axis("pmean", axis, loc);
   if (!x.defined() || !is_floating(x.dtype())) detail::fail("pmean", {x}, "expects a floating-point tensor", &loc);
-  return psum(mul(x, mean_scale(x.dtype(), loc), loc), axis, loc);
+  return psum(mul(x, detail::mean_scale(x.dtype(), loc), loc), axis, loc);
 }
 
 Tensor all_gather(const Tensor& x, const std::string& axis, Loc loc) {
@@ -130,7 +130,7 @@ TensorDict reduce_dict(const TensorDict& xs, const std::string& axis, bool mean,
     Tensor t = kv.second;
     if (mean) {
       if (!is_floating(t.dtype())) detail::fail("pmean", {t}, "expects floating-point tensors", &loc);
-      t = mul(t, mean_scale(t.dtype(), loc), loc);
+      t = mul(t, detail::mean_scale(t.dtype(), loc), loc);
     }
     leaves.push_back(t);
   }

@@ -49,6 +49,9 @@ std::vector<Tensor> fused_all_reduce(const std::vector<Tensor>& xs, ReduceOp op,
                                      const std::string& axis, int64_t bucket_bytes, const Loc& loc);
 // The replica-weight input of the current trace, if pmap added one (uneven batches).
 Tensor replica_weight();
+// What pmean multiplies each replica's value by: replica weight / replicas (1 / replicas
+// without a weight), a scalar of `dtype`.
+Tensor mean_scale(DType dtype, Loc loc = Loc::current());
 }  // namespace detail
 
 }  // namespace fjit

@@ -125,6 +125,10 @@ class Pmapped {
           }(std::index_sequence_for<A...>{});
           ctx.parameter(DType::f32, {}, "__replica_weight");
           paths.push_back("__replica_weight");
+          // pmean's f32 scale (weight / n), built before the user's ops, so that every later
+          // pmean finds this node (graphs are hash-consed) and a gradient's matmul can take it
+          // as its runtime alpha (core/passes/fusion.h).
+          detail::mean_scale(DType::f32);
           return paths;
         },
         [&](TraceContext& ctx, OutTree& tree) {

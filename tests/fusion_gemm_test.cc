@@ -156,6 +156,33 @@ TEST(Fusion, GemmUpdateIsTheSameWhateverElseItWrites) {
   EXPECT_EQ(epilogues, 2 * 12 * 4);  // every case above is fused
 }
 
+// A scale read at run time (pmean's replica weight over n, a scalar computed before the
+// matmul) is the GEMM's alpha: one instruction, matching the reference, for s * A B, p + s * A B
+// and (stopping at the scaled product) p - s * A B.
+TEST(Fusion, GemmTakesARuntimeScalarAsAlpha) {
+  std::mt19937 rng(21);
+  for (int form = 0; form < 3; ++form) {
+    TraceContext ctx({});
+    Tensor s = ctx.parameter(DType::f32, {}, "s");
+    Tensor half = s * 0.5;  // computed before the matmul, as pmap builds pmean's scale
+    Tensor a = ctx.parameter(DType::f32, {40, 64}, "a");
+    Tensor b = ctx.parameter(DType::f32, {40, 32}, "b");
+    Tensor p = ctx.parameter(DType::f32, {64, 32}, "p");
+    Tensor scaled = matmul(transpose(a), b) * half;
+    Tensor out = form == 0 ? scaled : form == 1 ? p + scaled : p - scaled;
+    ctx.graph.outputs = {out.id()};
+    auto exe = compile(ctx.graph, {}, {});
+    EXPECT_EQ(count_label(*exe, "gemm["), 1) << exe->plan_string();
+    // alpha is the last operand: in2 (s * A B), in3 (p + s * A B)
+    EXPECT_NE(exe->plan_string().find(form == 1 ? "= in2 + in3 * in0^T in1" : "= in2 * in0^T in1"),
+              std::string::npos)
+        << exe->plan_string();
+    std::vector<Array> ins = {random_array(DType::f32, {}, rng), random_array(DType::f32, {40, 64}, rng),
+                              random_array(DType::f32, {40, 32}, rng), random_array(DType::f32, {64, 32}, rng)};
+    EXPECT_LT(max_diff(run(*exe, ins)[0], reference(*exe->graph, ins)[0]), 1e-4) << form;
+  }
+}
+
 // Narrow products (N <= 16 columns, the logits of a classifier and their weight gradient) run
 // through a column-major temporary (core/kernels/matmul.cc); SGD on them is left unfused.
 TEST(Fusion, NarrowMatmulsMatchReference) {

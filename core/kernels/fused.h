@@ -50,19 +50,28 @@ bool select_fused_elementwise(Instr& instr, const std::vector<FusedOp>& program)
 // bit-identical to the unfused reduce_sum of the materialized value. False when unsupported.
 bool select_fused_sum(Instr& instr, const ValueType& value, const std::vector<FusedOp>& program);
 
-// Prepares a GEMM update: instr.ins = {A, B} or {A, B, addend}; instr.attrs carries trans_a /
-// trans_b and alpha = instr.attrs.scalar; rank-2 f32 or f64 operands. The addend broadcasts to
-// the output (same shape, a row vector [N], or a scalar); the output may alias the addend,
-// never A or B. Every element is rounded once: fma(alpha, P, addend), P being the product as
-// Eigen's panel kernel accumulates it, whatever the thread count. Further results, each in
-// one more buffer the caller appends to in_bufs after the operands' (in this order):
-//   with_product         P itself;
-//   with_sum_of_squares  the full sum of P's squares (a scalar of the output's type),
+// What a GEMM update instruction reads and writes besides A, B and the addend.
+struct GemmUpdateForm {
+  bool alpha_operand = false;   // alpha is the last operand (a scalar of the output's type,
+                                // read when the step runs), not attrs.scalar
+  bool product = false;         // also write P
+  bool sum_of_squares = false;  // also write the full sum of P's squares
+};
+
+// Prepares a GEMM update: instr.ins = {A, B} or {A, B, addend}, then the alpha operand if
+// form.alpha_operand; instr.attrs carries trans_a / trans_b and, otherwise, alpha in
+// attrs.scalar; rank-2 f32 or f64 operands. The addend broadcasts to the output (same shape, a
+// row vector [N], or a scalar); the output may alias the addend, never A or B. Every element is
+// rounded once: fma(alpha, P, addend), P being the product as Eigen's panel kernel accumulates
+// it, whatever the thread count. Further results, each in one more buffer the caller appends to
+// in_bufs after the operands' (in this order):
+//   form.product         P itself;
+//   form.sum_of_squares  the full sum of P's squares (a scalar of the output's type),
 //                        bit-identical to the unfused sum(P * P).
 // So the output does not depend on which results are asked for. False, with instr.fn null,
 // for other operands, or for a sum without the product when the blocks cannot hold whole
 // summation leaves (then ask again with the product).
-bool select_gemm_update(Instr& instr, bool with_product, bool with_sum_of_squares);
+bool select_gemm_update(Instr& instr, const GemmUpdateForm& form);
 
 // Whether a plain matmul of this size runs faster through the narrow-output kernel (few
 // output columns, core/kernels/matmul.cc) than as a GEMM: such products are not fused.

@@ -47,8 +47,9 @@ constexpr int64_t kScratchBytes = 64 << 10;
 // p[0] = M, p[1] = K, p[2] = N; p[3] = rows per block; p[4] = kc, p[5] = mc (Eigen's
 // blocking); p[6] = addend form (0 none, 1 same shape, 2 row vector [N], 3 scalar);
 // p[7] = results: bit 0 the product (buffer in_bufs[ins.size()]), bit 1 the sum of squares
-// (the buffer after that); bit 2: accumulate straight into the output (below).
-constexpr int64_t kWithProduct = 1, kWithSum = 2, kDirect = 4;
+// (the buffer after that); bit 2: accumulate straight into the output (below); bit 3: alpha is
+// the last operand, read when the step runs.
+constexpr int64_t kWithProduct = 1, kWithSum = 2, kDirect = 4, kAlphaOperand = 8;
 
 template <class T>
 struct Scratch {  // per thread, grown once: the hot path allocates nothing after warm-up
@@ -97,6 +98,8 @@ struct GemmUpdate {
     const T* a = in.in<T>(f, 0);
     const T* b = in.in<T>(f, 1);
     const size_t nin = in.ins.size();
+    const T alpha = (in.p[7] & kAlphaOperand) ? *in.in<T>(f, static_cast<int>(nin) - 1)
+                                              : static_cast<T>(in.attrs.scalar);
     T* product = (in.p[7] & kWithProduct) ? static_cast<T*>(f.bufs[in.in_bufs[nin]]) : nullptr;
     T* sum = (in.p[7] & kWithSum)
                  ? static_cast<T*>(f.bufs[in.in_bufs[nin + ((in.p[7] & kWithProduct) ? 1 : 0)]])
@@ -140,7 +143,7 @@ struct GemmUpdate {
         const int64_t amc = std::min(mc, n - i2);
         for (int64_t k2 = 0; k2 < k; k2 += kc)
           gebp(ResMapper(prod + i2, n), packed_lhs + i2 * k + k2 * amc, packed_rhs + k2 * nr, amc,
-               std::min(kc, k - k2), nr, direct ? static_cast<T>(in.attrs.scalar) : T(1));
+               std::min(kc, k - k2), nr, direct ? alpha : T(1));
       }
       if (direct) return;
       // The squares of each leaf that lies wholly in this block are summed while the block is
@@ -151,8 +154,8 @@ struct GemmUpdate {
         if (end > hi) break;
         leaves[l] = leaf_sum_of_squares(prod + (start - lo), end - start);
       }
-      if (product) update<false>(in, f, prod, lo, hi);
-      else update<true>(in, f, prod, lo, hi);
+      if (product) update<false>(in, f, alpha, prod, lo, hi);
+      else update<true>(in, f, alpha, prod, lo, hi);
     };
     const int threads = std::min<int64_t>(blocks, intra_op_threads());
     if (threads > 1 && 2 * m * n * k >= (int64_t{1} << 22)) {
@@ -189,8 +192,7 @@ struct GemmUpdate {
   // out[lo, hi) = fma(alpha, x, addend) with x the product's elements [lo, hi); with kClear,
   // x is set to zero as it is read.
   template <bool kClear>
-  static void update(const Instr& in, const Frame& f, T* x, int64_t lo, int64_t hi) {
-    const T alpha = static_cast<T>(in.attrs.scalar);
+  static void update(const Instr& in, const Frame& f, T alpha, T* x, int64_t lo, int64_t hi) {
     T* out = in.output<T>(f) + lo;
     const int64_t len = hi - lo, n = in.p[2];
     switch (in.p[6]) {
@@ -245,9 +247,11 @@ int64_t block_rows(int64_t m, int64_t n, bool leaves_in_block) {
 
 }  // namespace
 
-bool select_gemm_update(Instr& instr, bool with_product, bool with_sum_of_squares) {
+bool select_gemm_update(Instr& instr, const GemmUpdateForm& form) {
   instr.fn = nullptr;
-  if (instr.ins.size() != 2 && instr.ins.size() != 3) return false;
+  const bool with_product = form.product, with_sum_of_squares = form.sum_of_squares;
+  const size_t operands = instr.ins.size() - (form.alpha_operand ? 1 : 0);
+  if (instr.ins.empty() || (operands != 2 && operands != 3)) return false;
   const DType t = instr.out.dtype;
   if (t != DType::f32 && t != DType::f64) return false;
   for (const ValueType& v : instr.ins)
@@ -263,7 +267,8 @@ bool select_gemm_update(Instr& instr, bool with_product, bool with_sum_of_square
   const int esize = static_cast<int>(dtype_size(t));
   if (matmul_is_narrow(m, k, n, esize)) return false;
   instr.p[6] = 0;
-  if (instr.ins.size() == 3) {
+  if (form.alpha_operand && instr.ins.back().size() != 1) return false;
+  if (operands == 3) {
     const Shape& d = instr.ins[2].shape;
     if (d == cs) instr.p[6] = 1;
     else if (instr.ins[2].size() == 1) instr.p[6] = 3;
@@ -292,7 +297,7 @@ bool select_gemm_update(Instr& instr, bool with_product, bool with_sum_of_square
   const bool direct = false;
 #endif
   instr.p[7] = (with_product ? kWithProduct : 0) | (with_sum_of_squares ? kWithSum : 0) |
-               (direct ? kDirect : 0);
+               (direct ? kDirect : 0) | (form.alpha_operand ? kAlphaOperand : 0);
   instr.fn = esize == 4 ? pick<float>(ta, tb) : pick<double>(ta, tb);
   return true;
 }

@@ -96,12 +96,18 @@ class Planner {
         std::sort(members.begin(), members.end());
         const bool write_product = read_outside(x, members);
         Instr in = up.instr;
-        if (!select_gemm_update(in, write_product, true) &&
-            !(!write_product && select_gemm_update(in, true, true)))
-          continue;
+        GemmUpdateForm form = up.form;
+        form.product = write_product;
+        form.sum_of_squares = true;
+        if (!select_gemm_update(in, form)) {
+          if (write_product) continue;
+          form.product = true;  // the blocks cannot hold whole leaves: sum the written product
+          if (!select_gemm_update(in, form)) continue;
+        }
         up.instr = std::move(in);
+        up.form = form;
         up.extra_roots.clear();
-        if (up.instr.p[7] & 1) up.extra_roots.push_back(x);  // the product's buffer comes first
+        if (form.product) up.extra_roots.push_back(x);  // the product's buffer comes first
         up.extra_roots.push_back(sum.root);
         for (int m : sum.members) plan.group_of[m] = static_cast<int>(u);
         up.members = std::move(members);
@@ -149,15 +155,24 @@ class Planner {
     const Node& mm = g_.node(m);
     if (!is_float(mm.dtype)) return;
     auto other = [&](const Node& n, int x) { return n.inputs[0] == x ? n.inputs[1] : n.inputs[0]; };
-    int c = -1;
+    // The scale: a scalar constant, or else a scalar computed before the matmul (pmean's
+    // replica weight over n, read when the step runs).
+    int c = -1, alpha_node = -1;
     double alpha = 1;
     for (int x : consumers_[m]) {
       const Node& cn = g_.node(x);
-      if (feeds_result_[x] && cn.op == Op::Mul && cn.inputs[0] != cn.inputs[1] &&
-          cn.shape == mm.shape && cn.dtype == mm.dtype && plan.group_of[x] < 0 &&
-          scalar_constant(g_, other(cn, m), &alpha)) {
+      if (!feeds_result_[x] || cn.op != Op::Mul || cn.inputs[0] == cn.inputs[1] ||
+          cn.shape != mm.shape || cn.dtype != mm.dtype || plan.group_of[x] >= 0)
+        continue;
+      const int s = other(cn, m);
+      if (scalar_constant(g_, s, &alpha)) {
         c = x;
+        alpha_node = -1;
         break;
+      }
+      if (c < 0 && s < m && g_.node(s).size() == 1 && g_.node(s).dtype == mm.dtype) {
+        c = x;
+        alpha_node = s;
       }
     }
     // A bias add alone is left to elementwise fusion (with its activation): starting the
@@ -169,7 +184,8 @@ class Planner {
       const Node& dn = g_.node(d);
       const bool sub = dn.op == Op::Sub && dn.inputs[1] == c && dn.inputs[0] != c;
       const bool add = dn.op == Op::Add && dn.inputs[0] != dn.inputs[1];
-      if ((sub || add) && dn.shape == mm.shape && dn.dtype == mm.dtype) {
+      // p - s * A B with s read at run time would need -s: the update stops at s * A B.
+      if ((sub || add) && dn.shape == mm.shape && dn.dtype == mm.dtype && !(sub && alpha_node >= 0)) {
         addend = other(dn, c);
         if (sub) alpha = -alpha;
         root = d;
@@ -189,6 +205,7 @@ class Planner {
     if (root != c) grp.members.push_back(root);
     grp.inputs = {mm.inputs[0], mm.inputs[1]};
     if (addend >= 0) grp.inputs.push_back(addend);
+    if (alpha_node >= 0) grp.inputs.push_back(alpha_node);
     const bool write_product = read_outside(m, grp.members);
     if (write_product) grp.extra_roots = {m};
     Instr& in = grp.instr;
@@ -198,7 +215,9 @@ class Planner {
     in.attrs.trans_a = mm.attrs.trans_a;
     in.attrs.trans_b = mm.attrs.trans_b;
     in.attrs.scalar = alpha;
-    if (!select_gemm_update(in, write_product, false)) return;
+    grp.form.alpha_operand = alpha_node >= 0;
+    grp.form.product = write_product;
+    if (!select_gemm_update(in, grp.form)) return;
     add_group(std::move(grp));
   }
 
@@ -322,7 +341,8 @@ std::string FusionPlan::describe(int group) const {
   char alpha[32];
   std::snprintf(alpha, sizeof alpha, "%g", in.attrs.scalar);
   std::string s = "gemm[%" + std::to_string(grp.root) + " = ";
-  if (in.ins.size() == 3) s += "in2 + ";
+  if (in.ins.size() - grp.form.alpha_operand == 3) s += "in2 + ";
+  if (grp.form.alpha_operand) std::snprintf(alpha, sizeof alpha, "in%zu", in.ins.size() - 1);
   const std::string product = std::string("in0") + (in.attrs.trans_a ? "^T" : "") + " in1" +
                               (in.attrs.trans_b ? "^T" : "");
   s += std::string(alpha) + " * " + product;

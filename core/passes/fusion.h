@@ -40,6 +40,7 @@ struct FusionGroup {
   std::vector<int> inputs;       // external operand node ids, in the instruction's operand order
   std::vector<FusedOp> program;  // kElementwise
   int product = -1;              // kGemm: the matmul node
+  GemmUpdateForm form;           // kGemm: what the instruction reads and writes besides A, B
   // kGemm: further results the instruction writes, each through one more buffer after its
   // operands, in this order: the product when it is read outside the group, then the sum of
   // its squares. The instruction runs at the earliest of root and these.
