@@ -148,6 +148,8 @@ std::shared_ptr<Executable> Compiler::lower(std::shared_ptr<const Graph> gp, std
       const int in = operands[k];
       if (group >= 0 && fusion.groups[group].kind == FusionGroup::kGemm)
         return k == 2 && in != operands[0] && in != operands[1] && g.node(in).shape == main_node.shape;
+      // Other replicas read the gradient, and the default backend stages the sum in the output.
+      if (group >= 0 && fusion.groups[group].kind == FusionGroup::kReduceUpdate) return false;
       if (group >= 0)
         return g.node(in).shape == main_node.shape && dtype_size(g.node(in).dtype) == dtype_size(main_node.dtype);
       return in_place_ok(main_node, g.node(in));

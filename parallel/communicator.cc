@@ -3,6 +3,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 
 #include "core/log.h"
 
@@ -35,6 +36,14 @@ void read_seconds(const char* name, std::chrono::milliseconds* out) {
 }
 
 }  // namespace
+
+void Communicator::all_reduce_apply(const void* src, void* scratch, int64_t count, DType dtype,
+                                    void* ctx, ReducedBlockFn apply) {
+  if (count <= 0) return;
+  if (scratch != src) std::memcpy(scratch, src, count * dtype_size(dtype));
+  all_reduce(scratch, count, dtype, ReduceOp::sum);
+  apply(ctx, 0, count, scratch);
+}
 
 StallPolicy StallPolicy::from_environment() {
   StallPolicy policy;

@@ -45,6 +45,18 @@ class Communicator {
   // In-place all-reduce of `count` elements of `dtype` (DType::boolean = bytes; logical_or
   // and max/min apply to bytes too).
   virtual void all_reduce(void* data, int64_t count, DType dtype, ReduceOp op) = 0;
+  // The sum of every replica's `src` (f32 or f64, in rank order: all_reduce's result), handed
+  // to `apply` block by block instead of being stored: for every block [begin, begin + count)
+  // of the result, apply(ctx, begin, count, values) runs once with each replica's `ctx` (as
+  // that replica passed it), on some replica's thread. So an update that reads the reduced
+  // gradient (p - lr * g) is applied while the block is in cache, and the gradient is never
+  // written back. Every replica calls it with the same count and dtype; it returns on each
+  // when every block has been applied for it. `scratch` (count elements, not overlapping src)
+  // may be used to hold the reduced values; `apply` must not read it otherwise. The default
+  // reduces a copy of src in scratch with all_reduce, then applies it whole.
+  using ReducedBlockFn = void (*)(void* ctx, int64_t begin, int64_t count, const void* values);
+  virtual void all_reduce_apply(const void* src, void* scratch, int64_t count, DType dtype,
+                                void* ctx, ReducedBlockFn apply);
   // Copies `nbytes` from `root`'s buffer into every replica's buffer.
   virtual void broadcast(void* data, size_t nbytes, int root) = 0;
   // recv (size()*nbytes_per_rank bytes) receives every rank's `send` block in rank order.

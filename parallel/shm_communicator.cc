@@ -1,5 +1,7 @@
 #include "parallel/shm_communicator.h"
 
+#include <algorithm>
+#include <cstddef>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
@@ -15,7 +17,10 @@ namespace fjit {
 class ShmCommunicator final : public Communicator {
  public:
   ShmCommunicator(ShmGroup* group, int rank)
-      : group_(group), rank_(rank), ptrs_(static_cast<size_t>(group->size_)) {}
+      : group_(group),
+        rank_(rank),
+        ptrs_(static_cast<size_t>(group->size_)),
+        srcs_(static_cast<size_t>(group->size_)) {}
 
   int rank() const override { return rank_; }
   int size() const override { return group_->size_; }
@@ -42,6 +47,45 @@ class ShmCommunicator final : public Communicator {
     combine_in_rank_order(ptrs_.data(), n, ptrs_.data(), n, mine.begin, mine.count, dtype, op);
     // No replica may return (and touch its buffer) while others still write into it.
     group_->arrive_and_wait(rank_);
+  }
+
+  // Each replica reduces its chunk block by block into a small buffer on its stack and applies
+  // every block for every replica: one pass, no reduced gradient written anywhere.
+  void all_reduce_apply(const void* src, void* scratch, int64_t count, DType dtype, void* ctx,
+                        ReducedBlockFn apply) override {
+    const int n = group_->size_;
+    if (n > 1 && (dtype == DType::f32 || dtype == DType::f64)) {
+      CollectiveRecord record(rank_ == 0, CollectiveKind::all_reduce,
+                              count > 0 ? count * dtype_size(dtype) : 0);
+      enter("all_reduce");
+      if (count <= 0) return;
+      me().send = src;
+      me().apply_ctx = ctx;
+      group_->arrive_and_wait(rank_);
+      const int64_t esize = dtype_size(dtype);
+      const ElementRange mine = chunk_of(count, n, rank_, static_cast<int>(esize));
+      constexpr int64_t kBlockBytes = 8 << 10;
+      alignas(64) std::byte block[kBlockBytes];
+      void* out[1] = {block};
+      for (int64_t b = mine.begin; b < mine.begin + mine.count; b += kBlockBytes / esize) {
+        const int64_t len = std::min(kBlockBytes / esize, mine.begin + mine.count - b);
+        for (int r = 0; r < n; ++r)
+          srcs_[r] = static_cast<const std::byte*>(group_->slots_[r].send) + b * esize;
+        combine_in_rank_order(srcs_.data(), n, out, 1, 0, len, dtype, ReduceOp::sum);
+        for (int r = 0; r < n; ++r) apply(group_->slots_[r].apply_ctx, b, len, block);
+      }
+      // No replica may return (and reuse its buffers) while others still read or write them.
+      group_->arrive_and_wait(rank_);
+      return;
+    }
+    if (n == 1 && (dtype == DType::f32 || dtype == DType::f64)) {
+      CollectiveRecord record(rank_ == 0, CollectiveKind::all_reduce,
+                              count > 0 ? count * dtype_size(dtype) : 0);
+      enter("all_reduce");
+      if (count > 0) apply(ctx, 0, count, src);  // a sum of one contribution
+      return;
+    }
+    Communicator::all_reduce_apply(src, scratch, count, dtype, ctx, apply);
   }
 
   void broadcast(void* data, size_t nbytes, int root) override {
@@ -106,7 +150,8 @@ class ShmCommunicator final : public Communicator {
 
   ShmGroup* group_;
   const int rank_;
-  std::vector<void*> ptrs_;  // scratch for the all-reduce, sized once
+  std::vector<void*> ptrs_;        // scratch for the all-reduce, sized once
+  std::vector<const void*> srcs_;  // the same for all_reduce_apply
 };
 
 ShmGroup::ShmGroup(int size, StallPolicy policy)

@@ -61,6 +61,7 @@ class ShmGroup {
   struct alignas(64) Slot {
     void* data = nullptr;
     const void* send = nullptr;
+    void* apply_ctx = nullptr;  // all_reduce_apply
     bool local_sense = false;  // touched only by the slot's replica
     std::atomic<uint64_t> arrivals{0};
     std::atomic<uint64_t> calls{0};

@@ -73,6 +73,14 @@ struct GemmUpdateForm {
 // summation leaves (then ask again with the product).
 bool select_gemm_update(Instr& instr, const GemmUpdateForm& form);
 
+// Prepares an all-reduce update: out = addend + alpha * psum(g) (alpha = instr.attrs.scalar)
+// as one collective that applies the update to each block of the sum as it is reduced
+// (core/kernels/reduce_update.cc). instr.ins = {g} or {g, addend}, f32 or f64, g of the
+// output's shape, the addend broadcast as for select_gemm_update. Each element is rounded
+// once, fma(alpha, sum, addend). with_reduced: the sum itself is written too, to one more
+// buffer after the operands'. The output aliases no operand.
+bool select_reduce_update(Instr& instr, bool with_reduced);
+
 // Whether a plain matmul of this size runs faster through the narrow-output kernel (few
 // output columns, core/kernels/matmul.cc) than as a GEMM: such products are not fused.
 bool matmul_is_narrow(int64_t m, int64_t k, int64_t n, int64_t esize);

@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "absl/container/flat_hash_map.h"
+#include "parallel/communicator.h"
 
 namespace fjit {
 namespace {
@@ -57,8 +58,10 @@ class Planner {
 
   void run() {
     if (opt_.gemm_epilogue)
-      for (int id = 0; id < g_.size(); ++id)
+      for (int id = 0; id < g_.size(); ++id) {
         if (live_[id] && g_.node(id).op == Op::MatMul) try_gemm(id);
+        if (live_[id] && g_.node(id).op == Op::AllReduce) try_reduce_update(id);
+      }
     if (!opt_.elementwise) return;
     for (int id = g_.size() - 1; id >= 0; --id) {
       if (!live_[id] || plan.group_of[id] >= 0) continue;
@@ -221,6 +224,56 @@ class Planner {
     add_group(std::move(grp));
   }
 
+  // psum r, scaled by a constant (c = r * alpha), then added to (d = addend +- c): one
+  // all-reduce update (select_reduce_update), decided on result consumers as try_gemm is. The
+  // collective then runs where d is: every replica runs the same plan, so the replicas still
+  // meet in the same collectives in the same order.
+  void try_reduce_update(int r) {
+    const Node& rn = g_.node(r);
+    if (!is_float(rn.dtype) || rn.attrs.reduce != static_cast<uint8_t>(ReduceOp::sum) ||
+        rn.inputs.size() != 1)
+      return;
+    auto other = [&](const Node& n, int x) { return n.inputs[0] == x ? n.inputs[1] : n.inputs[0]; };
+    int c = -1;
+    double alpha = 1;
+    for (int x : consumers_[r]) {
+      const Node& cn = g_.node(x);
+      if (feeds_result_[x] && cn.op == Op::Mul && cn.inputs[0] != cn.inputs[1] &&
+          cn.shape == rn.shape && cn.dtype == rn.dtype && plan.group_of[x] < 0 &&
+          scalar_constant(g_, other(cn, r), &alpha)) {
+        c = x;
+        break;
+      }
+    }
+    if (c < 0) return;
+    const int d = sole_result_consumer(c);
+    if (d < 0 || plan.group_of[d] >= 0) return;
+    const Node& dn = g_.node(d);
+    const bool sub = dn.op == Op::Sub && dn.inputs[1] == c && dn.inputs[0] != c;
+    const bool add = dn.op == Op::Add && dn.inputs[0] != dn.inputs[1];
+    if (!(sub || add) || dn.shape != rn.shape || dn.dtype != rn.dtype) return;
+    const int addend = other(dn, c);
+    if (addend > r) return;  // it must exist where the collective would run (at r, below)
+    FusionGroup grp;
+    grp.kind = FusionGroup::kReduceUpdate;
+    grp.root = d;
+    grp.product = r;
+    grp.members = {r};
+    if (sole_consumer(c) == d) grp.members.push_back(c);
+    grp.members.push_back(d);
+    grp.inputs = {rn.inputs[0], addend};
+    const bool write_reduced = read_outside(r, grp.members);
+    if (write_reduced) grp.extra_roots = {r};
+    Instr& in = grp.instr;
+    in.op = Op::AllReduce;
+    in.out = {dn.dtype, dn.shape};
+    for (int x : grp.inputs) in.ins.push_back({g_.node(x).dtype, g_.node(x).shape});
+    in.attrs = rn.attrs;
+    in.attrs.scalar = sub ? -alpha : alpha;
+    if (!select_reduce_update(in, write_reduced)) return;
+    add_group(std::move(grp));
+  }
+
   // Whether `id`'s value is needed outside `members` (an output, or a live consumer that is
   // not a member): then a group computing it must write it out.
   bool read_outside(int id, const std::vector<int>& members) const {
@@ -340,6 +393,14 @@ std::string FusionPlan::describe(int group) const {
   const Instr& in = grp.instr;
   char alpha[32];
   std::snprintf(alpha, sizeof alpha, "%g", in.attrs.scalar);
+  if (grp.kind == FusionGroup::kReduceUpdate) {
+    std::string s = "reduce_update[%" + std::to_string(grp.root) + " = in1 + " + alpha +
+                    " * psum(in0)";
+    for (int x : grp.extra_roots) s += ", %" + std::to_string(x) + " = psum(in0)";
+    s += "; nodes";
+    for (int m : grp.members) s += " %" + std::to_string(m);
+    return s + "]";
+  }
   std::string s = "gemm[%" + std::to_string(grp.root) + " = ";
   if (in.ins.size() - grp.form.alpha_operand == 3) s += "in2 + ";
   if (grp.form.alpha_operand) std::snprintf(alpha, sizeof alpha, "in%zu", in.ins.size() - 1);

@@ -19,9 +19,14 @@
 //                or a collective, never on check helpers, and the arithmetic is the same
 //                whichever results are written: updated parameters are bit-identical with
 //                checks off, on user checks and on all checks.
-// Nothing is fused across a node with effects (check, collective): such a node is never a
-// member, and a value it reads is never an intermediate, so it stays materialized and every
-// check still reads the value of the op that produced it. Graph outputs are never
+//   reduce_update  a sum all-reduce followed by the same kind of update (the SGD step on a
+//                data-parallel gradient, p - lr * psum(g)): one collective that applies the
+//                update to each block of the sum as it is reduced, fma(alpha, sum, addend),
+//                on every replica (select_reduce_update). Formed, like gemm, on result
+//                consumers only; the sum is written too when something else reads it.
+// Otherwise nothing is fused across a node with effects (check, collective): such a node is
+// never a member, and a value it reads is never an intermediate, so it stays materialized and
+// every check still reads the value of the op that produced it. Graph outputs are never
 // intermediates either.
 #pragma once
 
@@ -33,17 +38,18 @@
 namespace fjit {
 
 struct FusionGroup {
-  enum Kind { kElementwise, kSum, kGemm };
+  enum Kind { kElementwise, kSum, kGemm, kReduceUpdate };
   Kind kind = kElementwise;
   int root = -1;                 // the node whose value the instruction writes
   std::vector<int> members;      // every node it computes, in graph order, root last
   std::vector<int> inputs;       // external operand node ids, in the instruction's operand order
   std::vector<FusedOp> program;  // kElementwise
-  int product = -1;              // kGemm: the matmul node
+  int product = -1;              // kGemm: the matmul node; kReduceUpdate: the all-reduce
   GemmUpdateForm form;           // kGemm: what the instruction reads and writes besides A, B
-  // kGemm: further results the instruction writes, each through one more buffer after its
-  // operands, in this order: the product when it is read outside the group, then the sum of
-  // its squares. The instruction runs at the earliest of root and these.
+  // kGemm, kReduceUpdate: further results the instruction writes, each through one more
+  // buffer after its operands, in this order: the product (the reduced sum) when it is read
+  // outside the group, then the sum of its squares (kGemm). The instruction runs at the
+  // earliest of root and these.
   std::vector<int> extra_roots;
   // The instruction with its kernel already selected (fn, prepared state); the compiler adds
   // buffers and the node id.

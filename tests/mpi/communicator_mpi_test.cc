@@ -127,6 +127,33 @@ TEST(MpiCommunicator, BitwiseEqualToThreadBackend) {
   }
 }
 
+// The default all_reduce_apply (reduce, then apply whole): the rank-order sum, once.
+TEST(MpiCommunicator, AllReduceApplyHandsOverTheRankOrderSumOnce) {
+  MpiCommunicator c(MPI_COMM_WORLD, test_policy());
+  const int n = c.size();
+  const int64_t count = 70001;
+  struct Seen {
+    std::vector<double> values = std::vector<double>(70001);
+    std::vector<int> hits = std::vector<int>(70001);
+  } seen;
+  std::vector<double> src = testing::fill<double>(count, testing::order_sensitive<double>, c.rank());
+  std::vector<double> scratch(count);
+  c.all_reduce_apply(src.data(), scratch.data(), count, DType::f64, &seen,
+                     [](void* ctx, int64_t begin, int64_t len, const void* values) {
+                       auto& s = *static_cast<Seen*>(ctx);
+                       std::memcpy(s.values.data() + begin, values, len * sizeof(double));
+                       for (int64_t i = begin; i < begin + len; ++i) ++s.hits[i];
+                     });
+  int64_t wrong = 0, not_once = 0;
+  for (int64_t i = 0; i < count; ++i) {
+    const double want = testing::rank_order_sum<double>(n, i);
+    wrong += std::memcmp(&seen.values[i], &want, sizeof(double)) != 0;
+    not_once += seen.hits[i] != 1;
+  }
+  EXPECT_EQ(wrong, 0);
+  EXPECT_EQ(not_once, 0);
+}
+
 // Segmenting changes which elements travel together, never what is added to what.
 TEST(MpiCommunicator, SegmentSizeDoesNotChangeTheResult) {
   const int64_t count = 300007;
