@@ -60,7 +60,11 @@ MpiCommunicator::MpiCommunicator(MPI_Comm comm, StallPolicy policy) : policy_(po
 }
 
 MpiCommunicator::~MpiCommunicator() {
-  // Freeing after MPI_Finalize is an error; at that point the handle is dead anyway.
+  // Freeing after MPI_Finalize is an error; at that point the handles are dead anyway.
+  if (window_ != MPI_WIN_NULL && mpi_active()) {
+    MPI_Win_unlock_all(window_);
+    MPI_Win_free(&window_);
+  }
   if (comm_ != MPI_COMM_NULL && mpi_active()) MPI_Comm_free(&comm_);
 }
 

@@ -21,6 +21,10 @@
 //    (bench/allreduce_bench.cc), so nothing is lost by keeping the fixed order.
 //  - Scratch buffers grow to the largest call and are kept: no allocation per call in fjit's
 //    code after warm-up.
+//  - all_reduce_apply, when every rank is on this machine, reduces through an MPI-3 shared-memory
+//    window instead of messages (mpi_shared_apply.cc): each rank copies its gradient segment
+//    into the window, reduces its chunk of every rank's copy in place of a message round, and
+//    applies the update from the reduced chunks of all ranks. Same rank-order sums.
 //  - Every wait is on non-blocking requests, polled, so a stall is logged after warn_after
 //    ("rank R has waited S s in <collective> #k") and the job is MPI_Abort-ed after
 //    abort_after. Which rank is missing cannot be known cheaply with MPI, so it is not said.
@@ -53,6 +57,8 @@ class MpiCommunicator final : public Communicator {
   std::string backend() const override { return "mpi"; }
 
   void all_reduce(void* data, int64_t count, DType dtype, ReduceOp op) override;
+  void all_reduce_apply(const void* src, void* scratch, int64_t count, DType dtype, void* ctx,
+                        ReducedBlockFn apply) override;
   void broadcast(void* data, size_t nbytes, int root) override;
   void all_gather(const void* send, void* recv, size_t nbytes_per_rank) override;
   void barrier() override;
@@ -72,6 +78,9 @@ class MpiCommunicator final : public Communicator {
   void wait(int n, MPI_Request* requests);
   void all_reduce_segment(unsigned char* data, int count, DType dtype, ReduceOp op);
   unsigned char* scratch(size_t nbytes);
+  // The shared-memory window of all_reduce_apply (allocated by every rank at its first call),
+  // or false when the ranks do not share one machine.
+  bool shared_window();
 
   MPI_Comm comm_ = MPI_COMM_NULL;
   int rank_ = 0;
@@ -86,6 +95,12 @@ class MpiCommunicator final : public Communicator {
   std::vector<MPI_Request> requests_;  // two per peer
   std::vector<ElementRange> chunks_;   // the all-reduce chunk each rank owns
   std::vector<const void*> inputs_;
+  // all_reduce_apply's window: per rank, two sets (alternate segments) of an input and a
+  // result area of kDefaultSegmentBytes each; base addresses of every rank's part.
+  int shared_state_ = 0;  // 0 not tried, 1 available, -1 not possible
+  MPI_Win window_ = MPI_WIN_NULL;
+  std::vector<unsigned char*> window_base_;
+  uint64_t apply_segments_ = 0;  // which set the next segment uses
 };
 
 }  // namespace fjit
