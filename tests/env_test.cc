@@ -30,13 +30,7 @@ void expect_rejected(const char* variable, const char* bad, F f) {
   }
 }
 
-Array random_f32(Shape s, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> u(-1, 1);
-  Array a(DType::f32, s);
-  for (int64_t i = 0; i < a.size(); ++i) a.data<float>()[i] = u(rng);
-  return a;
-}
+using testing::random_f32;
 
 TEST(Env, ParseCountAcceptsOnlyIntegersInRange) {
   EXPECT_EQ(parse_count("1", "N", 10), 1);

@@ -7,17 +7,12 @@
 
 #include "fjit.h"
 #include "parallel/pmap.h"
+#include "tests/test_util.h"
 
 namespace fjit {
 namespace {
 
-Array random_f32(Shape s, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> u(-1, 1);
-  Array a(DType::f32, s);
-  for (int64_t i = 0; i < a.size(); ++i) a.data<float>()[i] = u(rng);
-  return a;
-}
+using testing::random_f32;
 
 class PmapReplicas : public ::testing::TestWithParam<int> {};
 

@@ -12,6 +12,7 @@
 #include "parallel/communicator_testing.h"
 #include "parallel/pmap.h"
 #include "parallel/shm_communicator.h"
+#include "tests/test_util.h"
 
 namespace fjit {
 namespace {
@@ -77,15 +78,7 @@ auto sgd_step(const Mesh& mesh, CheckMode mode) {
   }, o);
 }
 
-Array random_f32(Shape s, uint32_t seed) {
-  Array a(DType::f32, s);
-  uint32_t v = seed;
-  for (int64_t i = 0; i < a.size(); ++i) {
-    v = v * 1664525u + 1013904223u;
-    a.data<float>()[i] = static_cast<float>(v >> 8) / static_cast<float>(1 << 24) - 0.5f;
-  }
-  return a;
-}
+using testing::random_f32;
 
 // Gradients reduced in their own shape (each at least the bucket size; smaller ones share a
 // bucket, whose slices are updated unfused) take the fused update.

@@ -1,14 +1,26 @@
-// Helpers shared by tests: capturing fjit's log output, setting an environment variable.
+// Helpers shared by tests: capturing fjit's log output, setting an environment variable,
+// random arrays.
 #pragma once
 
 #include <spdlog/sinks/ringbuffer_sink.h>
 
 #include <cstdlib>
+#include <random>
 #include <string>
 
+#include "core/array.h"
 #include "core/log.h"
 
 namespace fjit::testing {
+
+// An f32 array of uniform values in [-1, 1), the same for the same seed.
+inline Array random_f32(Shape s, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(-1, 1);
+  Array a(DType::f32, s);
+  for (int64_t i = 0; i < a.size(); ++i) a.data<float>()[i] = u(rng);
+  return a;
+}
 
 // Captures everything fjit logs while alive (and restores the previous logger after).
 class LogCapture {

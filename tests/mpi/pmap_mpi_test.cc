@@ -8,6 +8,7 @@
 
 #include "fjit.h"
 #include "parallel/pmap.h"
+#include "tests/test_util.h"
 
 namespace fjit {
 namespace {
@@ -17,13 +18,7 @@ Mesh& mesh() {
   return m;
 }
 
-Array random_f32(Shape s, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> u(-1, 1);
-  Array a(DType::f32, s);
-  for (int64_t i = 0; i < a.size(); ++i) a.data<float>()[i] = u(rng);
-  return a;
-}
+using testing::random_f32;
 
 Array rows(const Array& a, int64_t b, int64_t e) {
   Shape s = a.shape();
