@@ -1,7 +1,6 @@
 #include "core/passes/fusion.h"
 
 #include <algorithm>
-#include <cstdio>
 
 #include "absl/container/flat_hash_map.h"
 #include "parallel/communicator.h"
@@ -149,6 +148,49 @@ class Planner {
     return found;
   }
 
+  // The update chain after x: c = x * alpha (alpha a scalar constant, or with runtime_alpha a
+  // scalar computed before x, read when the step runs), then maybe root = addend +- c. Decided
+  // on result consumers only (sole_result_consumer), so the same with checks on and off.
+  struct UpdateChain {
+    int c = -1, root = -1, addend = -1, alpha_node = -1;
+    double alpha = 1;
+  };
+  UpdateChain update_chain(int x, bool runtime_alpha) const {
+    const Node& xn = g_.node(x);
+    auto other = [&](const Node& n, int v) { return n.inputs[0] == v ? n.inputs[1] : n.inputs[0]; };
+    UpdateChain u;
+    for (int y : consumers_[x]) {
+      const Node& cn = g_.node(y);
+      if (!feeds_result_[y] || cn.op != Op::Mul || cn.inputs[0] == cn.inputs[1] ||
+          cn.shape != xn.shape || cn.dtype != xn.dtype || plan.group_of[y] >= 0)
+        continue;
+      const int s = other(cn, x);
+      if (scalar_constant(g_, s, &u.alpha)) {
+        u.c = y;
+        u.alpha_node = -1;
+        break;
+      }
+      if (runtime_alpha && u.c < 0 && s < x && g_.node(s).size() == 1 && g_.node(s).dtype == xn.dtype) {
+        u.c = y;
+        u.alpha_node = s;
+      }
+    }
+    if (u.c < 0) return u;
+    u.root = u.c;
+    const int d = sole_result_consumer(u.c);
+    if (d < 0 || plan.group_of[d] >= 0) return u;
+    const Node& dn = g_.node(d);
+    const bool sub = dn.op == Op::Sub && dn.inputs[1] == u.c && dn.inputs[0] != u.c;
+    const bool add = dn.op == Op::Add && dn.inputs[0] != dn.inputs[1];
+    // p - s * x with s read at run time would need -s: the chain stops at s * x.
+    if (!(sub || add) || dn.shape != xn.shape || dn.dtype != xn.dtype || (sub && u.alpha_node >= 0))
+      return u;
+    u.addend = other(dn, u.c);
+    if (sub) u.alpha = -u.alpha;
+    u.root = d;
+    return u;
+  }
+
   // matmul m, scaled (c = m * alpha), then maybe added to (d = addend +- c): one blocked GEMM
   // update (select_gemm_update). Which nodes form the update is decided on result consumers
   // only (sole_result_consumer), so it is the same with checks on and off; what checks read
@@ -157,43 +199,12 @@ class Planner {
   void try_gemm(int m) {
     const Node& mm = g_.node(m);
     if (!is_float(mm.dtype)) return;
-    auto other = [&](const Node& n, int x) { return n.inputs[0] == x ? n.inputs[1] : n.inputs[0]; };
-    // The scale: a scalar constant, or else a scalar computed before the matmul (pmean's
-    // replica weight over n, read when the step runs).
-    int c = -1, alpha_node = -1;
-    double alpha = 1;
-    for (int x : consumers_[m]) {
-      const Node& cn = g_.node(x);
-      if (!feeds_result_[x] || cn.op != Op::Mul || cn.inputs[0] == cn.inputs[1] ||
-          cn.shape != mm.shape || cn.dtype != mm.dtype || plan.group_of[x] >= 0)
-        continue;
-      const int s = other(cn, m);
-      if (scalar_constant(g_, s, &alpha)) {
-        c = x;
-        alpha_node = -1;
-        break;
-      }
-      if (c < 0 && s < m && g_.node(s).size() == 1 && g_.node(s).dtype == mm.dtype) {
-        c = x;
-        alpha_node = s;
-      }
-    }
+    // The scale may be pmean's replica weight over n, computed before the matmul.
+    const UpdateChain u = update_chain(m, /*runtime_alpha=*/true);
     // A bias add alone is left to elementwise fusion (with its activation): starting the
     // GEMM from the bias saves nothing over a fused add+relu pass.
-    if (c < 0) return;
-    int root = c, addend = -1;
-    const int d = sole_result_consumer(c);
-    if (d >= 0 && plan.group_of[d] < 0) {
-      const Node& dn = g_.node(d);
-      const bool sub = dn.op == Op::Sub && dn.inputs[1] == c && dn.inputs[0] != c;
-      const bool add = dn.op == Op::Add && dn.inputs[0] != dn.inputs[1];
-      // p - s * A B with s read at run time would need -s: the update stops at s * A B.
-      if ((sub || add) && dn.shape == mm.shape && dn.dtype == mm.dtype && !(sub && alpha_node >= 0)) {
-        addend = other(dn, c);
-        if (sub) alpha = -alpha;
-        root = d;
-      }
-    }
+    if (u.c < 0) return;
+    const int c = u.c, root = u.root, addend = u.addend, alpha_node = u.alpha_node;
     // The instruction runs where its first result is due (the product, when it is written
     // out): the addend must exist by then. Decided without looking at checks, as above.
     if (addend > m) return;
@@ -217,7 +228,7 @@ class Planner {
     for (int x : grp.inputs) in.ins.push_back({g_.node(x).dtype, g_.node(x).shape});
     in.attrs.trans_a = mm.attrs.trans_a;
     in.attrs.trans_b = mm.attrs.trans_b;
-    in.attrs.scalar = alpha;
+    in.attrs.scalar = u.alpha;
     grp.form.alpha_operand = alpha_node >= 0;
     grp.form.product = write_product;
     if (!select_gemm_update(in, grp.form)) return;
@@ -233,26 +244,10 @@ class Planner {
     if (!is_float(rn.dtype) || rn.attrs.reduce != static_cast<uint8_t>(ReduceOp::sum) ||
         rn.inputs.size() != 1)
       return;
-    auto other = [&](const Node& n, int x) { return n.inputs[0] == x ? n.inputs[1] : n.inputs[0]; };
-    int c = -1;
-    double alpha = 1;
-    for (int x : consumers_[r]) {
-      const Node& cn = g_.node(x);
-      if (feeds_result_[x] && cn.op == Op::Mul && cn.inputs[0] != cn.inputs[1] &&
-          cn.shape == rn.shape && cn.dtype == rn.dtype && plan.group_of[x] < 0 &&
-          scalar_constant(g_, other(cn, r), &alpha)) {
-        c = x;
-        break;
-      }
-    }
-    if (c < 0) return;
-    const int d = sole_result_consumer(c);
-    if (d < 0 || plan.group_of[d] >= 0) return;
+    const UpdateChain u = update_chain(r, /*runtime_alpha=*/false);
+    if (u.addend < 0) return;  // only an update (addend +- alpha * psum) pays
+    const int c = u.c, d = u.root, addend = u.addend;
     const Node& dn = g_.node(d);
-    const bool sub = dn.op == Op::Sub && dn.inputs[1] == c && dn.inputs[0] != c;
-    const bool add = dn.op == Op::Add && dn.inputs[0] != dn.inputs[1];
-    if (!(sub || add) || dn.shape != rn.shape || dn.dtype != rn.dtype) return;
-    const int addend = other(dn, c);
     if (addend > r) return;  // it must exist where the collective would run (at r, below)
     FusionGroup grp;
     grp.kind = FusionGroup::kReduceUpdate;
@@ -269,7 +264,7 @@ class Planner {
     in.out = {dn.dtype, dn.shape};
     for (int x : grp.inputs) in.ins.push_back({g_.node(x).dtype, g_.node(x).shape});
     in.attrs = rn.attrs;
-    in.attrs.scalar = sub ? -alpha : alpha;
+    in.attrs.scalar = u.alpha;
     if (!select_reduce_update(in, write_reduced)) return;
     add_group(std::move(grp));
   }
@@ -381,37 +376,6 @@ FusionPlan plan_fusion(const Graph& g, const std::vector<bool>& live,
   p.run();
   if (options.elementwise && options.gemm_epilogue) p.merge_norm_sums();
   return std::move(p.plan);
-}
-
-std::string FusionPlan::describe(int group) const {
-  const FusionGroup& grp = groups[group];
-  if (grp.kind == FusionGroup::kElementwise)
-    return "fused[" + fused_program_string(grp.program) + "]";
-  if (grp.kind == FusionGroup::kSum)
-    return "fused_sum[" + fused_program_string(grp.program) + "; %" + std::to_string(grp.root) +
-           " = sum]";
-  const Instr& in = grp.instr;
-  char alpha[32];
-  std::snprintf(alpha, sizeof alpha, "%g", in.attrs.scalar);
-  if (grp.kind == FusionGroup::kReduceUpdate) {
-    std::string s = "reduce_update[%" + std::to_string(grp.root) + " = in1 + " + alpha +
-                    " * psum(in0)";
-    for (int x : grp.extra_roots) s += ", %" + std::to_string(x) + " = psum(in0)";
-    s += "; nodes";
-    for (int m : grp.members) s += " %" + std::to_string(m);
-    return s + "]";
-  }
-  std::string s = "gemm[%" + std::to_string(grp.root) + " = ";
-  if (in.ins.size() - grp.form.alpha_operand == 3) s += "in2 + ";
-  if (grp.form.alpha_operand) std::snprintf(alpha, sizeof alpha, "in%zu", in.ins.size() - 1);
-  const std::string product = std::string("in0") + (in.attrs.trans_a ? "^T" : "") + " in1" +
-                              (in.attrs.trans_b ? "^T" : "");
-  s += std::string(alpha) + " * " + product;
-  for (int x : grp.extra_roots)
-    s += ", %" + std::to_string(x) + (x == grp.product ? " = " + product : " = sum of its squares");
-  s += "; nodes";
-  for (int m : grp.members) s += " %" + std::to_string(m);
-  return s + "]";
 }
 
 }  // namespace fjit
