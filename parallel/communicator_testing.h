@@ -6,11 +6,15 @@
 // quarter-integers, bit patterns for the logical ops), and so that i32 sums wrap.
 // order_sensitive<T>(r, i) is data whose float sum depends on the order of addition, with
 // rank_order_sum<T> the only correct answer under fjit's rank-order contract.
+// run_one_of_each / one_of_each: one collective of each kind and what metrics() then holds.
 #pragma once
 
 #include <cmath>
 #include <cstdint>
+#include <ostream>
 #include <vector>
+
+#include "core/metrics.h"
 
 #include "parallel/communicator.h"
 
@@ -104,5 +108,45 @@ std::vector<T> fill(int64_t count, T (*f)(int, int64_t), int r) {
   for (int64_t i = 0; i < count; ++i) v[i] = f(r, i);
   return v;
 }
+
+// One collective of each kind on `c`: all-reduces of `big` and of 10 f32, a broadcast of 8
+// bytes, an all-gather of 4 bytes per rank, a barrier. expect_one_of_each(big) is what one
+// process's metrics() hold after it, counted from a reset: 2 all-reduces of (big + 10) * 4
+// bytes, timed; 3 other collectives of 12 bytes (barriers carry none), timed.
+inline void run_one_of_each(Communicator& c, int64_t big) {
+  std::vector<float> buf(static_cast<size_t>(big), 1.0f);
+  c.all_reduce(buf.data(), big, DType::f32, ReduceOp::sum);
+  c.all_reduce(buf.data(), 10, DType::f32, ReduceOp::max);
+  int64_t b = 7;
+  c.broadcast(&b, sizeof b, 0);
+  std::vector<int32_t> all(static_cast<size_t>(c.size()));
+  const int32_t mine = c.rank();
+  c.all_gather(&mine, all.data(), sizeof mine);
+  c.barrier();
+}
+struct OneOfEach {
+  int64_t allreduce_calls, allreduce_bytes, allreduce_timed, collective_calls, collective_bytes,
+      collective_timed;
+  bool allreduce_time_positive;
+};
+inline OneOfEach recorded() {
+  const Metrics& m = metrics();
+  return {m.allreduce_calls.load(),   m.allreduce_bytes.load(),  m.allreduce_time.count(),
+          m.collective_calls.load(),  m.collective_bytes.load(), m.collective_time.count(),
+          m.allreduce_time.total_ns() > 0};
+}
+inline bool operator==(const OneOfEach& a, const OneOfEach& b) {
+  return a.allreduce_calls == b.allreduce_calls && a.allreduce_bytes == b.allreduce_bytes &&
+         a.allreduce_timed == b.allreduce_timed && a.collective_calls == b.collective_calls &&
+         a.collective_bytes == b.collective_bytes && a.collective_timed == b.collective_timed &&
+         a.allreduce_time_positive == b.allreduce_time_positive;
+}
+inline std::ostream& operator<<(std::ostream& os, const OneOfEach& r) {
+  return os << "all-reduce calls " << r.allreduce_calls << " bytes " << r.allreduce_bytes
+            << " timed " << r.allreduce_timed << (r.allreduce_time_positive ? "" : " (zero time)")
+            << ", other calls " << r.collective_calls << " bytes " << r.collective_bytes
+            << " timed " << r.collective_timed;
+}
+inline OneOfEach one_of_each(int64_t big) { return {2, (big + 10) * 4, 2, 3, 8 + 4, 3, true}; }
 
 }  // namespace fjit::testing
