@@ -23,11 +23,11 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // see matmul.cc
 #include <Eigen/Core>
 #include <algorithm>
-#include <cmath>
 #include <cstring>
 #include <numeric>
 #include <vector>
 
+#include "core/kernels/affine_update.h"
 #include "core/kernels/fused.h"
 #include "core/threads.h"
 
@@ -45,7 +45,7 @@ constexpr int64_t kLeaf = 2048;
 constexpr int64_t kScratchBytes = 64 << 10;
 
 // p[0] = M, p[1] = K, p[2] = N; p[3] = rows per block; p[4] = kc, p[5] = mc (Eigen's
-// blocking); p[6] = addend form (0 none, 1 same shape, 2 row vector [N], 3 scalar);
+// blocking); p[6] = AddendForm (affine_update.h);
 // p[7] = results: bit 0 the product (buffer in_bufs[ins.size()]), bit 1 the sum of squares
 // (the buffer after that); bit 2: accumulate straight into the output (below); bit 3: alpha is
 // the last operand, read when the step runs.
@@ -178,14 +178,14 @@ struct GemmUpdate {
   static void start_from_addend(const Instr& in, const Frame& f, T* out, int64_t lo, int64_t hi) {
     const int64_t n = in.p[2];
     switch (in.p[6]) {
-      case 0: std::fill(out, out + (hi - lo), T(0)); break;
-      case 1:
+      case kNoAddend: std::fill(out, out + (hi - lo), T(0)); break;
+      case kSameShape:
         if (in.in<T>(f, 2) + lo != out) std::memcpy(out, in.in<T>(f, 2) + lo, (hi - lo) * sizeof(T));
         break;
-      case 2:
+      case kRowVector:
         for (int64_t r = 0; r < hi - lo; r += n) std::memcpy(out + r, in.in<T>(f, 2), n * sizeof(T));
         break;
-      case 3: std::fill(out, out + (hi - lo), *in.in<T>(f, 2)); break;
+      case kScalarAddend: std::fill(out, out + (hi - lo), *in.in<T>(f, 2)); break;
     }
   }
 
@@ -193,37 +193,8 @@ struct GemmUpdate {
   // x is set to zero as it is read.
   template <bool kClear>
   static void update(const Instr& in, const Frame& f, T alpha, T* x, int64_t lo, int64_t hi) {
-    T* out = in.output<T>(f) + lo;
-    const int64_t len = hi - lo, n = in.p[2];
-    switch (in.p[6]) {
-      case 0: {
-        const T zero = 0;
-        apply<kClear, false>(alpha, x, &zero, out, len);
-        break;
-      }
-      case 1: apply<kClear, true>(alpha, x, in.in<T>(f, 2) + lo, out, len); break;
-      case 2: {  // d[j] for the column j of each element
-        const T* d = in.in<T>(f, 2);
-        for (int64_t i = 0, j = lo % n; i < len; j = 0) {
-          const int64_t run = std::min(n - j, len - i);
-          apply<kClear, true>(alpha, x + i, d + j, out + i, run);
-          i += run;
-        }
-        break;
-      }
-      case 3: apply<kClear, false>(alpha, x, in.in<T>(f, 2), out, len); break;
-    }
-  }
-
-  // out[i] = fma(alpha, x[i], d[kVector ? i : 0]) for i < len. out may be d (an update in
-  // place), never x.
-  template <bool kClear, bool kVector>
-  static void apply(T alpha, T* __restrict x, const T* d, T* out, int64_t len) {
-    const T c = *d;
-    for (int64_t i = 0; i < len; ++i) {
-      out[i] = std::fma(alpha, x[i], kVector ? d[i] : c);
-      if constexpr (kClear) x[i] = T(0);
-    }
+    const T* addend = in.p[6] == kNoAddend ? nullptr : in.in<T>(f, 2);
+    affine_update<T, kClear>(alpha, x, addend, in.p[6], in.p[2], lo, in.output<T>(f) + lo, hi - lo);
   }
 };
 
@@ -266,15 +237,8 @@ bool select_gemm_update(Instr& instr, const GemmUpdateForm& form) {
     return false;
   const int esize = static_cast<int>(dtype_size(t));
   if (matmul_is_narrow(m, k, n, esize)) return false;
-  instr.p[6] = 0;
   if (form.alpha_operand && instr.ins.back().size() != 1) return false;
-  if (operands == 3) {
-    const Shape& d = instr.ins[2].shape;
-    if (d == cs) instr.p[6] = 1;
-    else if (instr.ins[2].size() == 1) instr.p[6] = 3;
-    else if (instr.ins[2].size() == n && d.back() == n) instr.p[6] = 2;
-    else return false;
-  }
+  if (!addend_form(cs, operands == 3 ? &instr.ins[2] : nullptr, &instr.p[6])) return false;
   const int64_t rows = esize == 4 ? block_rows<float>(m, n, with_sum_of_squares && !with_product)
                                   : block_rows<double>(m, n, with_sum_of_squares && !with_product);
   // Without a product buffer, a block must hold whole leaves; refuse an absurd scratch.

@@ -11,17 +11,17 @@
 // Rounding: out = fma(alpha, s, addend), s the all-reduce's sum (rank order); so every
 // replica gets the same bits whichever replica computed the block, and a step gives the same
 // parameters whatever the check mode (the group is formed on result consumers only).
-#include <cmath>
 #include <cstring>
 
+#include "core/kernels/affine_update.h"
 #include "core/kernels/fused.h"
 #include "parallel/communicator.h"
 
 namespace fjit {
 namespace {
 
-// p[0] = elements, p[1] = N (row length, for a row-vector addend), p[6] = addend form as in
-// gemm_update.cc (0 none, 1 same shape, 2 row vector [N], 3 scalar), p[7] bit 0: the reduced
+// p[0] = elements, p[1] = N (row length, for a row-vector addend), p[6] = AddendForm
+// (affine_update.h), p[7] bit 0: the reduced
 // value is written too (buffer in_bufs[ins.size()]).
 struct ApplyCtx {
   const Instr* in;
@@ -33,30 +33,9 @@ void apply_block(void* ctx, int64_t begin, int64_t count, const void* values) {
   const ApplyCtx& c = *static_cast<const ApplyCtx*>(ctx);
   const Instr& in = *c.in;
   const T* s = static_cast<const T*>(values);
-  const T alpha = static_cast<T>(in.attrs.scalar);
-  T* out = in.output<T>(c.frame) + begin;
-  switch (in.p[6]) {
-    case 0:
-      for (int64_t i = 0; i < count; ++i) out[i] = std::fma(alpha, s[i], T(0));
-      break;
-    case 1: {
-      const T* d = in.in<T>(c.frame, 1) + begin;
-      for (int64_t i = 0; i < count; ++i) out[i] = std::fma(alpha, s[i], d[i]);
-      break;
-    }
-    case 2: {
-      const T* d = in.in<T>(c.frame, 1);
-      const int64_t n = in.p[1];
-      for (int64_t i = 0, j = begin % n; i < count; ++i, j = j + 1 == n ? 0 : j + 1)
-        out[i] = std::fma(alpha, s[i], d[j]);
-      break;
-    }
-    case 3: {
-      const T d = *in.in<T>(c.frame, 1);
-      for (int64_t i = 0; i < count; ++i) out[i] = std::fma(alpha, s[i], d);
-      break;
-    }
-  }
+  const T* addend = in.p[6] == kNoAddend ? nullptr : in.in<T>(c.frame, 1);
+  affine_update<T>(static_cast<T>(in.attrs.scalar), s, addend, in.p[6], in.p[1], begin,
+                   in.output<T>(c.frame) + begin, count);
   if (in.p[7] & 1) {
     T* reduced = static_cast<T*>(c.frame.bufs[in.in_bufs[in.ins.size()]]) + begin;
     if (reduced != s) std::memcpy(reduced, s, count * sizeof(T));
@@ -91,14 +70,8 @@ bool select_reduce_update(Instr& instr, bool with_reduced) {
   const int64_t n = instr.out.shape.empty() ? 1 : instr.out.shape.back();
   instr.p[0] = instr.out.size();
   instr.p[1] = n;
-  instr.p[6] = 0;
-  if (instr.ins.size() == 2) {
-    const Shape& d = instr.ins[1].shape;
-    if (d == instr.out.shape) instr.p[6] = 1;
-    else if (instr.ins[1].size() == 1) instr.p[6] = 3;
-    else if (instr.ins[1].size() == n && !d.empty() && d.back() == n) instr.p[6] = 2;
-    else return false;
-  }
+  if (!addend_form(instr.out.shape, instr.ins.size() == 2 ? &instr.ins[1] : nullptr, &instr.p[6]))
+    return false;
   instr.p[7] = with_reduced ? 1 : 0;
   instr.fn = t == DType::f32 ? reduce_update_kernel<float> : reduce_update_kernel<double>;
   return true;
