@@ -50,10 +50,9 @@ MpiCommunicator::MpiCommunicator(MPI_Comm comm, StallPolicy policy) : policy_(po
   MPI_Comm_size(comm_, &size_);
   MPI_Comm local;
   MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &local);
-  int local_size = 1;
-  MPI_Comm_size(local, &local_size);
+  MPI_Comm_size(local, &local_size_);
   MPI_Comm_free(&local);
-  pacing_ = pacing_for(local_size);
+  pacing_ = pacing_for(local_size_);
   requests_.assign(2 * static_cast<size_t>(size_), MPI_REQUEST_NULL);
   chunks_.assign(static_cast<size_t>(size_), ElementRange{});
   inputs_.assign(static_cast<size_t>(size_), nullptr);

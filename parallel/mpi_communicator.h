@@ -85,6 +85,7 @@ class MpiCommunicator final : public Communicator {
   MPI_Comm comm_ = MPI_COMM_NULL;
   int rank_ = 0;
   int size_ = 1;
+  int local_size_ = 1;  // ranks of comm on this machine
   const StallPolicy policy_;
   WaitPacing pacing_;  // spins less when more ranks share this machine than it has cores
   const char* collective_ = "(none)";

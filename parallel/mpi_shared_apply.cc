@@ -25,14 +25,9 @@ constexpr int64_t kAreaBytes = static_cast<int64_t>(MpiCommunicator::kDefaultSeg
 bool MpiCommunicator::shared_window() {
   if (shared_state_ != 0) return shared_state_ > 0;
   shared_state_ = -1;
-  MPI_Comm local;
-  MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &local);
-  int local_size = 0;
-  MPI_Comm_size(local, &local_size);
-  MPI_Comm_free(&local);
   // Every rank reaches the same answer (the group is one machine or it is not), so either
   // all allocate the window (a collective) or none does.
-  if (local_size != size_ || size_ < 2) return false;
+  if (local_size_ != size_ || size_ < 2) return false;
   void* mine = nullptr;
   if (MPI_Win_allocate_shared(4 * kAreaBytes, 64, MPI_INFO_NULL, comm_, &mine, &window_) !=
       MPI_SUCCESS)

@@ -53,39 +53,36 @@ class ShmCommunicator final : public Communicator {
   // every block for every replica: one pass, no reduced gradient written anywhere.
   void all_reduce_apply(const void* src, void* scratch, int64_t count, DType dtype, void* ctx,
                         ReducedBlockFn apply) override {
+    if (dtype != DType::f32 && dtype != DType::f64) {
+      Communicator::all_reduce_apply(src, scratch, count, dtype, ctx, apply);
+      return;
+    }
+    CollectiveRecord record(rank_ == 0, CollectiveKind::all_reduce,
+                            count > 0 ? count * dtype_size(dtype) : 0);
+    enter("all_reduce");
     const int n = group_->size_;
-    if (n > 1 && (dtype == DType::f32 || dtype == DType::f64)) {
-      CollectiveRecord record(rank_ == 0, CollectiveKind::all_reduce,
-                              count > 0 ? count * dtype_size(dtype) : 0);
-      enter("all_reduce");
-      if (count <= 0) return;
-      me().send = src;
-      me().apply_ctx = ctx;
-      group_->arrive_and_wait(rank_);
-      const int64_t esize = dtype_size(dtype);
-      const ElementRange mine = chunk_of(count, n, rank_, static_cast<int>(esize));
-      constexpr int64_t kBlockBytes = 8 << 10;
-      alignas(64) std::byte block[kBlockBytes];
-      void* out[1] = {block};
-      for (int64_t b = mine.begin; b < mine.begin + mine.count; b += kBlockBytes / esize) {
-        const int64_t len = std::min(kBlockBytes / esize, mine.begin + mine.count - b);
-        for (int r = 0; r < n; ++r)
-          srcs_[r] = static_cast<const std::byte*>(group_->slots_[r].send) + b * esize;
-        combine_in_rank_order(srcs_.data(), n, out, 1, 0, len, dtype, ReduceOp::sum);
-        for (int r = 0; r < n; ++r) apply(group_->slots_[r].apply_ctx, b, len, block);
-      }
-      // No replica may return (and reuse its buffers) while others still read or write them.
-      group_->arrive_and_wait(rank_);
+    if (count <= 0) return;
+    if (n == 1) {
+      apply(ctx, 0, count, src);  // a sum of one contribution
       return;
     }
-    if (n == 1 && (dtype == DType::f32 || dtype == DType::f64)) {
-      CollectiveRecord record(rank_ == 0, CollectiveKind::all_reduce,
-                              count > 0 ? count * dtype_size(dtype) : 0);
-      enter("all_reduce");
-      if (count > 0) apply(ctx, 0, count, src);  // a sum of one contribution
-      return;
+    me().send = src;
+    me().apply_ctx = ctx;
+    group_->arrive_and_wait(rank_);
+    const int64_t esize = dtype_size(dtype);
+    const ElementRange mine = chunk_of(count, n, rank_, static_cast<int>(esize));
+    constexpr int64_t kBlockBytes = 8 << 10;
+    alignas(64) std::byte block[kBlockBytes];
+    void* out[1] = {block};
+    for (int64_t b = mine.begin; b < mine.begin + mine.count; b += kBlockBytes / esize) {
+      const int64_t len = std::min(kBlockBytes / esize, mine.begin + mine.count - b);
+      for (int r = 0; r < n; ++r)
+        srcs_[r] = static_cast<const std::byte*>(group_->slots_[r].send) + b * esize;
+      combine_in_rank_order(srcs_.data(), n, out, 1, 0, len, dtype, ReduceOp::sum);
+      for (int r = 0; r < n; ++r) apply(group_->slots_[r].apply_ctx, b, len, block);
     }
-    Communicator::all_reduce_apply(src, scratch, count, dtype, ctx, apply);
+    // No replica may return (and reuse its buffers) while others still read or write them.
+    group_->arrive_and_wait(rank_);
   }
 
   void broadcast(void* data, size_t nbytes, int root) override {
