@@ -18,7 +18,8 @@
 //   build/bench/checks_bench
 //   FJIT_BENCH_INTERLEAVED=1 build/bench/checks_bench --benchmark_filter=none
 //     alternates the three modes step by step and prints median CPU times and overheads
-//     (fairer on a loaded machine than back-to-back runs), then the host-side cost per step
+//     (fairer on a loaded machine than back-to-back runs), what the norm's squares add to the
+//     largest layer's GEMM update (the two alternated too), then the host-side cost per step
 //     of handle_step_checks when nothing raised (1 replica, 2 thread replicas) next to the
 //     bare collectives it could cost: a one-int32 all-reduce and a 24-byte all-gather.
 //   mpiexec -n 2 build/bench/checks_bench
@@ -176,6 +177,51 @@ void interleaved(const Config& c, StepShape shape, int rounds, int batch) {
               100 * (all / off - 1), runners[2].sites);
 }
 
+// What a gradient norm adds inside the GEMM update of the largest layer (the weight gradient
+// 784x512 at batch 128, as in the large step): w - lr * a^T g alone, and with the sum of
+// (a^T g)'s squares that a global norm reads, each one instruction.
+template <bool kSquares>
+auto make_update() {
+  JitOptions o;
+  o.name = kSquares ? "update_and_squares" : "update";
+  o.checks = CheckMode::off;
+  return jit([](const Tensor& w, const Tensor& a, const Tensor& g) {
+    Tensor dw = matmul(transpose(a), g);
+    if constexpr (kSquares) return std::tuple{w - dw * kLr, sum(dw * dw)};
+    else return std::tuple{w - dw * kLr};
+  }, o);
+}
+
+template <bool kSquares>
+std::function<void()> update_runner() {
+  struct State {
+    decltype(make_update<kSquares>()) fn;
+    Array w, a, g;
+    std::conditional_t<kSquares, std::tuple<Array, Array>, std::tuple<Array>> out;
+  };
+  auto s = std::make_shared<State>(State{make_update<kSquares>(), he_uniform(Shape{784, 512}, 1),
+                                         he_uniform(Shape{128, 784}, 2), he_uniform(Shape{128, 512}, 3), {}});
+  s->fn.run_into(s->out, s->w, s->a, s->g);
+  return [s] {
+    s->fn.run_into(s->out, s->w, s->a, s->g);
+    benchmark::DoNotOptimize(std::get<0>(s->out).raw());
+  };
+}
+
+void gemm_norm_cost(int rounds, int batch) {
+  std::function<void()> run[2] = {update_runner<false>(), update_runner<true>()};
+  std::vector<double> times[2];
+  for (int round = 0; round < rounds; ++round)
+    for (int v = 0; v < 2; ++v) {
+      const double t0 = cpu_ns();
+      for (int i = 0; i < batch; ++i) run[v]();
+      times[v].push_back((cpu_ns() - t0) / batch);
+    }
+  const double plain = median(times[0]) / 1e3, squares = median(times[1]) / 1e3;
+  std::printf("GEMM update 784x128x512       w - lr a^T g %8.1f us | and its sum of squares %8.1f us %+6.1f us\n",
+              plain, squares, squares - plain);
+}
+
 // Host-side cost of the checks per step when nothing raised: handle_step_checks on a plan
 // with two check sites, timed per call (wall clock: a collective's cost is mostly waiting).
 double wall_ns() {
@@ -292,6 +338,7 @@ int main(int argc, char** argv) {
       interleaved(kLarge, shape, 101, 3);
       interleaved(kSmall, shape, 301, 100);
     }
+    gemm_norm_cost(201, 10);
     host_costs_threads();
   }
   return 0;

@@ -66,12 +66,19 @@ struct GemmUpdateForm {
 // it, whatever the thread count. Further results, each in one more buffer the caller appends to
 // in_bufs after the operands' (in this order):
 //   form.product         P itself;
-//   form.sum_of_squares  the full sum of P's squares (a scalar of the output's type),
-//                        bit-identical to the unfused sum(P * P).
-// So the output does not depend on which results are asked for. False, with instr.fn null,
-// for other operands, or for a sum without the product when the blocks cannot hold whole
-// summation leaves (then ask again with the product).
+//   form.sum_of_squares  the full sum of P's squares (a scalar of the output's type): added
+//                        as the panel kernel stores P when the depth fits one of its blocks
+//                        (gemm_update_in_epilogue), in a double total, so within rounding of
+//                        the unfused sum(P * P); otherwise bit-identical to it.
+// So the output does not depend on which results are asked for, and the order of the squares
+// depends only on the shapes. False, with instr.fn null, for other operands, or for a sum
+// without the product when the blocks cannot hold whole summation leaves (then ask again with
+// the product).
 bool select_gemm_update(Instr& instr, const GemmUpdateForm& form);
+
+// Whether a prepared GEMM update applies its update in the panel kernel's stores
+// (core/kernels/gemm_epilogue.h) rather than through a scratch block.
+bool gemm_update_in_epilogue(const Instr& instr);
 
 // Prepares an all-reduce update: out = addend + alpha * psum(g) (alpha = instr.attrs.scalar)
 // as one collective that applies the update to each block of the sum as it is reduced

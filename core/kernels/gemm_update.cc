@@ -3,19 +3,22 @@
 //
 // Eigen's own GEMM is driven piece by piece with its internal packing routines and panel
 // kernel (gemm_pack_lhs, gemm_pack_rhs, gebp_kernel, Eigen 3.4), which is what its
-// general_matrix_matrix_product does, with one difference: the product is made a block of
-// output rows at a time into a small scratch buffer that stays in L1/L2, and the update (and
-// the squares of a gradient norm) are applied to that block while it is still there. The
-// product is never written to memory unless something else reads it, and it is read back
-// from cache, not from L3: for the SGD step of a 784x512 layer this is the difference between
-// a gradient norm that costs two extra passes over 1.6 MB and one that costs almost nothing.
+// general_matrix_matrix_product does, a block of output rows at a time. Two paths:
+//   epilogue  the depth fits one kc block (a weight gradient's depth is the batch): the panel
+//             kernel stores each finished register tile through gemm_epilogue.h's mapper,
+//             which applies the update there, and writes the product or sums its squares only
+//             if asked. A gradient norm then costs an fma per stored packet, not a pass.
+//   scratch   a deeper product is accumulated over kc blocks into a small scratch block that
+//             stays in L1/L2, and the update (and the squares, leaf by leaf as reduce.cc
+//             sums) are applied to that block while it is still there.
 //
 // Rounding: every element of the product is Eigen's panel-kernel accumulation over the depth
-// (one sum per kc block, added to the scratch in order), then out = fma(alpha, product,
-// addend): one rounding, the one a GEMM that accumulates alpha * A B into the addend makes.
-// All three results come from the same arithmetic whichever of them are asked for, and it
-// does not depend on the thread count (threads split output rows, never the depth), so a step
-// computes the same parameters with checks off, on user checks, or on every check.
+// (one sum per kc block, added in order), then out = fma(alpha, product, addend): one
+// rounding, the one a GEMM that accumulates alpha * A B into the addend makes. The parameters
+// come from the same arithmetic whichever further results are asked for, and do not depend on
+// the thread count (threads split output rows, never the depth), so a step computes the same
+// parameters with checks off, on user checks, or on every check. The path, and so the order in
+// which a sum of squares is added, depends on the shapes only.
 //
 // Orientation: the row-major product C [M, N] is computed as the column-major C^T [N, M] =
 // op(B)^T op(A)^T, as Eigen does for a row-major destination. A block of C's rows is then a
@@ -29,6 +32,7 @@
 
 #include "core/kernels/affine_update.h"
 #include "core/kernels/fused.h"
+#include "core/kernels/gemm_epilogue.h"
 #include "core/threads.h"
 
 namespace fjit {
@@ -47,13 +51,14 @@ constexpr int64_t kScratchBytes = 64 << 10;
 // p[0] = M, p[1] = K, p[2] = N; p[3] = rows per block; p[4] = kc, p[5] = mc (Eigen's
 // blocking); p[6] = AddendForm (affine_update.h);
 // p[7] = results: bit 0 the product (buffer in_bufs[ins.size()]), bit 1 the sum of squares
-// (the buffer after that); bit 2: accumulate straight into the output (below); bit 3: alpha is
-// the last operand, read when the step runs.
-constexpr int64_t kWithProduct = 1, kWithSum = 2, kDirect = 4, kAlphaOperand = 8;
+// (the buffer after that); bit 2: the epilogue path (below); bit 3: alpha is the last operand,
+// read when the step runs.
+constexpr int64_t kWithProduct = 1, kWithSum = 2, kEpilogue = 4, kAlphaOperand = 8;
 
 template <class T>
 struct Scratch {  // per thread, grown once: the hot path allocates nothing after warm-up
   std::vector<T, Eigen::aligned_allocator<T>> lhs, rhs, block, leaves;
+  std::vector<double> block_squares;
   static Scratch& get() {
     thread_local Scratch s;
     return s;
@@ -120,32 +125,48 @@ struct GemmUpdate {
     }
     const int64_t total = m * n;
     const int64_t blocks = (m + rows - 1) / rows;
-    T* leaves = sum ? sized(main.leaves, (total + kLeaf - 1) / kLeaf) : nullptr;
+    // kEpilogue: the depth is one kc block, so the panel kernel stores each product element
+    // once, finished; the mapper of gemm_epilogue.h applies the update (and writes the
+    // product, sums its squares) at that store, and nothing goes through a scratch block.
+    const bool epilogue = in.p[7] & kEpilogue;
+    T* leaves = sum && !epilogue ? sized(main.leaves, (total + kLeaf - 1) / kLeaf) : nullptr;
+    if (sum && epilogue && static_cast<int64_t>(main.block_squares.size()) < blocks)
+      main.block_squares.resize(blocks);
+    double* block_squares = main.block_squares.data();
 
     auto do_block = [&](int64_t blk) {
       Scratch<T>& s = Scratch<T>::get();
       const int64_t r0 = blk * rows, nr = std::min(rows, m - r0);
       const int64_t lo = r0 * n, hi = lo + nr * n;
-      // kDirect: the output starts as the addend and the panel kernel adds alpha * product to
-      // it, which rounds as the update below does when the depth is one kc block and no row
-      // of C^T goes through the kernel's scalar tail (select_gemm_update); it saves a pass.
-      const bool direct = in.p[7] & kDirect;
-      // The scratch block is all zeros between uses: the update clears what it reads.
-      T* prod = direct ? in.output<T>(f) + lo : product ? product + lo : sized(s.block, rows * n);
-      if (direct) start_from_addend(in, f, prod, lo, hi);
-      else if (product) std::fill(prod, prod + nr * n, T(0));
       T* packed_rhs = sized(s.rhs, k * rows + 64);
       ei::gemm_pack_rhs<T, Index, RhsMapper, Traits::nr, kRhsOrder> pack_rhs;
       for (int64_t k2 = 0; k2 < k; k2 += kc)
         pack_rhs(packed_rhs + k2 * nr, rhs.getSubMapper(k2, r0), std::min(kc, k - k2), nr);
+      if (epilogue) {
+        T* out = in.output<T>(f) + lo;
+        start_from_addend(in, f, out, lo, hi);
+        GemmEpilogue<T> epi(out, product ? product + lo : nullptr, n, alpha, sum != nullptr);
+        ei::gebp_kernel<T, T, Index, typename GemmEpilogue<T>::Mapper, Traits::mr, Traits::nr,
+                        false, false>
+            gebp;
+        for (int64_t i2 = 0; i2 < n; i2 += mc) {
+          const int64_t amc = std::min(mc, n - i2);
+          gebp(epi.mapper(i2), packed_lhs + i2 * k, packed_rhs, amc, k, nr, T(1));
+          epi.flush();
+        }
+        if (sum) block_squares[blk] = epi.squares();
+        return;
+      }
+      // The scratch block is all zeros between uses: the update clears what it reads.
+      T* prod = product ? product + lo : sized(s.block, rows * n);
+      if (product) std::fill(prod, prod + nr * n, T(0));
       ei::gebp_kernel<T, T, Index, ResMapper, Traits::mr, Traits::nr, false, false> gebp;
       for (int64_t i2 = 0; i2 < n; i2 += mc) {
         const int64_t amc = std::min(mc, n - i2);
         for (int64_t k2 = 0; k2 < k; k2 += kc)
           gebp(ResMapper(prod + i2, n), packed_lhs + i2 * k + k2 * amc, packed_rhs + k2 * nr, amc,
-               std::min(kc, k - k2), nr, direct ? alpha : T(1));
+               std::min(kc, k - k2), nr, T(1));
       }
-      if (direct) return;
       // The squares of each leaf that lies wholly in this block are summed while the block is
       // in cache; a leaf that straddles a block boundary (only when the product is written
       // out: select_gemm_update) is summed after every block is done.
@@ -165,6 +186,12 @@ struct GemmUpdate {
       for (int64_t blk = 0; blk < blocks; ++blk) do_block(blk);
     }
     if (!sum) return;
+    if (epilogue) {
+      double total_squares = 0;
+      for (int64_t blk = 0; blk < blocks; ++blk) total_squares += block_squares[blk];
+      *sum = static_cast<T>(total_squares);
+      return;
+    }
     const int64_t block_elems = rows * n;
     for (int64_t l = 0; l * kLeaf < total; ++l) {
       const int64_t start = l * kLeaf, end = std::min(total, start + kLeaf);
@@ -239,31 +266,33 @@ bool select_gemm_update(Instr& instr, const GemmUpdateForm& form) {
   if (matmul_is_narrow(m, k, n, esize)) return false;
   if (form.alpha_operand && instr.ins.back().size() != 1) return false;
   if (!addend_form(cs, operands == 3 ? &instr.ins[2] : nullptr, &instr.p[6])) return false;
-  const int64_t rows = esize == 4 ? block_rows<float>(m, n, with_sum_of_squares && !with_product)
-                                  : block_rows<double>(m, n, with_sum_of_squares && !with_product);
-  // Without a product buffer, a block must hold whole leaves; refuse an absurd scratch.
-  if (with_sum_of_squares && !with_product && rows < m && rows * n * esize > (int64_t{4} << 20))
-    return false;
   Index kc = k, mc = n, nc = m;
   if (esize == 4) ei::computeProductBlockingSizes<float, float, 1, Index>(kc, mc, nc, Index{1});
   else ei::computeProductBlockingSizes<double, double, 1, Index>(kc, mc, nc, Index{1});
+  // The epilogue's update is an fma, as affine_update's is, only when the packet ops are
+  // fused multiply-adds; without them every update goes through the scratch block.
+#ifdef EIGEN_VECTORIZE_FMA
+  const bool epilogue = kc >= k;
+#else
+  const bool epilogue = false;
+#endif
+  const bool leaves_in_block = with_sum_of_squares && !with_product && !epilogue;
+  const int64_t rows = esize == 4 ? block_rows<float>(m, n, leaves_in_block)
+                                  : block_rows<double>(m, n, leaves_in_block);
+  // Without a product buffer, a block must hold whole leaves; refuse an absurd scratch.
+  if (leaves_in_block && rows < m && rows * n * esize > (int64_t{4} << 20)) return false;
   instr.p[0] = m;
   instr.p[1] = k;
   instr.p[2] = n;
   instr.p[3] = rows;
   instr.p[4] = std::max<Index>(1, kc);
   instr.p[5] = std::max<Index>(1, mc);
-  const int64_t packet = esize == 4 ? int64_t{ei::packet_traits<float>::size}
-                                    : int64_t{ei::packet_traits<double>::size};
-#ifdef EIGEN_VECTORIZE_FMA  // the panel kernel's store is then an fma
-  const bool direct = !with_product && !with_sum_of_squares && kc >= k && n % packet == 0;
-#else
-  const bool direct = false;
-#endif
   instr.p[7] = (with_product ? kWithProduct : 0) | (with_sum_of_squares ? kWithSum : 0) |
-               (direct ? kDirect : 0) | (form.alpha_operand ? kAlphaOperand : 0);
+               (epilogue ? kEpilogue : 0) | (form.alpha_operand ? kAlphaOperand : 0);
   instr.fn = esize == 4 ? pick<float>(ta, tb) : pick<double>(ta, tb);
   return true;
 }
+
+bool gemm_update_in_epilogue(const Instr& instr) { return instr.fn && (instr.p[7] & kEpilogue); }
 
 }  // namespace fjit
