@@ -120,6 +120,18 @@ void MpiCommunicator::all_reduce(void* data, int64_t count, DType dtype, ReduceO
   }
   auto* bytes = static_cast<unsigned char*>(data);
   const int64_t esize = dtype_size(dtype);
+  if (count * esize >= kWindowMinBytes && shared_window()) {
+    struct Into {
+      unsigned char* data;
+      int64_t esize;
+    } into{bytes, esize};
+    window_reduce(data, count, dtype, op, &into,
+                  [](void* ctx, int64_t begin, int64_t n, const void* values) {
+                    const auto& to = *static_cast<const Into*>(ctx);
+                    std::memcpy(to.data + begin * to.esize, values, n * to.esize);
+                  });
+    return;
+  }
   // Segments keep each round's data cache-resident (see the header); MPI counts are ints.
   int64_t segment = kMaxSegmentElements;
   if (segment_bytes_ > 0) {

@@ -21,10 +21,12 @@
 //    (bench/allreduce_bench.cc), so nothing is lost by keeping the fixed order.
 //  - Scratch buffers grow to the largest call and are kept: no allocation per call in fjit's
 //    code after warm-up.
-//  - all_reduce_apply, when every rank is on this machine, reduces through an MPI-3 shared-memory
-//    window instead of messages (mpi_shared_apply.cc): each rank copies its gradient segment
-//    into the window, reduces its chunk of every rank's copy in place of a message round, and
-//    applies the update from the reduced chunks of all ranks. Same rank-order sums.
+//  - When every rank is on this machine, all_reduce of kWindowMinBytes or more, and every
+//    all_reduce_apply, reduce through an MPI-3 shared-memory window instead of messages
+//    (mpi_shared_window.cc): each rank copies its segment into the window, reduces its chunk
+//    of every rank's copy in place of a message round, and reads the reduced chunks of all
+//    ranks in place of the other. Same rank-order sums; set_shared_memory(false) keeps to
+//    messages, as across machines.
 //  - Every wait is on non-blocking requests, polled, so a stall is logged after warn_after
 //    ("rank R has waited S s in <collective> #k") and the job is MPI_Abort-ed after
 //    abort_after. Which rank is missing cannot be known cheaply with MPI, so it is not said.
@@ -38,6 +40,7 @@
 
 #include "parallel/communicator.h"
 #include "parallel/communicator_reduce.h"
+#include "parallel/shm_barrier.h"
 #include "parallel/stall_inspector.h"
 
 namespace fjit {
@@ -68,6 +71,11 @@ class MpiCommunicator final : public Communicator {
   // whole buffer at once). For benchmarks and tuning; see all_reduce in the .cc.
   static constexpr size_t kDefaultSegmentBytes = size_t{1} << 20;
   void set_segment_bytes(size_t bytes) { segment_bytes_ = bytes; }
+  // all_reduce goes through the shared-memory window from this many bytes (when it can).
+  static constexpr int64_t kWindowMinBytes = int64_t{256} << 10;
+  // Whether all_reduce and all_reduce_apply may use the shared-memory window (default true);
+  // every rank must say the same. For tests and benchmarks of the message path.
+  void set_shared_memory(bool on) { use_shared_memory_ = on; }
 
   const StallPolicy& policy() const { return policy_; }
   MPI_Comm comm() const { return comm_; }
@@ -81,6 +89,10 @@ class MpiCommunicator final : public Communicator {
   // The shared-memory window of all_reduce_apply (allocated by every rank at its first call),
   // or false when the ranks do not share one machine.
   bool shared_window();
+  // Reduces every rank's `count` elements of `src` with `op` through the window (REQUIRES
+  // shared_window()), segment by segment, handing each reduced chunk to apply(ctx, ...).
+  void window_reduce(const void* src, int64_t count, DType dtype, ReduceOp op, void* ctx,
+                     ReducedBlockFn apply);
 
   MPI_Comm comm_ = MPI_COMM_NULL;
   int rank_ = 0;
@@ -99,6 +111,9 @@ class MpiCommunicator final : public Communicator {
   // all_reduce_apply's window: per rank, two sets (alternate segments) of an input and a
   // result area of kDefaultSegmentBytes each; base addresses of every rank's part.
   int shared_state_ = 0;  // 0 not tried, 1 available, -1 not possible
+  ShmBarrier* window_barrier_ = nullptr;  // in the window: where the ranks meet
+  bool window_sense_ = false;             // this rank's side of window_barrier_
+  bool use_shared_memory_ = true;
   MPI_Win window_ = MPI_WIN_NULL;
   std::vector<unsigned char*> window_base_;
   uint64_t apply_segments_ = 0;  // which set the next segment uses

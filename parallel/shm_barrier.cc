@@ -20,15 +20,16 @@ static_assert(sizeof(std::atomic<uint32_t>) == sizeof(uint32_t) &&
 uint32_t* futex_word(std::atomic<uint32_t>* a) { return reinterpret_cast<uint32_t*>(a); }
 
 // Sleeps while *word == expected, at most `timeout`; spurious returns are fine (callers loop).
-void futex_wait(std::atomic<uint32_t>* word, uint32_t expected, std::chrono::nanoseconds timeout) {
+void futex_wait(std::atomic<uint32_t>* word, uint32_t expected, std::chrono::nanoseconds timeout,
+                int flags) {
   timespec ts;
   ts.tv_sec = static_cast<time_t>(timeout.count() / 1000000000);
   ts.tv_nsec = static_cast<long>(timeout.count() % 1000000000);
-  syscall(SYS_futex, futex_word(word), FUTEX_WAIT_PRIVATE, expected, &ts, nullptr, 0);
+  syscall(SYS_futex, futex_word(word), FUTEX_WAIT | flags, expected, &ts, nullptr, 0);
 }
 
-void futex_wake(std::atomic<uint32_t>* word) {
-  syscall(SYS_futex, futex_word(word), FUTEX_WAKE_PRIVATE, INT_MAX, nullptr, nullptr, 0);
+void futex_wake(std::atomic<uint32_t>* word, int flags) {
+  syscall(SYS_futex, futex_word(word), FUTEX_WAKE | flags, INT_MAX, nullptr, nullptr, 0);
 }
 
 // Sleepers are woken by the futex, so this only bounds how late a deadline is noticed.
@@ -36,8 +37,11 @@ constexpr auto kLongestSleep = std::chrono::milliseconds(20);
 
 }  // namespace
 
-ShmBarrier::ShmBarrier(int parties)
-    : parties_(parties), pacing_(pacing_for(parties)), remaining_(parties) {}
+ShmBarrier::ShmBarrier(int parties, bool process_shared)
+    : parties_(parties),
+      futex_flags_(process_shared ? 0 : FUTEX_PRIVATE_FLAG),
+      pacing_(pacing_for(parties)),
+      remaining_(parties) {}
 
 bool ShmBarrier::arrive_and_wait(bool* local_sense, const StallPolicy& policy, Waiter& waiter) {
   const uint32_t target = *local_sense ? 0u : 1u;
@@ -48,7 +52,7 @@ bool ShmBarrier::arrive_and_wait(bool* local_sense, const StallPolicy& policy, W
     // either we see the sleeper, or the sleeper's futex_wait sees the new sense and returns.
     remaining_.store(parties_, std::memory_order_relaxed);
     sense_.store(target, std::memory_order_seq_cst);
-    if (sleepers_.load(std::memory_order_seq_cst) > 0) futex_wake(&sense_);
+    if (sleepers_.load(std::memory_order_seq_cst) > 0) futex_wake(&sense_, futex_flags_);
     return true;
   }
   if (sense_.load(std::memory_order_acquire) == target) return true;
@@ -63,7 +67,7 @@ bool ShmBarrier::arrive_and_wait(bool* local_sense, const StallPolicy& policy, W
         break;
       case StallTimer::Step::sleep:
         sleepers_.fetch_add(1, std::memory_order_seq_cst);
-        futex_wait(&sense_, target ^ 1u, timer.sleep_slice(kLongestSleep));
+        futex_wait(&sense_, target ^ 1u, timer.sleep_slice(kLongestSleep), futex_flags_);
         sleepers_.fetch_sub(1, std::memory_order_relaxed);
         break;
       case StallTimer::Step::warn:
@@ -77,6 +81,6 @@ bool ShmBarrier::arrive_and_wait(bool* local_sense, const StallPolicy& policy, W
   return true;
 }
 
-void ShmBarrier::wake_all() { futex_wake(&sense_); }
+void ShmBarrier::wake_all() { futex_wake(&sense_, futex_flags_); }
 
 }  // namespace fjit

@@ -6,6 +6,9 @@
 //    after the barrier returns (collectives publish buffer pointers this way).
 //  - Waiting spins briefly, then yields, then sleeps on a futex (woken by the last arrival),
 //    and honours a StallPolicy through the Waiter callbacks.
+//  - Constructed with process_shared, it may live in memory that several processes map (the
+//    MPI backend's shared-memory window): its atomics are lock-free, so address-free, and its
+//    futex is then a shared one.
 #pragma once
 
 #include <atomic>
@@ -28,7 +31,7 @@ class ShmBarrier {
     [[noreturn]] virtual void on_abort(double waited_seconds) = 0;
   };
 
-  explicit ShmBarrier(int parties);
+  explicit ShmBarrier(int parties, bool process_shared = false);
 
   // REQUIRES: `local_sense` is this party's own flag, false before its first arrival.
   // Returns true once all parties have arrived; false if the waiter reported cancellation
@@ -40,6 +43,7 @@ class ShmBarrier {
 
  private:
   const int parties_;
+  const int futex_flags_;  // 0 across processes, FUTEX_PRIVATE_FLAG within one
   const WaitPacing pacing_;
   // Separate cache lines: arrivals hammer remaining_, waiters spin reading sense_.
   alignas(64) std::atomic<int> remaining_;

@@ -127,6 +127,25 @@ TEST(MpiCommunicator, BitwiseEqualToThreadBackend) {
   }
 }
 
+// From MpiCommunicator::kWindowMinBytes, ranks on one machine (as under these tests) reduce
+// through the shared-memory window; ranks on several machines exchange messages. Both paths
+// give the same bits, for every op, across several window segments.
+TEST(MpiCommunicator, SharedWindowAndMessagesGiveTheSameBits) {
+  MpiCommunicator messages(MPI_COMM_WORLD, test_policy());
+  messages.set_shared_memory(false);
+  for (ReduceOp op : kOps) {
+    for (int64_t count : {int64_t{70001}, int64_t{600011}}) {
+      ASSERT_GE(count * 4, MpiCommunicator::kWindowMinBytes);
+      std::vector<float> a = testing::fill<float>(count, testing::order_sensitive<float>, comm().rank());
+      std::vector<float> b = a;
+      comm().all_reduce(a.data(), count, DType::f32, op);
+      messages.all_reduce(b.data(), count, DType::f32, op);
+      EXPECT_EQ(std::memcmp(a.data(), b.data(), count * sizeof(float)), 0)
+          << reduce_op_name(op) << " count=" << count;
+    }
+  }
+}
+
 // all_reduce_apply (through the shared-memory window when the ranks share this machine, as
 // under these tests; several segments, calls back to back): the rank-order sum, once each.
 TEST(MpiCommunicator, AllReduceApplyHandsOverTheRankOrderSumOnce) {
