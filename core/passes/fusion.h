@@ -14,7 +14,10 @@
 //                rounding once, as fma(alpha, A B, addend). When something else reads the
 //                product (a check, a returned gradient), the same instruction writes it out
 //                too; when the product is also squared and summed (a global gradient norm),
-//                it computes that sum as well, with the unfused sum's rounding (extra_roots).
+//                it computes that sum as well (extra_roots): as the GEMM's panel kernel
+//                stores the product when the depth fits one of its blocks (within rounding of
+//                the unfused sum, in an order fixed by the shapes), else with the unfused
+//                sum's rounding.
 //                Which nodes form the update is decided on the consumers that reach an output
 //                or a collective, never on check helpers, and the arithmetic is the same
 //                whichever results are written: updated parameters are bit-identical with
