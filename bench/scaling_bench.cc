@@ -15,6 +15,9 @@
 //                  (these two rows are printed by the run without mpiexec only)
 //   hand, no comm  the same step on 2 ranks without any reduction: the efficiency ceiling
 //                  this machine allows (two busy cores share caches, memory and clocks)
+//   hand, sync only  the same with one barrier per step and no data: every synchronous step
+//                  waits for its slower rank, so this is the ceiling of any data-parallel
+//                  step with a per-step all-reduce, whatever the reduction costs
 // While rank 0 runs a one-process row, the other rank sleeps in a paced wait. Every row runs
 // blocks of `steps` steps, interleaved with every other row, `rounds` times; the median
 // block is reported. The machine this was written on has 2 cores, so 2 replicas have one
@@ -197,6 +200,18 @@ int main(int argc, char** argv) {
                            hand2.step(hx.data<float>(), hy.data<int32_t>(), kLr, nullptr);
                        },
                        {}});
+    // The same with the ranks meeting once a step (a barrier, no data): a synchronous step
+    // ends when its slowest rank does, so this is the ceiling of any synchronous
+    // data-parallel step here, however fast its reduction.
+    scaling.push_back({"hand 2 barrier",
+                       true,
+                       [&](int n) {
+                         for (int i = 0; i < n; ++i) {
+                           hand2.step(hx.data<float>(), hy.data<int32_t>(), kLr, nullptr);
+                           MPI_Barrier(MPI_COMM_WORLD);
+                         }
+                       },
+                       {}});
   }
   time_rows(scaling, rank, mpi, rounds, steps);
 
@@ -240,6 +255,7 @@ int main(int argc, char** argv) {
       line("fjit MPI", scaling[0], scaling[3]);
       line("hand MPI", scaling[4], scaling[5]);
       line("hand, no comm", scaling[4], scaling[6]);
+      line("hand, sync only", scaling[4], scaling[7]);
     }
     std::printf("\nstep time vs gradient bucket size (2 replicas, batch 128 each)\n");
     std::printf("%10s %8s %14s%s\n", "bucket MiB", "buckets", "threads ms",
