@@ -18,7 +18,8 @@
 //   build/bench/checks_bench
 //   FJIT_BENCH_INTERLEAVED=1 build/bench/checks_bench --benchmark_filter=none
 //     alternates the three modes step by step and prints median CPU times and overheads
-//     (fairer on a loaded machine than back-to-back runs), what the norm's squares add to the
+//     (the median over rounds of each round's ratio to its own off block: fairer on a loaded
+//     machine than back-to-back runs or a ratio of two medians), what the norm's squares add to the
 //     largest layer's GEMM update (the two alternated too), then the host-side cost per step
 //     of handle_step_checks when nothing raised (1 replica, 2 thread replicas) next to the
 //     bare collectives it could cost: a one-int32 all-reduce and a 24-byte all-gather.
@@ -172,9 +173,16 @@ void interleaved(const Config& c, StepShape shape, int rounds, int batch) {
       times[m].push_back((cpu_ns() - t0) / batch);
     }
   const double off = median(times[0]) / 1e3, prod = median(times[1]) / 1e3, all = median(times[2]) / 1e3;
+  // The overheads are medians of each round's own ratio to the off block next to it: the
+  // blocks of one round share the machine's load of that moment, so its drift cancels.
+  auto overhead = [&](size_t m) {
+    std::vector<double> r;
+    for (size_t i = 0; i < times[0].size(); ++i) r.push_back(times[m][i] / times[0][i]);
+    return 100 * (median(r) - 1);
+  };
   std::printf("%-31s %-9s off %8.1f us | prod %8.1f us %+6.2f%% (%d checks) | all %8.1f us %+6.2f%% (%d checks)\n",
-              c.title, shape_name(shape), off, prod, 100 * (prod / off - 1), runners[1].sites, all,
-              100 * (all / off - 1), runners[2].sites);
+              c.title, shape_name(shape), off, prod, overhead(1), runners[1].sites, all, overhead(2),
+              runners[2].sites);
 }
 
 // What a gradient norm adds inside the GEMM update of the largest layer (the weight gradient
