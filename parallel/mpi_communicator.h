@@ -16,9 +16,10 @@
 //    1.1-1.2x, 64 MiB 1.3-1.4x faster than one segment; no change up to 4 MiB).
 //  - MPI_Allreduce is never called, not even for large buffers where it would be as fast:
 //    with 3+ ranks MPI does not fix the order of the sums, and even with 2 ranks (a+b == b+a)
-//    two NaNs with different payloads could reach ranks in either order. fjit's own path
-//    measures at 0.97-1.02x plain MPI_Allreduce from 1 MiB to 4 MiB and 1.1-2.5x above
-//    (bench/allreduce_bench.cc), so nothing is lost by keeping the fixed order.
+//    two NaNs with different payloads could reach ranks in either order. Against plain
+//    MPI_Allreduce on 2 ranks of one machine (bench/allreduce_bench.cc, a noisy VM), fjit's
+//    path measured 0.87x-1.09x at 1 and 4 MiB and 0.75x-1.41x at 16 MiB over four runs, and
+//    1.5x-3x at 64 MiB; the message path alone 0.78x-0.93x at 1 and 4 MiB.
 //  - Scratch buffers grow to the largest call and are kept: no allocation per call in fjit's
 //    code after warm-up.
 //  - When every rank is on this machine, all_reduce of kWindowMinBytes or more, and every
