@@ -18,8 +18,8 @@
 //    with 3+ ranks MPI does not fix the order of the sums, and even with 2 ranks (a+b == b+a)
 //    two NaNs with different payloads could reach ranks in either order. Against plain
 //    MPI_Allreduce on 2 ranks of one machine (bench/allreduce_bench.cc, a noisy VM), fjit's
-//    path measured 0.87x-1.09x at 1 and 4 MiB and 0.75x-1.41x at 16 MiB over four runs, and
-//    1.5x-3x at 64 MiB; the message path alone 0.78x-0.93x at 1 and 4 MiB.
+//    path measured 0.83x-1.06x at 1 and 4 MiB and 0.67x-1.41x at 16 MiB over five runs, and
+//    1.5x-3x at 64 MiB; the message path alone 0.78x-1.00x at 1 and 4 MiB.
 //  - Scratch buffers grow to the largest call and are kept: no allocation per call in fjit's
 //    code after warm-up.
 //  - When every rank is on this machine, all_reduce of kWindowMinBytes or more, and every
