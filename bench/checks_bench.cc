@@ -166,8 +166,11 @@ void interleaved(const Config& c, StepShape shape, int rounds, int batch) {
   std::vector<Runner> runners;
   for (CheckMode m : modes) runners.push_back(make_runner(c, m, shape));
   std::vector<std::vector<double>> times(3);
+  // The order of the modes turns every round, so none always follows the same other one
+  // (whose working set it would find in the caches, or not).
   for (int round = 0; round < rounds; ++round)
-    for (size_t m = 0; m < runners.size(); ++m) {
+    for (size_t k = 0; k < runners.size(); ++k) {
+      const size_t m = (k + static_cast<size_t>(round)) % runners.size();
       const double t0 = cpu_ns();
       for (int i = 0; i < batch; ++i) runners[m].step();
       times[m].push_back((cpu_ns() - t0) / batch);
@@ -220,7 +223,8 @@ void gemm_norm_cost(int rounds, int batch) {
   std::function<void()> run[2] = {update_runner<false>(), update_runner<true>()};
   std::vector<double> times[2];
   for (int round = 0; round < rounds; ++round)
-    for (int v = 0; v < 2; ++v) {
+    for (int k = 0; k < 2; ++k) {
+      const int v = (k + round) % 2;  // either order, in turn
       const double t0 = cpu_ns();
       for (int i = 0; i < batch; ++i) run[v]();
       times[v].push_back((cpu_ns() - t0) / batch);
