@@ -18,7 +18,7 @@
 # weak scaling) are collected. The checks overhead lines ("| prod ") are collected too.
 #
 # Timings are only comparable within one run on an idle machine: the header records the load
-# average before and after so a reader can tell. The suite takes about 2 minutes (more when
+# average before and after so a reader can tell. The suite takes about 3 minutes (more when
 # torch.compile has to compile from scratch).
 set -uo pipefail
 # Figures are per core: one intra-op thread per replica, for fjit and the baselines alike
