@@ -10,7 +10,6 @@
 #include "core/env.h"
 #include "core/log.h"
 #include "core/metrics.h"
-#include "parallel/communicator.h"
 
 namespace fjit {
 namespace {
@@ -267,8 +266,7 @@ StepResult JitCore::run(const CompiledEntry& entry, const FlatArgs& args, std::s
     ctx.flags = s.flags.data();
     ctx.payload = s.payload.data();
   }
-  void* ws = comm ? comm->shared_workspace(exe.workspace_bytes()) : nullptr;
-  if (ws == nullptr) ws = s.ensure(exe.workspace_bytes());
+  void* ws = s.ensure(exe.workspace_bytes());
   const int64_t t0 = now_ns();
   exe.run(s.ins.data(), s.outs.data(), ctx, ws);
   metrics().execute_time.record(now_ns() - t0);

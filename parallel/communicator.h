@@ -57,16 +57,6 @@ class Communicator {
   using ReducedBlockFn = void (*)(void* ctx, int64_t begin, int64_t count, const void* values);
   virtual void all_reduce_apply(const void* src, void* scratch, int64_t count, DType dtype,
                                 void* ctx, ReducedBlockFn apply);
-  // A plan's workspace (its arena of intermediates) of at least `bytes`, 64-byte aligned, that
-  // the other replicas can read, kept across calls; null (the default) when this backend
-  // needs none, and the caller uses memory of its own. A backend whose replicas are processes
-  // on one machine gives memory they share, so that collectives read a gradient where the
-  // plan wrote it instead of copying it first. Collective when it grows: every replica calls
-  // it before every step of a plan, with the same size (the plan is the same).
-  virtual void* shared_workspace(size_t bytes) {
-    (void)bytes;
-    return nullptr;
-  }
   // Copies `nbytes` from `root`'s buffer into every replica's buffer.
   virtual void broadcast(void* data, size_t nbytes, int root) = 0;
   // recv (size()*nbytes_per_rank bytes) receives every rank's `send` block in rank order.

@@ -64,7 +64,6 @@ MpiCommunicator::~MpiCommunicator() {
     MPI_Win_unlock_all(window_);
     MPI_Win_free(&window_);
   }
-  if (workspace_window_ != MPI_WIN_NULL && mpi_active()) MPI_Win_free(&workspace_window_);
   if (comm_ != MPI_COMM_NULL && mpi_active()) MPI_Comm_free(&comm_);
 }
 

@@ -63,9 +63,6 @@ class MpiCommunicator final : public Communicator {
   void all_reduce(void* data, int64_t count, DType dtype, ReduceOp op) override;
   void all_reduce_apply(const void* src, void* scratch, int64_t count, DType dtype, void* ctx,
                         ReducedBlockFn apply) override;
-  // In the shared-memory window's group (every rank on this machine): the workspace lives in
-  // a shared window of its own, and window_reduce reads a source found there in place.
-  void* shared_workspace(size_t bytes) override;
   void broadcast(void* data, size_t nbytes, int root) override;
   void all_gather(const void* send, void* recv, size_t nbytes_per_rank) override;
   void barrier() override;
@@ -95,8 +92,6 @@ class MpiCommunicator final : public Communicator {
   bool shared_window();
   // Reduces every rank's `count` elements of `src` with `op` through the window (REQUIRES
   // shared_window()), segment by segment, handing each reduced chunk to apply(ctx, ...).
-  // REQUIRES: either every rank's src lies in its shared workspace, at the same offset (a
-  // plan's intermediate), and is read there, or none does and each is copied in first.
   void window_reduce(const void* src, int64_t count, DType dtype, ReduceOp op, void* ctx,
                      ReducedBlockFn apply);
 
@@ -120,10 +115,6 @@ class MpiCommunicator final : public Communicator {
   ShmBarrier* window_barrier_ = nullptr;  // in the window: where the ranks meet
   bool window_sense_ = false;             // this rank's side of window_barrier_
   bool use_shared_memory_ = true;
-  // shared_workspace's window: every rank's part, of workspace_bytes_ each.
-  MPI_Win workspace_window_ = MPI_WIN_NULL;
-  std::vector<unsigned char*> workspace_base_;
-  size_t workspace_bytes_ = 0;
   MPI_Win window_ = MPI_WIN_NULL;
   std::vector<unsigned char*> window_base_;
   uint64_t apply_segments_ = 0;  // which set the next segment uses

@@ -16,7 +16,6 @@
 #include <cstdint>
 #include <cstring>
 #include <new>
-#include <string>
 
 #include "parallel/collective_metrics.h"
 #include "parallel/mpi_communicator.h"
@@ -54,36 +53,7 @@ class WindowWaiter final : public ShmBarrier::Waiter {
   const char* collective_;
   uint64_t call_;
 };
-// Every rank's part of a shared window, 64-byte aligned: MPI does not align a rank's part,
-// and the kernels reading it want cache lines (the offset within a page is the same in every
-// process, so every rank rounds alike; parts are allocated 64 bytes larger for it).
-std::vector<unsigned char*> aligned_parts(MPI_Win window, int size) {
-  std::vector<unsigned char*> parts(static_cast<size_t>(size), nullptr);
-  for (int r = 0; r < size; ++r) {
-    MPI_Aint bytes = 0;
-    int unit = 0;
-    void* base = nullptr;
-    MPI_Win_shared_query(window, r, &bytes, &unit, &base);
-    const auto at = reinterpret_cast<uintptr_t>(base);
-    parts[r] = reinterpret_cast<unsigned char*>((at + 63) & ~uintptr_t{63});
-  }
-  return parts;
-}
 }  // namespace
-
-void* MpiCommunicator::shared_workspace(size_t bytes) {
-  if (size_ < 2 || !shared_window()) return nullptr;
-  if (bytes > workspace_bytes_) {  // every rank at the same call: the plan is the same
-    if (workspace_window_ != MPI_WIN_NULL) MPI_Win_free(&workspace_window_);
-    void* mine = nullptr;
-    if (MPI_Win_allocate_shared(static_cast<MPI_Aint>(bytes + 64), 1, MPI_INFO_NULL, comm_, &mine,
-                                &workspace_window_) != MPI_SUCCESS)
-      abort_job("could not allocate a shared workspace of " + std::to_string(bytes) + " bytes");
-    workspace_base_ = aligned_parts(workspace_window_, size_);
-    workspace_bytes_ = bytes;
-  }
-  return workspace_base_[rank_];
-}
 
 bool MpiCommunicator::shared_window() {
   if (!use_shared_memory_) return false;
@@ -96,7 +66,17 @@ bool MpiCommunicator::shared_window() {
   if (MPI_Win_allocate_shared(4 * kAreaBytes + kControlBytes + 64, 1, MPI_INFO_NULL, comm_, &mine,
                               &window_) != MPI_SUCCESS)
     return false;
-  window_base_ = aligned_parts(window_, size_);
+  window_base_.assign(static_cast<size_t>(size_), nullptr);
+  for (int r = 0; r < size_; ++r) {
+    MPI_Aint bytes = 0;
+    int unit = 0;
+    void* base = nullptr;
+    MPI_Win_shared_query(window_, r, &bytes, &unit, &base);
+    // MPI does not align a rank's part; the kernels reading it want cache lines (the offset
+    // within a page is the same in every process, so every rank rounds alike).
+    const auto at = reinterpret_cast<uintptr_t>(base);
+    window_base_[r] = reinterpret_cast<unsigned char*>((at + 63) & ~uintptr_t{63});
+  }
   MPI_Win_lock_all(MPI_MODE_NOCHECK, window_);  // passive target: loads and stores, synced
   // The ranks meet in the window through a barrier of atomics, not MPI_Ibarrier: about a
   // microsecond less per meeting, two meetings per segment. Rank 0 builds it; MPI_Barrier
@@ -134,20 +114,14 @@ void MpiCommunicator::window_reduce(const void* src, int64_t count, DType dtype,
     MPI_Win_sync(window_);
   };
   const auto* in = static_cast<const unsigned char*>(src);
-  // A source in the shared workspace (a gradient the plan wrote there) is read where it is:
-  // it lies at the same offset in every rank's workspace, the plan being the same, and
-  // nobody writes it before the second meeting, when every rank has read its chunk.
-  const unsigned char* own = workspace_bytes_ > 0 ? workspace_base_[rank_] : nullptr;
-  const bool in_place = own != nullptr && in >= own &&
-                        in + count * esize <= own + static_cast<int64_t>(workspace_bytes_);
   for (int64_t done = 0; done < count; done += segment) {
     const int64_t n = std::min(segment, count - done);
     const int64_t set = static_cast<int64_t>(apply_segments_++ % 2) * 2 * kAreaBytes;
-    if (!in_place) std::memcpy(window_base_[rank_] + set, in + done * esize, n * esize);
+    std::memcpy(window_base_[rank_] + set, in + done * esize, n * esize);
     meet();
     for (int r = 0; r < size_; ++r) {
       chunks_[r] = chunk_of(n, size_, r, static_cast<int>(esize));
-      inputs_[r] = in_place ? workspace_base_[r] + (in - own) + done * esize : window_base_[r] + set;
+      inputs_[r] = window_base_[r] + set;
     }
     void* result = window_base_[rank_] + set + kAreaBytes;
     combine_in_rank_order(inputs_.data(), size_, &result, 1, chunks_[rank_].begin,
