@@ -93,18 +93,25 @@ void MpiCommunicator::wait(int n, MPI_Request* requests) {
         std::this_thread::sleep_for(timer.sleep_slice(kLongestSleep));
         break;
       case StallTimer::Step::warn:
-        log().warn("stall: rank {} of {} (mpi) has waited {:.2f} s in {} #{}; at least one "
-                   "rank has not arrived",
-                   rank_, size_, timer.waited_seconds(), collective_, calls_);
+        warn_stall(timer.waited_seconds());
         break;
       case StallTimer::Step::abort:
-        abort_job(fmt::format("stall: rank {} waited {:.2f} s in {} #{} (abort_after {} ms)",
-                              rank_, timer.waited_seconds(), collective_, calls_,
-                              policy_.abort_after.count()));
+        abort_stall(timer.waited_seconds());
     }
     MPI_Testall(n, requests, &done, MPI_STATUSES_IGNORE);
     if (done) return;
   }
+}
+
+void MpiCommunicator::warn_stall(double waited) const {
+  log().warn("stall: rank {} of {} (mpi) has waited {:.2f} s in {} #{}; at least one rank has "
+             "not arrived",
+             rank_, size_, waited, collective_, calls_);
+}
+
+void MpiCommunicator::abort_stall(double waited) {
+  abort_job(fmt::format("stall: rank {} waited {:.2f} s in {} #{} (abort_after {} ms)", rank_,
+                        waited, collective_, calls_, policy_.abort_after.count()));
 }
 
 void MpiCommunicator::all_reduce(void* data, int64_t count, DType dtype, ReduceOp op) {

@@ -85,6 +85,12 @@ class MpiCommunicator final : public Communicator {
   void enter(const char* name);
   // Polls `n` requests to completion under the stall policy.
   void wait(int n, MPI_Request* requests);
+  // The stall policy's messages for this rank, having waited `waited` seconds in the current
+  // collective: logged at warn_after, and the job aborted at abort_after. Used by wait() and
+  // by the shared window's barrier (mpi_shared_window.cc).
+  void warn_stall(double waited) const;
+  [[noreturn]] void abort_stall(double waited);
+  class WindowWaiter;
   void all_reduce_segment(unsigned char* data, int count, DType dtype, ReduceOp op);
   unsigned char* scratch(size_t nbytes);
   // The shared-memory window of all_reduce_apply (allocated by every rank at its first call),

@@ -17,7 +17,6 @@
 #include <cstring>
 #include <new>
 
-#include "core/log.h"
 #include "parallel/collective_metrics.h"
 #include "parallel/mpi_communicator.h"
 #include "parallel/mpi_runtime.h"
@@ -30,30 +29,20 @@ constexpr int64_t kAreaBytes = static_cast<int64_t>(MpiCommunicator::kDefaultSeg
 constexpr int64_t kControlBytes = 4096;
 static_assert(sizeof(ShmBarrier) <= kControlBytes);
 
-// The stall policy's messages for a rank waiting at the window's barrier, as
-// MpiCommunicator::wait gives them for a rank waiting on messages.
-class WindowWaiter final : public ShmBarrier::Waiter {
+}  // namespace
+
+// What a rank waiting at the window's barrier is told: the stall policy's messages, as wait()
+// gives them to a rank waiting on messages.
+class MpiCommunicator::WindowWaiter final : public ShmBarrier::Waiter {
  public:
-  WindowWaiter(MpiCommunicator& comm, const char* collective, uint64_t call)
-      : comm_(comm), collective_(collective), call_(call) {}
+  explicit WindowWaiter(MpiCommunicator& comm) : comm_(comm) {}
   bool cancelled() const override { return false; }
-  void on_warn(double waited) override {
-    log().warn("stall: rank {} of {} (mpi) has waited {:.2f} s in {} #{}; at least one rank "
-               "has not arrived",
-               comm_.rank(), comm_.size(), waited, collective_, call_);
-  }
-  void on_abort(double waited) override {
-    comm_.abort_job(fmt::format("stall: rank {} waited {:.2f} s in {} #{} (abort_after {} ms)",
-                                comm_.rank(), waited, collective_, call_,
-                                comm_.policy().abort_after.count()));
-  }
+  void on_warn(double waited) override { comm_.warn_stall(waited); }
+  void on_abort(double waited) override { comm_.abort_stall(waited); }
 
  private:
   MpiCommunicator& comm_;
-  const char* collective_;
-  uint64_t call_;
 };
-}  // namespace
 
 bool MpiCommunicator::shared_window() {
   if (!use_shared_memory_) return false;
@@ -107,7 +96,7 @@ void MpiCommunicator::window_reduce(const void* src, int64_t count, DType dtype,
                                     void* ctx, ReducedBlockFn apply) {
   const int64_t esize = dtype_size(dtype);
   const int64_t segment = kAreaBytes / esize;
-  WindowWaiter waiter(*this, collective_, calls_);
+  WindowWaiter waiter(*this);
   auto meet = [&] {
     MPI_Win_sync(window_);  // this rank's stores before the barrier, others' after it
     window_barrier_->arrive_and_wait(&window_sense_, policy_, waiter);

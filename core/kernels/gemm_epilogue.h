@@ -42,6 +42,7 @@ class GemmEpilogue {
   // squares of one kernel call only, so its error stays that of a short float sum.
   void flush() {
     namespace ei = Eigen::internal;
+    if (!squares_) return;
     for (Packet& a : sq_) {
       done_ += static_cast<double>(ei::predux(a));
       a = ei::pset1<Packet>(T(0));
