@@ -11,7 +11,7 @@
 // block does not steal a core from it.
 //
 // Target (issue 4): from 1 MiB up, fjit's throughput at least 0.9x plain MPI_Allreduce's.
-// "fjit MPI" is the MPI backend as shipped: from 256 KiB through a shared-memory window, as
+// "fjit MPI" is the MPI backend as shipped: through a shared-memory window, as
 // every rank is on this machine; "MPI msgs" is the same backend kept to messages
 // (set_shared_memory(false)), the path ranks on several machines take
 // (parallel/mpi_communicator.h).

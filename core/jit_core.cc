@@ -10,6 +10,7 @@
 #include "core/env.h"
 #include "core/log.h"
 #include "core/metrics.h"
+#include "parallel/communicator.h"
 
 namespace fjit {
 namespace {
@@ -266,7 +267,10 @@ StepResult JitCore::run(const CompiledEntry& entry, const FlatArgs& args, std::s
     ctx.flags = s.flags.data();
     ctx.payload = s.payload.data();
   }
-  void* ws = s.ensure(exe.workspace_bytes());
+  // Under MPI on one machine, the communicator's shared workspace: its collectives then read
+  // a gradient where the plan wrote it (parallel/communicator.h).
+  void* ws = comm != nullptr ? comm->shared_workspace(exe.workspace_bytes()) : nullptr;
+  if (ws == nullptr) ws = s.ensure(exe.workspace_bytes());
   const int64_t t0 = now_ns();
   exe.run(s.ins.data(), s.outs.data(), ctx, ws);
   metrics().execute_time.record(now_ns() - t0);

@@ -57,6 +57,21 @@ class Communicator {
   using ReducedBlockFn = void (*)(void* ctx, int64_t begin, int64_t count, const void* values);
   virtual void all_reduce_apply(const void* src, void* scratch, int64_t count, DType dtype,
                                 void* ctx, ReducedBlockFn apply);
+  // Plans' workspaces (their arenas of intermediates) in memory every replica can read, so
+  // that a collective reads a gradient where the plan wrote it instead of copying it first.
+  // Only a backend whose replicas are processes on one machine has them; the defaults have
+  // none, and a plan then uses memory of its own.
+  // reserve_shared_workspace is collective: every replica calls it at the same point with
+  // the same `bytes` (pmap does, each step, with the largest workspace any replica's plan
+  // needs: uneven shards can give replicas plans of different sizes). It grows this
+  // replica's shared workspace to at least `bytes`, and never shrinks it.
+  virtual void reserve_shared_workspace(size_t bytes) { (void)bytes; }
+  // This replica's shared workspace, 64-byte aligned, when at least `bytes` are reserved;
+  // null otherwise. Valid until the next reserve_shared_workspace that grows it.
+  virtual void* shared_workspace(size_t bytes) {
+    (void)bytes;
+    return nullptr;
+  }
   // Copies `nbytes` from `root`'s buffer into every replica's buffer.
   virtual void broadcast(void* data, size_t nbytes, int root) = 0;
   // recv (size()*nbytes_per_rank bytes) receives every rank's `send` block in rank order.

@@ -64,6 +64,7 @@ MpiCommunicator::~MpiCommunicator() {
     MPI_Win_unlock_all(window_);
     MPI_Win_free(&window_);
   }
+  if (workspace_window_ != MPI_WIN_NULL && mpi_active()) MPI_Win_free(&workspace_window_);
   if (comm_ != MPI_COMM_NULL && mpi_active()) MPI_Comm_free(&comm_);
 }
 
@@ -127,7 +128,7 @@ void MpiCommunicator::all_reduce(void* data, int64_t count, DType dtype, ReduceO
   }
   auto* bytes = static_cast<unsigned char*>(data);
   const int64_t esize = dtype_size(dtype);
-  if (count * esize >= kWindowMinBytes && shared_window()) {
+  if (shared_window()) {
     struct Into {
       unsigned char* data;
       int64_t esize;

@@ -3,19 +3,25 @@
 //
 // Ranks on one machine can load and store each other's window memory, so the reduce-scatter
 // and all-gather rounds of an all-reduce become plain reads: per segment of the buffer,
-//   1. each rank copies its segment into its input area and the ranks meet (a barrier);
-//   2. each rank reduces its chunk of the segment, reading every rank's input area in rank
-//      order, into its own result area, and the ranks meet again;
+//   1. each rank copies its segment into its input area, or, when its source lies in its
+//      shared workspace (a gradient its plan wrote there), publishes where it lies; the
+//      ranks meet (a barrier);
+//   2. each rank reduces its chunk of the segment, reading every rank's input (area or
+//      workspace) in rank order, into its own result area, and the ranks meet again;
 //   3. each rank takes the whole reduced segment, reading the chunks where their owners put
 //      them: all_reduce copies them back into the caller's buffer, all_reduce_apply hands
 //      them to its callback (the update of the parameters, applied from cache).
 // Segments alternate between two sets of areas, so the barrier of a segment's step 1 also
 // tells that every rank has finished step 3 of the segment two back, whose areas are reused.
+// A source read in place is not written again before the second barrier, which every rank
+// passes only when all have read it. Ranks need not agree on where their sources lie: plans
+// of uneven shards lay out their workspaces differently, so each rank says where its own is.
 // The sums are combine_in_rank_order's, as in the message path and the thread backend.
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <new>
+#include <vector>
 
 #include "parallel/collective_metrics.h"
 #include "parallel/mpi_communicator.h"
@@ -27,7 +33,28 @@ namespace {
 constexpr int64_t kAreaBytes = static_cast<int64_t>(MpiCommunicator::kDefaultSegmentBytes);
 // After each rank's four areas: rank 0's holds the ranks' barrier.
 constexpr int64_t kControlBytes = 4096;
-static_assert(sizeof(ShmBarrier) <= kControlBytes);
+// Within each rank's control area, after rank 0's barrier: where the rank's source of the
+// current segment lies, one slot per set: a byte offset into its shared workspace, or
+// kCopied when it copied the segment into its input area.
+constexpr int64_t kSourceAt = 2048;
+constexpr int64_t kCopied = -1;
+static_assert(sizeof(ShmBarrier) <= kSourceAt && kSourceAt + 2 * sizeof(int64_t) <= kControlBytes);
+
+// Every rank's part of a shared window, 64-byte aligned: MPI does not align a rank's part,
+// and the kernels reading it want cache lines (the offset within a page is the same in every
+// process, so every rank rounds alike; parts are allocated 64 bytes larger for it).
+std::vector<unsigned char*> aligned_parts(MPI_Win window, int size) {
+  std::vector<unsigned char*> parts(static_cast<size_t>(size), nullptr);
+  for (int r = 0; r < size; ++r) {
+    MPI_Aint bytes = 0;
+    int unit = 0;
+    void* base = nullptr;
+    MPI_Win_shared_query(window, r, &bytes, &unit, &base);
+    const auto at = reinterpret_cast<uintptr_t>(base);
+    parts[r] = reinterpret_cast<unsigned char*>((at + 63) & ~uintptr_t{63});
+  }
+  return parts;
+}
 
 }  // namespace
 
@@ -51,21 +78,16 @@ bool MpiCommunicator::shared_window() {
   // Every rank reaches the same answer (the group is one machine or it is not), so either
   // all allocate the window (a collective) or none does.
   if (local_size_ != size_ || size_ < 2) return false;
+  // MPI_Win_allocate_shared waits for every rank with no stall policy; meet under it first,
+  // so that a rank missing from this first collective is reported like any other.
+  MPI_Request arrived;
+  MPI_Ibarrier(comm_, &arrived);
+  wait(1, &arrived);
   void* mine = nullptr;
   if (MPI_Win_allocate_shared(4 * kAreaBytes + kControlBytes + 64, 1, MPI_INFO_NULL, comm_, &mine,
                               &window_) != MPI_SUCCESS)
     return false;
-  window_base_.assign(static_cast<size_t>(size_), nullptr);
-  for (int r = 0; r < size_; ++r) {
-    MPI_Aint bytes = 0;
-    int unit = 0;
-    void* base = nullptr;
-    MPI_Win_shared_query(window_, r, &bytes, &unit, &base);
-    // MPI does not align a rank's part; the kernels reading it want cache lines (the offset
-    // within a page is the same in every process, so every rank rounds alike).
-    const auto at = reinterpret_cast<uintptr_t>(base);
-    window_base_[r] = reinterpret_cast<unsigned char*>((at + 63) & ~uintptr_t{63});
-  }
+  window_base_ = aligned_parts(window_, size_);
   MPI_Win_lock_all(MPI_MODE_NOCHECK, window_);  // passive target: loads and stores, synced
   // The ranks meet in the window through a barrier of atomics, not an MPI barrier (which took
   // from 0.5 to 30 us per call on this project's noisy VM; two meetings per segment). Rank 0
@@ -78,6 +100,25 @@ bool MpiCommunicator::shared_window() {
   window_barrier_ = reinterpret_cast<ShmBarrier*>(control);
   shared_state_ = 1;
   return true;
+}
+
+void MpiCommunicator::reserve_shared_workspace(size_t bytes) {
+  // Every rank decides alike: same bytes (REQUIRES), same reserved size, same window state.
+  if (bytes <= workspace_bytes_ || size_ < 2 || !shared_window()) return;
+  if (workspace_window_ != MPI_WIN_NULL) MPI_Win_free(&workspace_window_);
+  workspace_bytes_ = 0;
+  void* mine = nullptr;
+  if (MPI_Win_allocate_shared(static_cast<MPI_Aint>(bytes + 64), 1, MPI_INFO_NULL, comm_, &mine,
+                              &workspace_window_) != MPI_SUCCESS) {
+    workspace_window_ = MPI_WIN_NULL;  // plans keep memory of their own; sources are copied
+    return;
+  }
+  workspace_base_ = aligned_parts(workspace_window_, size_);
+  workspace_bytes_ = bytes;
+}
+
+void* MpiCommunicator::shared_workspace(size_t bytes) {
+  return workspace_bytes_ > 0 && bytes <= workspace_bytes_ ? workspace_base_[rank_] : nullptr;
 }
 
 void MpiCommunicator::all_reduce_apply(const void* src, void* scratch_buffer, int64_t count,
@@ -103,14 +144,28 @@ void MpiCommunicator::window_reduce(const void* src, int64_t count, DType dtype,
     MPI_Win_sync(window_);
   };
   const auto* in = static_cast<const unsigned char*>(src);
+  const unsigned char* own = workspace_bytes_ > 0 ? workspace_base_[rank_] : nullptr;
+  const bool in_place = own != nullptr && in >= own &&
+                        in + count * esize <= own + static_cast<int64_t>(workspace_bytes_);
+  auto source_slot = [&](int r, uint64_t parity) {
+    return reinterpret_cast<int64_t*>(window_base_[r] + 4 * kAreaBytes + kSourceAt) + parity;
+  };
   for (int64_t done = 0; done < count; done += segment) {
     const int64_t n = std::min(segment, count - done);
-    const int64_t set = static_cast<int64_t>(apply_segments_++ % 2) * 2 * kAreaBytes;
-    std::memcpy(window_base_[rank_] + set, in + done * esize, n * esize);
+    const uint64_t parity = apply_segments_++ % 2;
+    const int64_t set = static_cast<int64_t>(parity) * 2 * kAreaBytes;
+    if (in_place) {
+      *source_slot(rank_, parity) = (in - own) + done * esize;
+      ++in_place_segments_;
+    } else {
+      *source_slot(rank_, parity) = kCopied;
+      std::memcpy(window_base_[rank_] + set, in + done * esize, n * esize);
+    }
     meet();
     for (int r = 0; r < size_; ++r) {
       chunks_[r] = chunk_of(n, size_, r, static_cast<int>(esize));
-      inputs_[r] = window_base_[r] + set;
+      const int64_t at = *source_slot(r, parity);
+      inputs_[r] = at == kCopied ? window_base_[r] + set : workspace_base_[r] + at;
     }
     void* result = window_base_[rank_] + set + kAreaBytes;
     combine_in_rank_order(inputs_.data(), size_, &result, 1, chunks_[rank_].begin,

@@ -1,5 +1,6 @@
 #include "parallel/pmap_core.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -111,16 +112,23 @@ void PmapCore::compare_programs(const std::vector<const CompiledEntry*>& entries
     if (!same)
       for (int r = 0; r < local; ++r) descs.push_back(program_description(*entries[r]));
   } else {
-    // One all-gather carries every rank's fingerprint and shard size.
+    // One all-gather carries every rank's fingerprint, shard size and workspace size.
     const int n = mesh_.size();
-    int64_t mine[2] = {static_cast<int64_t>(fps[0]), rows[0]};
-    std::vector<int64_t> all(2 * n);
+    int64_t mine[3] = {static_cast<int64_t>(fps[0]), rows[0],
+                       static_cast<int64_t>(entries[0]->exe->workspace_bytes())};
+    std::vector<int64_t> all(3 * n);
     mesh_.comm(0).all_gather(mine, all.data(), sizeof mine);
     rows.assign(n, 0);
+    int64_t workspace = 0;
     for (int r = 0; r < n; ++r) {
-      rows[r] = all[2 * r + 1];
-      same = same && all[2 * r] == all[0];
+      rows[r] = all[3 * r + 1];
+      same = same && all[3 * r] == all[0];
+      workspace = std::max(workspace, all[3 * r + 2]);
     }
+    // The same programs can still need workspaces of different sizes (uneven shards change
+    // which constants CSE merges), so every rank reserves the largest: a collective entered
+    // by all ranks alike. A no-op once reserved.
+    if (same) mesh_.comm(0).reserve_shared_workspace(static_cast<size_t>(workspace));
     if (!same) {
       std::string d = program_description(*entries[0]);
       d.resize(kDescBytes - 1, ' ');

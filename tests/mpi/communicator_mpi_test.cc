@@ -64,8 +64,7 @@ constexpr int64_t kCounts[] = {1, 17, 1000, 3000, 70001, 300007};
 constexpr ReduceOp kOps[] = {ReduceOp::sum, ReduceOp::max, ReduceOp::min, ReduceOp::logical_or};
 
 template <class T>
-void check_closed_form() {
-  Communicator& c = comm();
+void check_closed_form(Communicator& c) {
   const int n = c.size();
   for (ReduceOp op : kOps) {
     for (int64_t count : kCounts) {
@@ -82,12 +81,18 @@ void check_closed_form() {
   }
 }
 
+// Through the shared-memory window (these ranks share a machine) and through messages.
 TEST(MpiCommunicator, AllReduceClosedFormEveryDtypeAndOp) {
   EXPECT_EQ(comm().backend(), "mpi");
-  check_closed_form<float>();
-  check_closed_form<double>();
-  check_closed_form<int32_t>();
-  check_closed_form<uint8_t>();
+  MpiCommunicator messages(MPI_COMM_WORLD, test_policy());
+  messages.set_shared_memory(false);
+  for (Communicator* c : {static_cast<Communicator*>(&comm()), static_cast<Communicator*>(&messages)}) {
+    SCOPED_TRACE(c == &comm() ? "shared window" : "messages");
+    check_closed_form<float>(*c);
+    check_closed_form<double>(*c);
+    check_closed_form<int32_t>(*c);
+    check_closed_form<uint8_t>(*c);
+  }
 }
 
 // Each rank replays the whole job on a ShmGroup of `size` threads and compares bytes.
@@ -127,21 +132,26 @@ TEST(MpiCommunicator, BitwiseEqualToThreadBackend) {
   }
 }
 
-// From MpiCommunicator::kWindowMinBytes, ranks on one machine (as under these tests) reduce
-// through the shared-memory window; ranks on several machines exchange messages. Both paths
-// give the same bits, for every op, across several window segments.
+// Ranks on one machine (as under these tests) reduce through the shared-memory window; ranks
+// on several machines exchange messages. Both paths give the same bits, for every op, dtype
+// and size: one round of messages, two rounds, several window segments.
 TEST(MpiCommunicator, SharedWindowAndMessagesGiveTheSameBits) {
   MpiCommunicator messages(MPI_COMM_WORLD, test_policy());
   messages.set_shared_memory(false);
   for (ReduceOp op : kOps) {
-    for (int64_t count : {int64_t{70001}, int64_t{600011}}) {
-      ASSERT_GE(count * 4, MpiCommunicator::kWindowMinBytes);
+    for (int64_t count : {int64_t{1}, int64_t{999}, int64_t{5001}, int64_t{70001}, int64_t{600011}}) {
       std::vector<float> a = testing::fill<float>(count, testing::order_sensitive<float>, comm().rank());
       std::vector<float> b = a;
       comm().all_reduce(a.data(), count, DType::f32, op);
       messages.all_reduce(b.data(), count, DType::f32, op);
       EXPECT_EQ(std::memcmp(a.data(), b.data(), count * sizeof(float)), 0)
           << reduce_op_name(op) << " count=" << count;
+      std::vector<double> c = testing::fill<double>(count, testing::order_sensitive<double>, comm().rank());
+      std::vector<double> d = c;
+      comm().all_reduce(c.data(), count, DType::f64, op);
+      messages.all_reduce(d.data(), count, DType::f64, op);
+      EXPECT_EQ(std::memcmp(c.data(), d.data(), count * sizeof(double)), 0)
+          << reduce_op_name(op) << " f64 count=" << count;
     }
   }
 }
@@ -176,6 +186,49 @@ TEST(MpiCommunicator, AllReduceApplyHandsOverTheRankOrderSumOnce) {
   }
 }
 
+// A source in the shared workspace is read where it lies; each rank says where its own is, so
+// ranks may place their sources at different offsets, or (odd ranks here) outside the
+// workspace, and still get the rank-order sum. Also all_reduce of a buffer in the workspace,
+// and a workspace that grows.
+TEST(MpiCommunicator, SharedWorkspaceSourcesAreReadWhereTheyLie) {
+  MpiCommunicator c(MPI_COMM_WORLD, test_policy());
+  const int n = c.size(), me = c.rank();
+  const int64_t count = 300007;  // several 1 MiB window segments
+  const size_t bytes = (count + 64 * n) * sizeof(double);
+  EXPECT_EQ(c.shared_workspace(8), nullptr) << "nothing reserved yet";
+  for (size_t reserve : {bytes, 2 * bytes}) {
+    c.reserve_shared_workspace(reserve);
+    auto* ws = static_cast<double*>(c.shared_workspace(reserve));
+    ASSERT_NE(ws, nullptr) << "these ranks share a machine";
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(ws) % 64, 0u);
+    EXPECT_EQ(c.shared_workspace(reserve + 1), nullptr);
+    std::vector<double> private_copy;
+    double* src = ws + 8 * me + 3;  // a different offset on every rank
+    if (me % 2 == 1) {
+      private_copy.resize(count);
+      src = private_copy.data();
+    }
+    const std::vector<double> values = testing::fill<double>(count, testing::order_sensitive<double>, me);
+    std::copy(values.begin(), values.end(), src);
+    const int64_t before = c.segments_read_in_place();
+    std::vector<double> got(count), scratch(count);
+    c.all_reduce_apply(src, scratch.data(), count, DType::f64, got.data(),
+                       [](void* ctx, int64_t begin, int64_t len, const void* v) {
+                         std::memcpy(static_cast<double*>(ctx) + begin, v, len * sizeof(double));
+                       });
+    EXPECT_EQ(c.segments_read_in_place() - before, me % 2 == 0 ? 3 : 0);
+    c.all_reduce(src, count, DType::f64, ReduceOp::sum);
+    int64_t wrong = 0, wrong_in_place = 0;
+    for (int64_t i = 0; i < count; ++i) {
+      const double want = testing::rank_order_sum<double>(n, i);
+      wrong += std::memcmp(&got[i], &want, sizeof want) != 0;
+      wrong_in_place += std::memcmp(&src[i], &want, sizeof want) != 0;
+    }
+    EXPECT_EQ(wrong, 0) << "all_reduce_apply, workspace of " << reserve << " bytes";
+    EXPECT_EQ(wrong_in_place, 0) << "all_reduce, workspace of " << reserve << " bytes";
+  }
+}
+
 // Segmenting changes which elements travel together, never what is added to what.
 // (20011 doubles: with 24-byte segments that is ~6700 message rounds, which on 3 ranks
 // sharing 2 cores already takes seconds; 300007 took 30-45 s.)
@@ -184,6 +237,7 @@ TEST(MpiCommunicator, SegmentSizeDoesNotChangeTheResult) {
   std::vector<std::vector<double>> results;
   for (size_t segment : {size_t{0}, size_t{65536}, size_t{4096}, size_t{24}}) {
     MpiCommunicator c(MPI_COMM_WORLD, test_policy());
+    c.set_shared_memory(false);  // segments are the message path's
     c.set_segment_bytes(segment);
     std::vector<double> buf = testing::fill<double>(count, testing::order_sensitive<double>, c.rank());
     c.all_reduce(buf.data(), count, DType::f64, ReduceOp::sum);
