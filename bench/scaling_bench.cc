@@ -53,6 +53,7 @@ const std::vector<int64_t> kSizes = {784, 512, 512, 10};
 constexpr int64_t kBatch = 128;
 constexpr double kLr = 0.01;
 constexpr double kTarget = 0.95;
+constexpr int kWarmSteps = 3;
 
 Tensor mlp_loss(const Params& p, const Tensor& x, const Tensor& y) {
   Tensor h = relu(matmul(x, p["w1"]) + p["b1"]);
@@ -142,6 +143,9 @@ double paired_efficiency(const Row& one, const Row& two) {
 void time_rows(std::vector<Row>& rows, int rank, bool mpi, int rounds, int steps) {
   for (int round = 0; round < rounds; ++round) {
     for (Row& r : rows) {
+      // A few untimed steps first: the block before may have been another row's, or left
+      // this rank idle, and the first steps after that pay for cold caches.
+      if (r.all_ranks || rank == 0) r.run(kWarmSteps);
       if (mpi) MPI_Barrier(MPI_COMM_WORLD);
       const Metrics& m = metrics();
       const int64_t ex = m.execute_time.total_ns(), ar = m.allreduce_time.total_ns(),
