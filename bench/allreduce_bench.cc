@@ -6,7 +6,7 @@
 //
 // The machine is shared and noisy, so the backends are interleaved: for every size, each
 // round times a block of calls of every backend in turn, and the table shows each backend's
-// median over the rounds. Rank 0 leads and prints; the other ranks follow its commands, which
+// median over the rounds; the ratios are the medians of each round's own ratio. Rank 0 leads and prints; the other ranks follow its commands, which
 // travel over a communicator whose waits sleep, so a follower idle during the thread-backend
 // block does not steal a core from it.
 //
@@ -60,19 +60,22 @@ double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
 
-// One MPI block: every rank runs `calls` all-reduces after a barrier; returns rank 0's time
+// One MPI block: every rank runs one untimed all-reduce (as thread_block does: the rank may
+// have idled through the block before), then `calls` after a barrier; returns rank 0's time
 // per call.
 double mpi_block(Backend b, std::vector<float>& buf, int64_t calls) {
   const int n = static_cast<int>(buf.size());
-  MPI_Barrier(MPI_COMM_WORLD);
-  const auto start = Clock::now();
-  for (int64_t i = 0; i < calls; ++i) {
+  auto one = [&] {
     if (b == kPlain) {
       MPI_Allreduce(MPI_IN_PLACE, buf.data(), n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
     } else {
       (b == kFjitMpiMsgs ? g_mpi_msgs : g_mpi)->all_reduce(buf.data(), n, DType::f32, ReduceOp::sum);
     }
-  }
+  };
+  one();
+  MPI_Barrier(MPI_COMM_WORLD);
+  const auto start = Clock::now();
+  for (int64_t i = 0; i < calls; ++i) one();
   return seconds_since(start) / static_cast<double>(calls);
 }
 
@@ -106,6 +109,15 @@ void follow() {
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
+}
+
+// Throughput of `fast` relative to `base`: the median over rounds of each round's own
+// time(base) / time(fast). The blocks of one round run back to back, so the machine's drift
+// between rounds (it swings by 3x here) cancels in the ratio; a ratio of medians keeps it.
+double paired_ratio(const std::vector<double>& base, const std::vector<double>& fast) {
+  std::vector<double> r;
+  for (size_t i = 0; i < base.size() && i < fast.size(); ++i) r.push_back(base[i] / fast[i]);
+  return median(r);
 }
 
 void lead(int size, int rounds) {
@@ -146,10 +158,10 @@ void lead(int size, int rounds) {
       std::printf(" | %15.1f %5.2f", med[b] * 1e6, static_cast<double>(bytes) / med[b] / 1e9);
     }
     if (size > 1) {
-      // Throughput ratio fjit/plain = time(plain) / time(fjit).
-      const double thr = med[kPlain] / med[kThreads];
-      const double mpi = med[kPlain] / med[kFjitMpi];
-      const double seg = med[kPlain] / med[kFjitMpiMsgs];
+      // Throughput ratio fjit/plain = time(plain) / time(fjit), paired by round.
+      const double thr = paired_ratio(t[kPlain], t[kThreads]);
+      const double mpi = paired_ratio(t[kPlain], t[kFjitMpi]);
+      const double seg = paired_ratio(t[kPlain], t[kFjitMpiMsgs]);
       const char* verdict = bytes < kTargetFromBytes           ? "(n/a)"
                             : mpi >= kTarget && thr >= kTarget ? "met"
                                                                : "NOT met";

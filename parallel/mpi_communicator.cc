@@ -133,11 +133,13 @@ void MpiCommunicator::all_reduce(void* data, int64_t count, DType dtype, ReduceO
       unsigned char* data;
       int64_t esize;
     } into{bytes, esize};
+    // This rank's chunks are reduced straight into data; the others' are copied in.
     window_reduce(data, count, dtype, op, &into,
                   [](void* ctx, int64_t begin, int64_t n, const void* values) {
                     const auto& to = *static_cast<const Into*>(ctx);
                     std::memcpy(to.data + begin * to.esize, values, n * to.esize);
-                  });
+                  },
+                  data);
     return;
   }
   // Segments keep each round's data cache-resident (see the header); MPI counts are ints.

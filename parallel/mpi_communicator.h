@@ -105,8 +105,10 @@ class MpiCommunicator final : public Communicator {
   bool shared_window();
   // Reduces every rank's `count` elements of `src` with `op` through the window (REQUIRES
   // shared_window()), segment by segment, handing each reduced chunk to apply(ctx, ...).
+  // With own_out (a buffer of count elements, which may be src itself), this rank's chunks
+  // are reduced straight into it and not handed to apply.
   void window_reduce(const void* src, int64_t count, DType dtype, ReduceOp op, void* ctx,
-                     ReducedBlockFn apply);
+                     ReducedBlockFn apply, void* own_out = nullptr);
 
   MPI_Comm comm_ = MPI_COMM_NULL;
   int rank_ = 0;

@@ -3,14 +3,17 @@
 //
 // Ranks on one machine can load and store each other's window memory, so the reduce-scatter
 // and all-gather rounds of an all-reduce become plain reads: per segment of the buffer,
-//   1. each rank copies its segment into its input area, or, when its source lies in its
-//      shared workspace (a gradient its plan wrote there), publishes where it lies; the
-//      ranks meet (a barrier);
-//   2. each rank reduces its chunk of the segment, reading every rank's input (area or
-//      workspace) in rank order, into its own result area, and the ranks meet again;
-//   3. each rank takes the whole reduced segment, reading the chunks where their owners put
-//      them: all_reduce copies them back into the caller's buffer, all_reduce_apply hands
-//      them to its callback (the update of the parameters, applied from cache).
+//   1. each rank copies into its input area the chunks of its segment that the other ranks
+//      reduce, or, when its source lies in its shared workspace (a gradient its plan wrote
+//      there), publishes where it lies; the ranks meet (a barrier);
+//   2. each rank reduces its chunk of the segment, reading every other rank's input (area
+//      or workspace) and its own source, in rank order, into its own result area (and, for
+//      all_reduce, straight into the caller's buffer); all_reduce_apply hands the chunk to
+//      its callback at once (the update of the parameters, applied from cache); the ranks
+//      meet again;
+//   3. each rank takes the other ranks' reduced chunks where their owners put them:
+//      all_reduce copies them into the caller's buffer, all_reduce_apply hands them to its
+//      callback.
 // Segments alternate between two sets of areas, so the barrier of a segment's step 1 also
 // tells that every rank has finished step 3 of the segment two back, whose areas are reused.
 // A source read in place is not written again before the second barrier, which every rank
@@ -134,7 +137,7 @@ void MpiCommunicator::all_reduce_apply(const void* src, void* scratch_buffer, in
 }
 
 void MpiCommunicator::window_reduce(const void* src, int64_t count, DType dtype, ReduceOp op,
-                                    void* ctx, ReducedBlockFn apply) {
+                                    void* ctx, ReducedBlockFn apply, void* own_out) {
   const int64_t esize = dtype_size(dtype);
   const int64_t segment = kAreaBytes / esize;
   WindowWaiter waiter(*this);
@@ -157,22 +160,36 @@ void MpiCommunicator::window_reduce(const void* src, int64_t count, DType dtype,
     if (in_place) {
       *source_slot(rank_, parity) = (in - own) + done * esize;
       ++in_place_segments_;
-    } else {
+    }
+    for (int r = 0; r < size_; ++r) chunks_[r] = chunk_of(n, size_, r, static_cast<int>(esize));
+    if (!in_place) {
+      // Only the chunks the other ranks reduce: this rank alone reads its own chunk, from
+      // the source itself.
       *source_slot(rank_, parity) = kCopied;
-      std::memcpy(window_base_[rank_] + set, in + done * esize, n * esize);
+      for (int r = 0; r < size_; ++r) {
+        if (r == rank_ || chunks_[r].count == 0) continue;
+        const int64_t at = chunks_[r].begin * esize;
+        std::memcpy(window_base_[rank_] + set + at, in + done * esize + at, chunks_[r].count * esize);
+      }
     }
     meet();
     for (int r = 0; r < size_; ++r) {
-      chunks_[r] = chunk_of(n, size_, r, static_cast<int>(esize));
       const int64_t at = *source_slot(r, parity);
-      inputs_[r] = at == kCopied ? window_base_[r] + set : workspace_base_[r] + at;
+      inputs_[r] = r == rank_          ? in + done * esize
+                   : at == kCopied     ? window_base_[r] + set
+                                       : workspace_base_[r] + at;
     }
-    void* result = window_base_[rank_] + set + kAreaBytes;
-    combine_in_rank_order(inputs_.data(), size_, &result, 1, chunks_[rank_].begin,
-                          chunks_[rank_].count, dtype, op);
+    const ElementRange mine = chunks_[rank_];
+    unsigned char* result = window_base_[rank_] + set + kAreaBytes;
+    void* outputs[2] = {result, own_out != nullptr ? static_cast<unsigned char*>(own_out) + done * esize : nullptr};
+    combine_in_rank_order(inputs_.data(), size_, outputs, own_out != nullptr ? 2 : 1, mine.begin,
+                          mine.count, dtype, op);
+    // This rank's own chunk is final: apply it before meeting, while the others still reduce.
+    if (own_out == nullptr && mine.count > 0)
+      apply(ctx, done + mine.begin, mine.count, result + mine.begin * esize);
     meet();
     for (int r = 0; r < size_; ++r) {
-      if (chunks_[r].count == 0) continue;
+      if (r == rank_ || chunks_[r].count == 0) continue;
       const unsigned char* reduced = window_base_[r] + set + kAreaBytes + chunks_[r].begin * esize;
       apply(ctx, done + chunks_[r].begin, chunks_[r].count, reduced);
     }
