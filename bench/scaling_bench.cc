@@ -224,8 +224,10 @@ int main(int argc, char** argv) {
   Array hx = batch_x(kBatch, 2), hy = batch_y(kBatch);
   std::vector<Row> scaling;
   scaling.push_back({"fjit threads 1", false, [&](int n) { thr1.run(n); }, {}});
-  scaling.push_back({"fjit threads 2", false, [&](int n) { thr2.run(n); }, {}});
-  scaling.push_back({"fjit threads 2 local", false, [&](int n) { thr2_local.run(n); }, {}});
+  if (!mpi) {  // printed by the run without mpiexec only; under it they would idle rank 1
+    scaling.push_back({"fjit threads 2", false, [&](int n) { thr2.run(n); }, {}});
+    scaling.push_back({"fjit threads 2 local", false, [&](int n) { thr2_local.run(n); }, {}});
+  }
   std::unique_ptr<FjitRunner> mpi2, mpi2_local;
   if (mpi) {
     mpi2 = std::make_unique<FjitRunner>(mpi_mesh, kBatch, 0);
@@ -310,8 +312,8 @@ int main(int argc, char** argv) {
     // Under mpiexec the other rank polls MPI while rank 0 runs the thread rows, taking the
     // second core from thread replica 1: those rows are reported by the run without mpiexec.
     if (!mpi) {
-      line("fjit threads", scaling[0], scaling[1]);
-      line("threads, no comm", scaling[0], scaling[2]);
+      line("fjit threads", row(scaling, "fjit threads 1"), row(scaling, "fjit threads 2"));
+      line("threads, no comm", row(scaling, "fjit threads 1"), row(scaling, "fjit threads 2 local"));
     }
     if (mpi) {
       line("fjit MPI", row(scaling, "fjit threads 1"), row(scaling, "fjit MPI 2"));
