@@ -16,9 +16,11 @@
 //      callback.
 // Segments alternate between two sets of areas, so the barrier of a segment's step 1 also
 // tells that every rank has finished step 3 of the segment two back, whose areas are reused.
-// A source read in place is not written again before the second barrier, which every rank
-// passes only when all have read it. Ranks need not agree on where their sources lie: plans
-// of uneven shards lay out their workspaces differently, so each rank says where its own is.
+// Before the second barrier, which every rank passes only when all have read their chunks, a
+// rank writes (its reduced chunk, into all_reduce's buffer or through apply) only the range
+// of its own chunk, which no other rank reads. Ranks need not agree on where their sources
+// lie: plans of uneven shards lay out their workspaces differently, so each rank says where
+// its own is.
 // The sums are combine_in_rank_order's, as in the message path and the thread backend.
 #include <algorithm>
 #include <cstdint>

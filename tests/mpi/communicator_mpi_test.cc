@@ -135,23 +135,23 @@ TEST(MpiCommunicator, BitwiseEqualToThreadBackend) {
 // Ranks on one machine (as under these tests) reduce through the shared-memory window; ranks
 // on several machines exchange messages. Both paths give the same bits, for every op, dtype
 // and size: one round of messages, two rounds, several window segments.
+template <class T>
+void expect_same_bits(MpiCommunicator& window, MpiCommunicator& messages, ReduceOp op, int64_t count) {
+  std::vector<T> a = testing::fill<T>(count, testing::order_sensitive<T>, window.rank());
+  std::vector<T> b = a;
+  window.all_reduce(a.data(), count, dtype_of<T>::value, op);
+  messages.all_reduce(b.data(), count, dtype_of<T>::value, op);
+  EXPECT_EQ(std::memcmp(a.data(), b.data(), count * sizeof(T)), 0)
+      << dtype_name(dtype_of<T>::value) << " " << reduce_op_name(op) << " count=" << count;
+}
+
 TEST(MpiCommunicator, SharedWindowAndMessagesGiveTheSameBits) {
   MpiCommunicator messages(MPI_COMM_WORLD, test_policy());
   messages.set_shared_memory(false);
   for (ReduceOp op : kOps) {
     for (int64_t count : {int64_t{1}, int64_t{999}, int64_t{5001}, int64_t{70001}, int64_t{600011}}) {
-      std::vector<float> a = testing::fill<float>(count, testing::order_sensitive<float>, comm().rank());
-      std::vector<float> b = a;
-      comm().all_reduce(a.data(), count, DType::f32, op);
-      messages.all_reduce(b.data(), count, DType::f32, op);
-      EXPECT_EQ(std::memcmp(a.data(), b.data(), count * sizeof(float)), 0)
-          << reduce_op_name(op) << " count=" << count;
-      std::vector<double> c = testing::fill<double>(count, testing::order_sensitive<double>, comm().rank());
-      std::vector<double> d = c;
-      comm().all_reduce(c.data(), count, DType::f64, op);
-      messages.all_reduce(d.data(), count, DType::f64, op);
-      EXPECT_EQ(std::memcmp(c.data(), d.data(), count * sizeof(double)), 0)
-          << reduce_op_name(op) << " f64 count=" << count;
+      expect_same_bits<float>(comm(), messages, op, count);
+      expect_same_bits<double>(comm(), messages, op, count);
     }
   }
 }
