@@ -22,9 +22,10 @@
 //                  waits for its slower rank, so this is the ceiling of any data-parallel
 //                  step with a per-step all-reduce, whatever the reduction costs
 // While rank 0 runs a one-process row, the other rank sleeps in a paced wait. Every row runs
-// blocks of `steps` steps, interleaved with every other row, `rounds` times; the median
-// block is reported, with where a step of "fjit MPI" went on each rank. The machine this was written on has 2 cores, so 2 replicas have one
-// core each: the 1-replica baseline runs on an otherwise idle second core.
+// blocks of `steps` timed steps (after kWarmSteps untimed ones), interleaved with every other
+// row, `rounds` times; t(1) and t(2) are the median blocks, and a breakdown says where a step
+// of "fjit MPI" went on each rank. The machine this was written on has 2 cores, so 2
+// replicas have one core each: the 1-replica baseline runs on an otherwise idle second core.
 #include <mpi.h>
 
 #include <algorithm>
