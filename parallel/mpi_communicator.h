@@ -41,6 +41,7 @@
 #include <mpi.h>
 
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -86,6 +87,12 @@ class MpiCommunicator final : public Communicator {
   // Whether all_reduce and all_reduce_apply may use the shared-memory window (default true);
   // every rank must say the same. For tests and benchmarks of the message path.
   void set_shared_memory(bool on) { use_shared_memory_ = on; }
+  // Shared windows are only made where every rank sees at least twice their size free in
+  // OpenMPI's backing directory (OMPI_MCA_osc_sm_backing_directory, else /dev/shm), or in
+  // this budget if it is smaller (default: no budget); otherwise the communicator does
+  // without (messages, plans' own memory) and rank 0 logs a warning. OpenMPI itself would
+  // abort the job. Every rank must say the same.
+  void set_shared_memory_budget(int64_t bytes) { shared_memory_budget_ = bytes; }
 
   const StallPolicy& policy() const { return policy_; }
   MPI_Comm comm() const { return comm_; }
@@ -105,6 +112,9 @@ class MpiCommunicator final : public Communicator {
   // The shared-memory window of all_reduce_apply (allocated by every rank at its first call),
   // or false when the ranks do not share one machine.
   bool shared_window();
+  // Collective: whether shared windows of bytes_per_rank on every rank fit (see
+  // set_shared_memory_budget); the same answer on every rank; rank 0 warns when not.
+  bool shared_memory_fits(int64_t bytes_per_rank, const char* what);
   // Reduces every rank's `count` elements of `src` with `op` through the window (REQUIRES
   // shared_window()), segment by segment, handing each reduced chunk to apply(ctx, ...).
   // With own_out (a buffer of count elements, which may be src itself), this rank's chunks
@@ -138,6 +148,8 @@ class MpiCommunicator final : public Communicator {
   MPI_Win workspace_window_ = MPI_WIN_NULL;
   std::vector<unsigned char*> workspace_base_;
   size_t workspace_bytes_ = 0;
+  size_t workspace_refused_ = 0;  // the largest size shared_memory_fits refused
+  int64_t shared_memory_budget_ = std::numeric_limits<int64_t>::max();
   int64_t in_place_segments_ = 0;
   uint64_t apply_segments_ = 0;  // which set the next segment uses
 };

@@ -22,12 +22,17 @@
 // lie: plans of uneven shards lay out their workspaces differently, so each rank says where
 // its own is.
 // The sums are combine_in_rank_order's, as in the message path and the thread backend.
+#include <sys/statvfs.h>
+
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <new>
 #include <vector>
 
+#include "core/log.h"
 #include "parallel/collective_metrics.h"
 #include "parallel/mpi_communicator.h"
 #include "parallel/mpi_runtime.h"
@@ -61,7 +66,37 @@ std::vector<unsigned char*> aligned_parts(MPI_Win window, int size) {
   return parts;
 }
 
+// Where OpenMPI puts the backing files of shared windows (osc/sm's backing directory).
+const char* backing_directory() {
+  const char* dir = std::getenv("OMPI_MCA_osc_sm_backing_directory");
+  return dir != nullptr && *dir != '\0' ? dir : "/dev/shm";
+}
+
+// Bytes free there; the largest int64 when that cannot be read.
+int64_t backing_bytes_free() {
+  struct statvfs st {};
+  if (statvfs(backing_directory(), &st) != 0) return std::numeric_limits<int64_t>::max();
+  return static_cast<int64_t>(st.f_bavail) * static_cast<int64_t>(st.f_frsize);
+}
+
 }  // namespace
+
+bool MpiCommunicator::shared_memory_fits(int64_t bytes_per_rank, const char* what) {
+  // The least any rank sees, so that all decide alike. A stall-inspected meeting too: the
+  // window allocation that follows waits for every rank with no stall policy.
+  long long room = std::min(backing_bytes_free(), shared_memory_budget_), least = 0;
+  MPI_Request request;
+  MPI_Iallreduce(&room, &least, 1, MPI_LONG_LONG, MPI_MIN, comm_, &request);
+  wait(1, &request);
+  const int64_t need = 2 * bytes_per_rank * size_;  // half of what is free, at most
+  if (least >= need) return true;
+  if (rank_ == 0) {
+    log().warn("shared memory: {} has {} MiB free, and {} would take {} MiB of it "
+               "({} ranks); doing without (raise the limit, e.g. docker run --shm-size)",
+               backing_directory(), least >> 20, what, (need / 2) >> 20, size_);
+  }
+  return false;
+}
 
 // What a rank waiting at the window's barrier is told: the stall policy's messages, as wait()
 // gives them to a rank waiting on messages.
@@ -83,13 +118,12 @@ bool MpiCommunicator::shared_window() {
   // Every rank reaches the same answer (the group is one machine or it is not), so either
   // all allocate the window (a collective) or none does.
   if (local_size_ != size_ || size_ < 2) return false;
-  // MPI_Win_allocate_shared waits for every rank with no stall policy; meet under it first,
-  // so that a rank missing from this first collective is reported like any other.
-  MPI_Request arrived;
-  MPI_Ibarrier(comm_, &arrived);
-  wait(1, &arrived);
+  // Short of room, OpenMPI aborts the job in MPI_Win_allocate_shared (a container's default
+  // /dev/shm is 64 MiB): the message path does without.
+  constexpr int64_t kWindowBytes = 4 * kAreaBytes + kControlBytes + 64;
+  if (!shared_memory_fits(kWindowBytes, "the all-reduce window")) return false;
   void* mine = nullptr;
-  if (MPI_Win_allocate_shared(4 * kAreaBytes + kControlBytes + 64, 1, MPI_INFO_NULL, comm_, &mine,
+  if (MPI_Win_allocate_shared(kWindowBytes, 1, MPI_INFO_NULL, comm_, &mine,
                               &window_) != MPI_SUCCESS)
     return false;
   window_base_ = aligned_parts(window_, size_);
@@ -109,7 +143,12 @@ bool MpiCommunicator::shared_window() {
 
 void MpiCommunicator::reserve_shared_workspace(size_t bytes) {
   // Every rank decides alike: same bytes (REQUIRES), same reserved size, same window state.
-  if (bytes <= workspace_bytes_ || size_ < 2 || !shared_window()) return;
+  if (bytes <= workspace_bytes_ || bytes <= workspace_refused_ || size_ < 2 || !shared_window())
+    return;
+  if (!shared_memory_fits(static_cast<int64_t>(bytes) + 64, "the plans' workspaces")) {
+    workspace_refused_ = bytes;  // plans keep memory of their own; sources are copied
+    return;
+  }
   if (workspace_window_ != MPI_WIN_NULL) MPI_Win_free(&workspace_window_);
   workspace_bytes_ = 0;
   void* mine = nullptr;

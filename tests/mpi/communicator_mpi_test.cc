@@ -229,6 +229,48 @@ TEST(MpiCommunicator, SharedWorkspaceSourcesAreReadWhereTheyLie) {
   }
 }
 
+// Where shared memory is short (a container's 64 MiB /dev/shm; here a budget), OpenMPI
+// would abort the job in MPI_Win_allocate_shared: the communicator does without, says so
+// once, and gives the same bits.
+TEST(MpiCommunicator, WithTooLittleSharedMemoryItDoesWithout) {
+  MpiCommunicator c(MPI_COMM_WORLD, test_policy()), messages(MPI_COMM_WORLD, test_policy());
+  messages.set_shared_memory(false);
+  c.set_shared_memory_budget(int64_t{1} << 20);  // less than the window takes
+  LogCapture capture;
+  expect_same_bits<float>(c, messages, ReduceOp::sum, 70001);
+  expect_same_bits<double>(c, messages, ReduceOp::max, 5);
+  c.reserve_shared_workspace(1 << 16);
+  EXPECT_EQ(c.shared_workspace(1), nullptr);
+  if (c.rank() == 0) {
+    const std::string log = capture.text();
+    EXPECT_NE(log.find("shared memory:"), std::string::npos) << log;
+    EXPECT_NE(log.find("the all-reduce window"), std::string::npos) << log;
+  }
+}
+
+// The window fits but a workspace does not: plans keep their own memory, sources are copied.
+TEST(MpiCommunicator, WorkspaceBeyondTheSharedMemoryBudgetStaysPrivate) {
+  MpiCommunicator c(MPI_COMM_WORLD, test_policy());
+  c.set_shared_memory_budget(int64_t{64} << 20);  // the window takes 2 x 4 MiB per rank
+  const int64_t count = 300007;
+  std::vector<double> src = testing::fill<double>(count, testing::order_sensitive<double>, c.rank());
+  std::vector<double> got(count), scratch(count);
+  c.reserve_shared_workspace(size_t{32} << 20);  // 2 x 32 MiB per rank: over the budget
+  EXPECT_EQ(c.shared_workspace(1), nullptr);
+  c.reserve_shared_workspace(size_t{32} << 20);  // refused once, not asked again
+  c.all_reduce_apply(src.data(), scratch.data(), count, DType::f64, got.data(),
+                     [](void* ctx, int64_t begin, int64_t len, const void* v) {
+                       std::memcpy(static_cast<double*>(ctx) + begin, v, len * sizeof(double));
+                     });
+  EXPECT_EQ(c.segments_read_in_place(), 0);
+  int64_t wrong = 0;
+  for (int64_t i = 0; i < count; ++i) {
+    const double want = testing::rank_order_sum<double>(c.size(), i);
+    wrong += std::memcmp(&got[i], &want, sizeof want) != 0;
+  }
+  EXPECT_EQ(wrong, 0);
+}
+
 // Segmenting changes which elements travel together, never what is added to what.
 // (20011 doubles: with 24-byte segments that is ~6700 message rounds, which on 3 ranks
 // sharing 2 cores already takes seconds; 300007 took 30-45 s.)
