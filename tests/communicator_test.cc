@@ -1,7 +1,6 @@
 // The thread backend (ShmGroup) against closed-form results, for 1 to 4 replicas, every
 // dtype and op; bitwise agreement across replicas; stall warnings and the abort path.
 #include <gtest/gtest.h>
-#include <spdlog/sinks/ringbuffer_sink.h>
 
 #include <atomic>
 #include <cstring>
@@ -13,6 +12,7 @@
 #include "core/metrics.h"
 #include "parallel/communicator_testing.h"
 #include "parallel/shm_communicator.h"
+#include "tests/test_util.h"
 
 namespace fjit {
 namespace {
@@ -21,25 +21,7 @@ using namespace std::chrono_literals;
 using testing::contribution;
 using testing::expected;
 
-// Captures fjit's log while alive.
-class LogCapture {
- public:
-  LogCapture() : sink_(std::make_shared<spdlog::sinks::ringbuffer_sink_mt>(256)) {
-    auto logger = std::make_shared<spdlog::logger>("fjit", sink_);
-    logger->set_pattern("%l %v");
-    previous_ = set_logger(logger);
-  }
-  ~LogCapture() { set_logger(previous_); }
-  std::string text() const {
-    std::string out;
-    for (const std::string& line : sink_->last_formatted()) out += line;
-    return out;
-  }
-
- private:
-  std::shared_ptr<spdlog::sinks::ringbuffer_sink_mt> sink_;
-  std::shared_ptr<spdlog::logger> previous_;
-};
+using testing::LogCapture;
 
 StallPolicy quiet_policy() {
   StallPolicy p;

@@ -5,7 +5,6 @@
 // entries: tests/mpi/failure_tests.cmake.
 #include <gtest/gtest.h>
 #include <mpi.h>
-#include <spdlog/sinks/ringbuffer_sink.h>
 
 #include <chrono>
 #include <cstring>
@@ -18,6 +17,7 @@
 #include "parallel/mpi_communicator.h"
 #include "parallel/mpi_runtime.h"
 #include "parallel/shm_communicator.h"
+#include "tests/test_util.h"
 
 namespace fjit {
 namespace {
@@ -39,24 +39,7 @@ MpiCommunicator& comm() {
   return *c;
 }
 
-class LogCapture {
- public:
-  LogCapture() : sink_(std::make_shared<spdlog::sinks::ringbuffer_sink_mt>(256)) {
-    auto logger = std::make_shared<spdlog::logger>("fjit", sink_);
-    logger->set_pattern("%l %v");
-    previous_ = set_logger(logger);
-  }
-  ~LogCapture() { set_logger(previous_); }
-  std::string text() const {
-    std::string out;
-    for (const std::string& line : sink_->last_formatted()) out += line;
-    return out;
-  }
-
- private:
-  std::shared_ptr<spdlog::sinks::ringbuffer_sink_mt> sink_;
-  std::shared_ptr<spdlog::logger> previous_;
-};
+using testing::LogCapture;
 
 // One round of whole buffers (small, or mid-sized with non-eager chunks) and chunked rounds.
 // ... and 300007: several 1 MiB segments for 4- and 8-byte types, the last one short.
