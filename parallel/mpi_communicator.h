@@ -17,10 +17,12 @@
 //  - MPI_Allreduce is never called, not even for large buffers where it would be as fast:
 //    with 3+ ranks MPI does not fix the order of the sums, and even with 2 ranks (a+b == b+a)
 //    two NaNs with different payloads could reach ranks in either order. Against plain
-//    MPI_Allreduce on 2 ranks of one machine (bench/allreduce_bench.cc, a noisy VM, three
+//    MPI_Allreduce on 2 ranks of one machine (bench/allreduce_bench.cc, a noisy VM, four
 //    runs), the shared-memory path below measured 1.17x-1.55x at 1 MiB, 1.56x-1.66x at
-//    4 MiB, 1.82x-2.02x at 16 MiB and 3.6x-4.6x at 64 MiB; the message path alone
-//    0.88x-0.93x at 1 and 4 MiB and 1.2x-2.8x above.
+//    4 MiB, 1.82x-2.02x at 16 MiB and 3.6x-4.6x at 64 MiB, except in one of the VM's slow
+//    spells for memory shared between processes (every transfer, MPI's too, 2-4x slower):
+//    0.88x and 0.81x at 4 and 16 MiB then. The message path alone: 0.82x-0.93x at 1 and
+//    4 MiB, 0.94x-2.8x above.
 //  - Scratch buffers grow to the largest call and are kept: no allocation per call in fjit's
 //    code after warm-up.
 //  - When every rank is on this machine, all_reduce and all_reduce_apply reduce through an
