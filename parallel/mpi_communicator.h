@@ -111,9 +111,12 @@ class MpiCommunicator final : public Communicator {
   class WindowWaiter;
   void all_reduce_segment(unsigned char* data, int count, DType dtype, ReduceOp op);
   unsigned char* scratch(size_t nbytes);
-  // The shared-memory window of all_reduce_apply (allocated by every rank at its first call),
-  // or false when the ranks do not share one machine.
+  // The shared-memory window of all_reduce and all_reduce_apply (allocated by every rank at
+  // its first call), or false when the ranks do not share one machine or it does not fit.
   bool shared_window();
+  // Collective: a shared window of `bytes` per rank (allocated 64 bytes larger), every
+  // rank's part, 64-byte aligned, in `parts`; false (window MPI_WIN_NULL) if MPI refused.
+  bool allocate_shared(int64_t bytes, MPI_Win* window, std::vector<unsigned char*>* parts);
   // Collective: whether shared windows of bytes_per_rank on every rank fit (see
   // set_shared_memory_budget); the same answer on every rank; rank 0 warns when not.
   bool shared_memory_fits(int64_t bytes_per_rank, const char* what);
@@ -138,8 +141,9 @@ class MpiCommunicator final : public Communicator {
   std::vector<MPI_Request> requests_;  // two per peer
   std::vector<ElementRange> chunks_;   // the all-reduce chunk each rank owns
   std::vector<const void*> inputs_;
-  // all_reduce_apply's window: per rank, two sets (alternate segments) of an input and a
-  // result area of kDefaultSegmentBytes each; base addresses of every rank's part.
+  // The window of all_reduce and all_reduce_apply: per rank, two sets (alternate segments)
+  // of an input and a result area of kDefaultSegmentBytes each, and a control area; base
+  // addresses of every rank's part.
   int shared_state_ = 0;  // 0 not tried, 1 available, -1 not possible
   ShmBarrier* window_barrier_ = nullptr;  // in the window: where the ranks meet
   bool window_sense_ = false;             // this rank's side of window_barrier_

@@ -81,6 +81,18 @@ int64_t backing_bytes_free() {
 
 }  // namespace
 
+bool MpiCommunicator::allocate_shared(int64_t bytes, MPI_Win* window,
+                                      std::vector<unsigned char*>* parts) {
+  void* mine = nullptr;
+  if (MPI_Win_allocate_shared(static_cast<MPI_Aint>(bytes + 64), 1, MPI_INFO_NULL, comm_, &mine,
+                              window) != MPI_SUCCESS) {
+    *window = MPI_WIN_NULL;
+    return false;
+  }
+  *parts = aligned_parts(*window, size_);
+  return true;
+}
+
 bool MpiCommunicator::shared_memory_fits(int64_t bytes_per_rank, const char* what) {
   // The least any rank sees, so that all decide alike. A stall-inspected meeting too: the
   // window allocation that follows waits for every rank with no stall policy.
@@ -120,13 +132,10 @@ bool MpiCommunicator::shared_window() {
   if (local_size_ != size_ || size_ < 2) return false;
   // Short of room, OpenMPI aborts the job in MPI_Win_allocate_shared (a container's default
   // /dev/shm is 64 MiB): the message path does without.
-  constexpr int64_t kWindowBytes = 4 * kAreaBytes + kControlBytes + 64;
-  if (!shared_memory_fits(kWindowBytes, "the all-reduce window")) return false;
-  void* mine = nullptr;
-  if (MPI_Win_allocate_shared(kWindowBytes, 1, MPI_INFO_NULL, comm_, &mine,
-                              &window_) != MPI_SUCCESS)
+  constexpr int64_t kWindowBytes = 4 * kAreaBytes + kControlBytes;
+  if (!shared_memory_fits(kWindowBytes + 64, "the all-reduce window") ||
+      !allocate_shared(kWindowBytes, &window_, &window_base_))
     return false;
-  window_base_ = aligned_parts(window_, size_);
   MPI_Win_lock_all(MPI_MODE_NOCHECK, window_);  // passive target: loads and stores, synced
   // The ranks meet in the window through a barrier of atomics, not an MPI barrier (which took
   // from 0.5 to 30 us per call on this project's noisy VM; two meetings per segment). Rank 0
@@ -151,14 +160,8 @@ void MpiCommunicator::reserve_shared_workspace(size_t bytes) {
   }
   if (workspace_window_ != MPI_WIN_NULL) MPI_Win_free(&workspace_window_);
   workspace_bytes_ = 0;
-  void* mine = nullptr;
-  if (MPI_Win_allocate_shared(static_cast<MPI_Aint>(bytes + 64), 1, MPI_INFO_NULL, comm_, &mine,
-                              &workspace_window_) != MPI_SUCCESS) {
-    workspace_window_ = MPI_WIN_NULL;  // plans keep memory of their own; sources are copied
-    return;
-  }
-  workspace_base_ = aligned_parts(workspace_window_, size_);
-  workspace_bytes_ = bytes;
+  if (allocate_shared(static_cast<int64_t>(bytes), &workspace_window_, &workspace_base_))
+    workspace_bytes_ = bytes;
 }
 
 void* MpiCommunicator::shared_workspace(size_t bytes) {
