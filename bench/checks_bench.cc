@@ -36,9 +36,9 @@
 #include <ctime>
 #include <functional>
 
-#include "checks/host.h"
-#include "core/fjit.h"
-#include "core/init.h"
+#include "checks/step_check_handler.h"
+#include "parallel/fjit.h"
+#include "core/lib/initializers.h"
 #include "parallel/mesh.h"
 #include "parallel/shm_communicator.h"
 #include "examples/lib/mlp_model.h"

@@ -38,9 +38,9 @@
 #include <vector>
 
 #include "bench/scaling_hand_mlp.h"
-#include "core/fjit.h"
-#include "core/init.h"
-#include "core/metrics.h"
+#include "parallel/fjit.h"
+#include "core/lib/initializers.h"
+#include "core/runtime/metrics.h"
 #include "parallel/mpi_communicator.h"
 #include "parallel/mpi_runtime.h"
 #include "parallel/pmap.h"

@@ -20,8 +20,8 @@
 #include <map>
 
 #include "bench/mlp_reference.h"
-#include "core/fjit.h"
-#include "core/init.h"
+#include "parallel/fjit.h"
+#include "core/lib/initializers.h"
 #include "examples/lib/mlp_model.h"
 
 using namespace fjit;

@@ -1,8 +1,8 @@
 #include "checks/check.h"
 
 #include "checks/report.h"
-#include "checks/upstream.h"
-#include "core/ops.h"
+#include "core/ir/check_upstream.h"
+#include "core/trace/ops.h"
 
 namespace fjit {
 

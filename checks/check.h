@@ -29,7 +29,8 @@
 #include <string_view>
 #include <type_traits>
 
-#include "core/tensor.h"
+#include "checks/step_check_handler.h"
+#include "core/trace/tensor.h"
 
 namespace fjit {
 

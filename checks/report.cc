@@ -6,8 +6,8 @@
 #include <cmath>
 #include <limits>
 
-#include "checks/payload.h"
-#include "checks/stack_trace.h"
+#include "core/ir/check_payload.h"
+#include "core/trace/stack_trace.h"
 
 namespace fjit {
 namespace {

@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "core/executable.h"
+#include "core/compile/executable.h"
 
 namespace fjit {
 

@@ -8,7 +8,7 @@
 
 #include <cstdint>
 
-#include "core/metrics.h"
+#include "core/runtime/metrics.h"
 
 namespace fjit {
 

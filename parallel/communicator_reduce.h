@@ -11,8 +11,8 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "core/dtype.h"
-#include "parallel/communicator.h"
+#include "core/ir/dtype.h"
+#include "core/runtime/communicator.h"
 
 namespace fjit {
 

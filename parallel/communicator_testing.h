@@ -14,9 +14,9 @@
 #include <ostream>
 #include <vector>
 
-#include "core/metrics.h"
+#include "core/runtime/metrics.h"
 
-#include "parallel/communicator.h"
+#include "core/runtime/communicator.h"
 
 namespace fjit::testing {
 

@@ -5,8 +5,8 @@
 #include <stdexcept>
 #include <string>
 
-#include "core/env.h"
-#include "core/threads.h"
+#include "core/runtime/env.h"
+#include "core/runtime/threads.h"
 #include "parallel/mpi_communicator.h"
 #include "parallel/mpi_runtime.h"
 #include "parallel/shm_communicator.h"

@@ -12,9 +12,9 @@
 #include <string>
 #include <vector>
 
-#include "core/array.h"
-#include "core/tree.h"
-#include "parallel/communicator.h"
+#include "core/ir/array.h"
+#include "core/trace/dict.h"
+#include "core/runtime/communicator.h"
 #include "parallel/replica_pool.h"
 
 namespace fjit {

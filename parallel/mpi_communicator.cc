@@ -6,7 +6,7 @@
 #include <cstring>
 #include <thread>
 
-#include "core/log.h"
+#include "core/runtime/log.h"
 #include "parallel/collective_metrics.h"
 #include "parallel/communicator_reduce.h"
 #include "parallel/mpi_runtime.h"

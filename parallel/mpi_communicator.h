@@ -47,7 +47,7 @@
 #include <string>
 #include <vector>
 
-#include "parallel/communicator.h"
+#include "core/runtime/communicator.h"
 #include "parallel/communicator_reduce.h"
 #include "parallel/shm_barrier.h"
 #include "parallel/stall_inspector.h"

@@ -9,7 +9,7 @@
 #include <string>
 #include <typeinfo>
 
-#include "core/log.h"
+#include "core/runtime/log.h"
 
 namespace fjit {
 

@@ -32,7 +32,7 @@
 #include <new>
 #include <vector>
 
-#include "core/log.h"
+#include "core/runtime/log.h"
 #include "parallel/collective_metrics.h"
 #include "parallel/mpi_communicator.h"
 #include "parallel/mpi_runtime.h"

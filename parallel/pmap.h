@@ -18,8 +18,9 @@
 
 #include <utility>
 
-#include "core/jit.h"
-#include "parallel/collectives.h"
+#include "checks/step_check_handler.h"
+#include "core/runtime/jit.h"
+#include "core/trace/collectives.h"
 #include "parallel/mesh.h"
 #include "parallel/pmap_core.h"
 

@@ -7,9 +7,9 @@
 #include <functional>
 #include <stdexcept>
 
-#include "core/env.h"
-#include "core/log.h"
-#include "core/metrics.h"
+#include "core/runtime/env.h"
+#include "core/runtime/log.h"
+#include "core/runtime/metrics.h"
 #include "parallel/shm_communicator.h"
 
 namespace fjit {

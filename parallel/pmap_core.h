@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "core/jit_core.h"
+#include "core/runtime/jit_core.h"
 #include "parallel/mesh.h"
 
 namespace fjit {

@@ -14,7 +14,7 @@
 #include <atomic>
 #include <cstdint>
 
-#include "parallel/communicator.h"
+#include "core/runtime/communicator.h"
 #include "parallel/stall_inspector.h"
 
 namespace fjit {

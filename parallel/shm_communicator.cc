@@ -8,7 +8,7 @@
 #include <thread>
 #include <vector>
 
-#include "core/log.h"
+#include "core/runtime/log.h"
 #include "parallel/collective_metrics.h"
 #include "parallel/communicator_reduce.h"
 

@@ -19,7 +19,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
-#include "parallel/communicator.h"
+#include "core/runtime/communicator.h"
 #include "parallel/shm_barrier.h"
 
 namespace fjit {

@@ -12,7 +12,8 @@
 #include <chrono>
 #include <cstdint>
 
-#include "parallel/communicator.h"
+#include "core/runtime/communicator.h"
+#include "parallel/stall_policy.h"
 
 namespace fjit {
 

@@ -4,7 +4,7 @@
 #include <string>
 #include <utility>
 
-#include "core/array.h"
+#include "core/ir/array.h"
 
 namespace fjit {
 namespace {

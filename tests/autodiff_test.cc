@@ -4,8 +4,8 @@
 
 #include <cmath>
 
-#include "core/fjit.h"
-#include "core/init.h"
+#include "parallel/fjit.h"
+#include "core/lib/initializers.h"
 #include "tests/test_util.h"
 
 namespace fjit {

@@ -6,7 +6,7 @@
 #include <cmath>
 #include <limits>
 
-#include "checks/upstream.h"
+#include "core/ir/check_upstream.h"
 #include "fjit.h"
 
 namespace fjit {

@@ -9,7 +9,7 @@
 #include <cstdlib>
 #include <limits>
 
-#include "core/init.h"
+#include "core/lib/initializers.h"
 #include "fjit.h"
 #include "tests/test_util.h"
 

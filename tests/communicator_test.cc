@@ -8,8 +8,8 @@
 #include <thread>
 #include <vector>
 
-#include "core/log.h"
-#include "core/metrics.h"
+#include "core/runtime/log.h"
+#include "core/runtime/metrics.h"
 #include "parallel/communicator_testing.h"
 #include "parallel/shm_communicator.h"
 #include "tests/test_util.h"

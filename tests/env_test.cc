@@ -7,7 +7,7 @@
 #include <random>
 #include <string>
 
-#include "core/env.h"
+#include "core/runtime/env.h"
 #include "fjit.h"
 #include "tests/test_util.h"
 

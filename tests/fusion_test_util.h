@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "core/compiler.h"
-#include "core/fjit.h"
+#include "core/compile/compiler.h"
+#include "parallel/fjit.h"
 #include "core/kernels/kernel.h"
 
 namespace fjit::fusion_testing {

@@ -13,8 +13,8 @@
 #include <functional>
 #include <set>
 
-#include "core/fjit.h"
-#include "core/init.h"
+#include "parallel/fjit.h"
+#include "core/lib/initializers.h"
 #include "parallel/pmap.h"
 
 namespace fjit {

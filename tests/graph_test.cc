@@ -4,7 +4,7 @@
 #include <cmath>
 #include <fstream>
 
-#include "core/passes/pass.h"
+#include "core/compile/passes/pass.h"
 #include "fjit.h"
 
 namespace fjit {

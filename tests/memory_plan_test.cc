@@ -1,13 +1,13 @@
 // Memory planning of whole training steps: the arena the plan asks for against the least any
 // plan of the same instruction order could use (the peak of simultaneously live values), and
 // what fusion saves. Deterministic figures of the compiled plan, not timings.
-#include "core/memory_plan.h"
+#include "core/compile/memory_plan.h"
 
 #include <gtest/gtest.h>
 
-#include "core/compiler.h"
-#include "core/fjit.h"
-#include "core/init.h"
+#include "core/compile/compiler.h"
+#include "parallel/fjit.h"
+#include "core/lib/initializers.h"
 #include "examples/lib/mlp_model.h"
 
 namespace fjit {

@@ -7,7 +7,7 @@
 #include <thread>
 #include <vector>
 
-#include "core/threads.h"
+#include "core/runtime/threads.h"
 #include "parallel/mesh.h"
 
 namespace fjit {

@@ -7,8 +7,8 @@
 
 #include <cmath>
 
-#include "core/fjit.h"
-#include "core/init.h"
+#include "parallel/fjit.h"
+#include "core/lib/initializers.h"
 #include "parallel/pmap.h"
 
 namespace fjit {

@@ -4,7 +4,7 @@
 
 #include <cmath>
 
-#include "core/fjit.h"
+#include "parallel/fjit.h"
 
 namespace fjit {
 namespace {

@@ -1,7 +1,7 @@
 // Stack capture and symbolization (checks/stack_trace.h): captures taken in named functions of
 // this file must come back with their names, this file and the right lines; fjit-internal and
 // runtime frames must be dropped from what users see; concurrent use must be safe.
-#include "checks/stack_trace.h"
+#include "core/trace/stack_trace.h"
 
 #include <dlfcn.h>
 #include <gtest/gtest.h>

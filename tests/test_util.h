@@ -8,8 +8,8 @@
 #include <random>
 #include <string>
 
-#include "core/array.h"
-#include "core/log.h"
+#include "core/ir/array.h"
+#include "core/runtime/log.h"
 
 namespace fjit::testing {
 

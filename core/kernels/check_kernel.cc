@@ -1,11 +1,11 @@
 // The check instruction: raises flag `site` when its predicate is false and, on the first
 // raise in a step, records up to kMaxCheckValues values for the report: a user check's
 // scalar values as they are, an automatic check's summary of the tensor it checks (see
-// checks/payload.h). Its value (the predicate) is also written out so the instruction has a
+// core/ir/check_payload.h). Its value (the predicate) is also written out so the instruction has a
 // defined result. A passing check costs one load and one store; the rest is out of line.
 #include <cmath>
 
-#include "checks/payload.h"
+#include "core/ir/check_payload.h"
 #include "core/kernels/families.h"
 
 namespace fjit::kernels {

@@ -33,7 +33,7 @@
 #include "core/kernels/affine_update.h"
 #include "core/kernels/fused.h"
 #include "core/kernels/gemm_epilogue.h"
-#include "core/threads.h"
+#include "core/runtime/threads.h"
 
 namespace fjit {
 namespace {

@@ -15,8 +15,9 @@
 #include <string>
 #include <vector>
 
-#include "core/array.h"
-#include "core/node.h"
+#include "core/ir/array.h"
+#include "core/ir/check_site.h"
+#include "core/ir/node.h"
 
 namespace fjit {
 
@@ -29,13 +30,6 @@ struct RunContext {
   int num_replicas = 1;
   uint32_t* flags = nullptr;     // one word per check site; nonzero = raised
   double* payload = nullptr;     // check values: kMaxCheckValues doubles per site
-};
-inline constexpr int kMaxCheckValues = 4;
-
-struct ValueType {
-  DType dtype;
-  Shape shape;
-  int64_t size() const { return num_elements(shape); }
 };
 
 struct Instr;

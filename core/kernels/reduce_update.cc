@@ -15,7 +15,7 @@
 
 #include "core/kernels/affine_update.h"
 #include "core/kernels/fused.h"
-#include "parallel/communicator.h"
+#include "core/runtime/communicator.h"
 
 namespace fjit {
 namespace {

@@ -4,7 +4,7 @@
 
 #include "core/kernels/structural.h"
 #include "core/kernels/structural_reference.h"
-#include "parallel/communicator.h"
+#include "core/runtime/communicator.h"
 
 namespace fjit::kernels::st {
 namespace {

@@ -8,7 +8,7 @@
 #include <cassert>
 
 #include "core/kernels/structural.h"
-#include "parallel/communicator.h"
+#include "core/runtime/communicator.h"
 
 namespace fjit::kernels::st {
 namespace {

@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "core/array.h"
+#include "core/ir/array.h"
 
 namespace fjit::kernels::st::ref {
 

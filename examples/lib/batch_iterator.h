@@ -20,7 +20,7 @@
 #include <random>
 #include <vector>
 
-#include "core/array.h"
+#include "core/ir/array.h"
 
 namespace fjit::io {
 

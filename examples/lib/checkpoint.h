@@ -32,7 +32,7 @@
 #include <utility>
 #include <vector>
 
-#include "core/array.h"
+#include "core/ir/array.h"
 
 namespace fjit::io {
 

@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "core/array.h"
+#include "core/ir/array.h"
 
 namespace fjit::io {
 

@@ -3,7 +3,7 @@
 #include <cstring>
 #include <stdexcept>
 
-#include "core/init.h"
+#include "core/lib/initializers.h"
 
 namespace fjit::examples {
 

@@ -7,7 +7,7 @@
 #include <functional>
 #include <map>
 
-#include "core/jit_core.h"
+#include "core/runtime/jit_core.h"
 
 namespace fjit::examples {
 namespace {

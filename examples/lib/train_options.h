@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "core/check_site.h"
+#include "core/ir/check_site.h"
 
 namespace fjit::examples {
 

@@ -4,7 +4,7 @@
 
 #include <cmath>
 
-#include "core/metrics.h"
+#include "core/runtime/metrics.h"
 
 namespace fjit::examples {
 

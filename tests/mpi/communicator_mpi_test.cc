@@ -11,8 +11,8 @@
 #include <thread>
 #include <vector>
 
-#include "core/log.h"
-#include "core/metrics.h"
+#include "core/runtime/log.h"
+#include "core/runtime/metrics.h"
 #include "parallel/communicator_testing.h"
 #include "parallel/mpi_communicator.h"
 #include "parallel/mpi_runtime.h"

@@ -14,7 +14,7 @@
 #include <string>
 #include <thread>
 
-#include "core/log.h"
+#include "core/runtime/log.h"
 #include "parallel/mpi_communicator.h"
 #include "parallel/mpi_runtime.h"
 

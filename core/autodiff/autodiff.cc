@@ -1,0 +1,170 @@
+// The reverse-mode walk: from the output back over the nodes between the differentiated
+// leaves and the output, applying one VJP rule per node and summing cotangents with add.
+#include "core/autodiff/autodiff.h"
+
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+
+#include "core/runtime/log.h"
+
+namespace fjit {
+namespace {
+
+std::atomic<int> g_strict{-1};
+
+// Nodes that depend on some leaf (forward reach), restricted to floating-point values:
+// integer and bool values carry no cotangent.
+std::vector<bool> depends_on_leaves(const Graph& g, const std::vector<int>& leaves, int last) {
+  std::vector<bool> dep(last + 1, false);
+  for (int id : leaves)
+    if (id <= last) dep[id] = true;
+  for (int id = 0; id <= last; ++id) {
+    const Node& n = g.node(id);
+    if (!is_floating(n.dtype)) {
+      dep[id] = false;
+      continue;
+    }
+    if (dep[id]) continue;
+    for (int in : n.inputs)
+      if (dep[in]) {
+        dep[id] = true;
+        break;
+      }
+  }
+  return dep;
+}
+
+std::string leaf_label(const Graph& g, const Tensor& t, const std::string& name) {
+  const Node& n = g.node(t.id());
+  if (n.op == Op::Parameter && !n.attrs.name.empty() && n.attrs.name != name)
+    return "'" + name + "' (" + n.attrs.name + ")";
+  return "'" + name + "'";
+}
+
+void report_unused(TraceContext& ctx, const std::vector<std::string>& unused, const char* api,
+                   const Loc& loc) {
+  std::string list;
+  for (const std::string& u : unused) list += (list.empty() ? "" : ", ") + u;
+  const bool one = unused.size() == 1;
+  const std::string what = std::to_string(unused.size()) + " differentiated parameter" +
+                           (one ? " never reaches" : "s never reach") + " the output, so " +
+                           (one ? "its gradient is" : "their gradients are") + " zero: " + list;
+  if (strict_unused_parameters())
+    detail::fail(api, {}, what + " (strict mode: FJIT_STRICT_UNUSED / set_strict_unused_parameters)", &loc);
+  std::string msg = std::string("fjit: ") + api + ": " + what + " (at " + Site::from(loc).str() + ")";
+  log().warn("{}", msg);
+  ctx.warnings.push_back(std::move(msg));
+}
+
+}  // namespace
+
+void set_strict_unused_parameters(bool strict) { g_strict.store(strict ? 1 : 0); }
+
+bool strict_unused_parameters() {
+  int s = g_strict.load();
+  if (s < 0) {
+    const char* env = std::getenv("FJIT_STRICT_UNUSED");
+    s = env && std::strcmp(env, "0") != 0 && *env ? 1 : 0;
+    g_strict.store(s);
+  }
+  return s == 1;
+}
+
+namespace detail {
+
+void require_scalar_loss(const Tensor& y, const char* api, const Loc& loc) {
+  if (!y.defined()) fail(api, {}, "the function returned an undefined Tensor", &loc);
+  if (y.rank() != 0 || !is_floating(y.dtype()))
+    fail(api, {y}, "can only differentiate a floating-point scalar output, got " + y.type_string() +
+         (y.rank() != 0 ? " (reduce it to a scalar first, e.g. mean(...) or sum(...))" : ""), &loc);
+}
+
+std::vector<Tensor> vjp_named(const Tensor& y, const WrtLeaves& wrt, const Tensor& seed,
+                              const char* api, const Loc& loc) {
+  if (!y.defined()) fail(api, {}, "the output is an undefined Tensor", &loc);
+  TraceContext* ctx = y.context();
+  if (ctx != TraceContext::current()) fail(api, {y}, "the output is not from the active trace", &loc);
+  if (!seed.defined() || seed.dtype() != y.dtype() || seed.shape() != y.shape())
+    fail(api, {y, seed}, "the seed cotangent must have the output's type", &loc);
+  std::vector<int> leaf_ids;
+  for (size_t i = 0; i < wrt.tensors.size(); ++i) {
+    const Tensor& t = wrt.tensors[i];
+    if (!t.defined() || t.context() != ctx)
+      fail(api, {}, "differentiated argument '" + wrt.names[i] + "' is not a value of the active trace", &loc);
+    if (!is_floating(t.dtype()))
+      fail(api, {t}, "cannot differentiate with respect to '" + wrt.names[i] + "' of type " +
+           t.type_string() + ": only floating-point inputs have gradients (leave it out with argnums)", &loc);
+    leaf_ids.push_back(t.id());
+  }
+
+  Graph& g = ctx->graph;
+  const int last = y.id();
+  std::vector<bool> is_leaf(last + 1, false);
+  for (int id : leaf_ids)
+    if (id <= last) is_leaf[id] = true;
+  const std::vector<bool> dep = depends_on_leaves(g, leaf_ids, last);
+  // Backward reach from y within the dependent set: the nodes whose cotangent matters. The
+  // walk stops at the leaves: arguments are independent variables even when one was computed
+  // from another before f was called.
+  std::vector<bool> live(last + 1, false);
+  live[last] = dep[last];
+  for (int id = last; id >= 0; --id) {
+    if (!live[id] || is_leaf[id]) continue;
+    for (int in : g.node(id).inputs)
+      if (dep[in]) live[in] = true;
+  }
+
+  std::vector<Tensor> ct(last + 1);
+  ct[last] = seed;
+  for (int id = last; id >= 0; --id) {
+    if (!live[id] || is_leaf[id] || !ct[id].defined()) continue;
+    const Node node = g.node(id);  // a copy: rules append to the graph
+    VjpRule rule = vjp_rule(node.op);
+    if (!rule) continue;  // not differentiable: no cotangent flows past it
+    std::vector<Tensor> ins;
+    std::vector<bool> need;
+    for (int in : node.inputs) {
+      ins.push_back(Tensor::from_node(ctx, in));
+      need.push_back(live[in]);
+    }
+    const Tensor out = Tensor::from_node(ctx, id);
+    std::vector<Tensor> in_ct = rule(VjpArgs{node, ins, out, ct[id], need});
+    for (size_t k = 0; k < node.inputs.size() && k < in_ct.size(); ++k) {
+      const int in = node.inputs[k];
+      if (!need[k] || !in_ct[k].defined()) continue;
+      if (in_ct[k].shape() != ins[k].shape() || in_ct[k].dtype() != ins[k].dtype())
+        throw std::logic_error(std::string("vjp rule for ") + op_name(node.op) + " returned " +
+                               in_ct[k].type_string() + " for input " + ins[k].type_string());
+      ct[in] = ct[in].defined() ? add(ct[in], in_ct[k], loc) : in_ct[k];
+    }
+  }
+
+  std::vector<Tensor> out;
+  std::vector<std::string> unused;
+  for (size_t i = 0; i < wrt.tensors.size(); ++i) {
+    const int id = leaf_ids[i];
+    if (id <= last && ct[id].defined()) {
+      out.push_back(ct[id]);
+    } else {
+      out.push_back(zeros_like(wrt.tensors[i], loc));
+      unused.push_back(leaf_label(g, wrt.tensors[i], wrt.names[i]));
+    }
+  }
+  if (!unused.empty()) report_unused(*ctx, unused, api, loc);
+  return out;
+}
+
+}  // namespace detail
+
+std::vector<Tensor> vjp(const Tensor& y, const std::vector<Tensor>& wrt, const Tensor& seed, Loc loc) {
+  detail::WrtLeaves w;
+  for (size_t i = 0; i < wrt.size(); ++i) {
+    const bool param = wrt[i].defined() && wrt[i].node().op == Op::Parameter;
+    w.tensors.push_back(wrt[i]);
+    w.names.push_back(param ? wrt[i].node().attrs.name : "wrt[" + std::to_string(i) + "]");
+  }
+  return detail::vjp_named(y, w, seed, "vjp", loc);
+}
+
+}  // namespace fjit

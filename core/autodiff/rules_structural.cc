@@ -1,0 +1,148 @@
+// VJP rules for reductions, layout, indexing and collectives (see autodiff_rules.cc).
+#include <algorithm>
+
+#include "core/autodiff/autodiff.h"
+#include "core/trace/collectives.h"
+
+namespace fjit::autodiff {
+namespace {
+
+using Cts = std::vector<Tensor>;
+
+// x's shape with the reduced axes kept as extent 1: the shape a keepdims result has.
+Shape kept_shape(const Node& n, const Shape& in) {
+  Shape s = in;
+  for (int64_t a : n.attrs.axes) s[a] = 1;
+  return s;
+}
+
+Cts rule_reduce_sum(const VjpArgs& a) {
+  const Shape xs = a.ins[0].shape();  // a copy: building ops grows the node list
+  return {broadcast_to(reshape(a.ct, kept_shape(a.node, xs)), xs)};
+}
+
+// The cotangent goes to the elements equal to the extremum, split equally among ties (the
+// total over a tie is exact; a two-way tie matches central differences).
+Cts rule_reduce_extremum(const VjpArgs& a) {
+  const Tensor& x = a.ins[0];
+  const Shape ks = kept_shape(a.node, x.shape());
+  Tensor hit = eq(x, reshape(a.out, ks));
+  Tensor mask = where(hit, scalar(x.dtype(), 1.0), scalar(x.dtype(), 0.0));
+  Tensor count = sum(mask, a.node.attrs.axes, true);
+  return {mul(mask, div(reshape(a.ct, ks), count))};
+}
+
+Cts rule_reshape(const VjpArgs& a) { return {reshape(a.ct, a.ins[0].shape())}; }
+
+Cts rule_transpose(const VjpArgs& a) {
+  const auto& perm = a.node.attrs.axes;
+  Axes inverse(perm.size());
+  for (size_t i = 0; i < perm.size(); ++i) inverse[perm[i]] = static_cast<int64_t>(i);
+  return {transpose(a.ct, inverse)};
+}
+
+Cts rule_broadcast_to(const VjpArgs& a) { return {unbroadcast(a.ct, a.ins[0].shape())}; }
+
+Cts rule_concat(const VjpArgs& a) {
+  const int64_t axis = a.node.attrs.axis;
+  Cts r(a.ins.size());
+  int64_t offset = 0;
+  for (size_t i = 0; i < a.ins.size(); ++i) {
+    const Shape s = a.ins[i].shape();
+    if (a.need[i]) {
+      const Shape cts = a.ct.shape();
+      Axes starts(s.size(), 0), limits(cts.begin(), cts.end());
+      starts[axis] = offset;
+      limits[axis] = offset + s[axis];
+      r[i] = slice(a.ct, starts, limits);
+    }
+    offset += s[axis];
+  }
+  return r;
+}
+
+// The adjoint of a slice puts the cotangent back in place with zeros around it, one dimension
+// at a time: a concat with zero blocks for unit steps, a scatter_add at the strided
+// positions (start + step * j) otherwise.
+Cts rule_slice(const VjpArgs& a) {
+  const Attrs& at = a.node.attrs;
+  const Shape xs = a.ins[0].shape();
+  Tensor g = a.ct;
+  if (g.size() == 0) return {zeros_like(a.ins[0])};
+  for (int d = 0; d < static_cast<int>(xs.size()); ++d) {
+    const int64_t n = xs[d], start = at.starts[d], limit = at.limits[d], step = at.steps[d];
+    if (g.shape()[d] == n) continue;  // the whole dimension was taken
+    Shape full_shape = g.shape();
+    full_shape[d] = n;
+    if (step == 1) {
+      std::vector<Tensor> parts;
+      Shape pad = g.shape();
+      if (start > 0) {
+        pad[d] = start;
+        parts.push_back(full(g.dtype(), pad, 0.0));
+      }
+      parts.push_back(g);
+      if (limit < n) {
+        pad[d] = n - limit;
+        parts.push_back(full(g.dtype(), pad, 0.0));
+      }
+      g = concat(parts, d);
+    } else {
+      Tensor idx = iota(DType::i32, {g.shape()[d]}) * static_cast<double>(step) + static_cast<double>(start);
+      g = scatter_add(g, idx, full_shape, d);
+    }
+  }
+  return {g};
+}
+
+Cts rule_gather(const VjpArgs& a) {
+  return {scatter_add(a.ct, a.ins[1], a.ins[0].shape(), a.node.attrs.axis), Tensor()};
+}
+
+Cts rule_scatter_add(const VjpArgs& a) {
+  return {gather(a.ct, a.ins[1], a.node.attrs.axis), Tensor()};
+}
+
+// Every replica's loss depends on every replica's x through the all-reduce, so the cotangent
+// of x is the sum over replicas of the output cotangents. For max/min only the replicas that
+// hold the extremum receive it, split equally among ties.
+Cts rule_all_reduce(const VjpArgs& a) {
+  const std::string& axis = a.node.attrs.name;
+  const auto op = static_cast<ReduceOp>(a.node.attrs.reduce);
+  Tensor total = psum(a.ct, axis);
+  if (op == ReduceOp::sum) return {total};
+  const Tensor& x = a.ins[0];
+  Tensor mask = where(eq(x, a.out), scalar(x.dtype(), 1.0), scalar(x.dtype(), 0.0));
+  return {div(mul(total, mask), psum(mask, axis))};
+}
+
+// all_gather stacks the replicas' x along axis 0: x's cotangent is this replica's rows of
+// the summed output cotangents, picked with a gather at axis_index * rows + j.
+Cts rule_all_gather(const VjpArgs& a) {
+  const std::string& axis = a.node.attrs.name;
+  const int64_t rows = a.ins[0].shape()[0];
+  Tensor total = psum(a.ct, axis);
+  Tensor idx = axis_index(axis) * static_cast<double>(rows) + iota(DType::i32, {rows});
+  return {take(total, idx, 0)};
+}
+
+}  // namespace
+
+VjpRule structural_rule_for(Op op) {
+  switch (op) {
+    case Op::ReduceSum: return rule_reduce_sum;
+    case Op::ReduceMax: case Op::ReduceMin: return rule_reduce_extremum;
+    case Op::Reshape: return rule_reshape;
+    case Op::Transpose: return rule_transpose;
+    case Op::BroadcastTo: return rule_broadcast_to;
+    case Op::Concat: return rule_concat;
+    case Op::Slice: return rule_slice;
+    case Op::Gather: return rule_gather;
+    case Op::ScatterAdd: return rule_scatter_add;
+    case Op::AllReduce: return rule_all_reduce;
+    case Op::AllGather: return rule_all_gather;
+    default: return nullptr;
+  }
+}
+
+}  // namespace fjit::autodiff

@@ -1,0 +1,246 @@
+#include "core/compile/compiler.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <fstream>
+
+#include "core/runtime/log.h"
+#include "core/compile/memory_plan.h"
+#include "core/compile/passes/fusion.h"
+#include "core/compile/passes/pass.h"
+
+namespace fjit {
+
+class Compiler {
+ public:
+  static std::shared_ptr<Executable> lower(std::shared_ptr<const Graph> g, std::vector<CheckSite> sites,
+                                           const FusionOptions& fusion);
+};
+
+namespace {
+
+void dump(const std::string& dir, const std::string& stem, const std::string& suffix,
+          const std::string& text) {
+  std::ofstream f(dir + "/" + stem + suffix);
+  if (!f) {
+    log().warn("FJIT_DUMP_DIR: cannot write {}/{}{}", dir, stem, suffix);
+    return;
+  }
+  f << text;
+}
+
+// Whether n's kernel may write its result over `in` (the planner decides whether `in` is dead
+// by then): elementwise kernels read each element before they write it, and an all-reduce
+// reduces its buffer in place (so a gradient is reduced where its matmul wrote it, not copied).
+bool in_place_ok(const Node& n, const Node& in) {
+  const bool kernel_ok = (op_is_elementwise(n.op) && n.op != Op::Cast) || n.op == Op::AllReduce;
+  return kernel_ok && in.shape == n.shape && dtype_size(in.dtype) == dtype_size(n.dtype);
+}
+
+}  // namespace
+
+Graph optimize(const Graph& traced, bool verify) {
+  if (verify) traced.verify();
+  std::vector<std::unique_ptr<Pass>> pipeline;
+  pipeline.push_back(make_algebraic_simplification());
+  pipeline.push_back(make_constant_folding());
+  pipeline.push_back(make_algebraic_simplification());
+  pipeline.push_back(make_dead_code_elimination());
+  Graph g = traced;
+  for (const auto& pass : pipeline) {
+    g = pass->run(g);
+    if (verify) g.verify();
+    log().trace("after {}:\n{}", pass->name(), g.to_string());
+  }
+  return g;
+}
+
+std::shared_ptr<Executable> Compiler::lower(std::shared_ptr<const Graph> gp, std::vector<CheckSite> sites,
+                                            const FusionOptions& fusion_options) {
+  const Graph& g = *gp;
+  auto exe = std::make_shared<Executable>();
+  exe->graph = gp;
+  exe->check_sites = std::move(sites);
+  std::vector<int> node_buf(g.size(), -1);
+  auto new_buffer = [&](BufferRef r) {
+    exe->buffers.push_back(r);
+    return static_cast<int>(exe->buffers.size()) - 1;
+  };
+  for (size_t k = 0; k < g.parameters.size(); ++k) {
+    const Node& p = g.node(g.parameters[k]);
+    node_buf[g.parameters[k]] = new_buffer({BufferRef::kInput, static_cast<int64_t>(k)});
+    exe->input_types.push_back({p.dtype, p.shape});
+  }
+  std::vector<bool> live = live_nodes(g);
+  // Outputs computed by an instruction are written straight into the caller's buffer.
+  std::vector<int> output_of(g.size(), -1);
+  for (size_t k = 0; k < g.outputs.size(); ++k) {
+    const Node& o = g.node(g.outputs[k]);
+    exe->output_types.push_back({o.dtype, o.shape});
+    if (o.op != Op::Parameter && o.op != Op::Constant && output_of[g.outputs[k]] < 0)
+      output_of[g.outputs[k]] = static_cast<int>(k);
+  }
+  const FusionPlan fusion = plan_fusion(g, live, fusion_options);
+  exe->output_writer.assign(g.outputs.size(), -1);
+  std::vector<int> input_of(g.size(), -1);
+  for (size_t k = 0; k < g.parameters.size(); ++k) input_of[g.parameters[k]] = static_cast<int>(k);
+  exe->input_last_read.assign(g.parameters.size(), -1);
+  exe->input_last_read_in_place.assign(g.parameters.size(), false);
+  std::vector<PlannedValue> planned;
+  std::vector<int> planned_node;
+  std::vector<int> value_of(g.size(), -1);
+  for (int id = 0; id < g.size(); ++id) {
+    const Node& n = g.node(id);
+    if (!live[id] || n.op == Op::Parameter) continue;
+    if (n.op == Op::Constant) {
+      auto data = n.attrs.value ? n.attrs.value
+                                : std::make_shared<const Array>(Array::full(n.dtype, n.shape, n.attrs.scalar));
+      exe->constants.push_back(data);
+      node_buf[id] = new_buffer({BufferRef::kConstant, 0, data->raw()});
+      continue;
+    }
+    // A fused group becomes one instruction at its root (or, for a group with further results,
+    // at the earliest of them); its other members have none.
+    const int group = fusion.group_of[id];
+    static const std::vector<int> kNone;
+    const std::vector<int>& extras = group >= 0 ? fusion.groups[group].extra_roots : kNone;
+    const int main_id = group >= 0 ? fusion.groups[group].root : id;
+    int first = main_id;
+    for (int x : extras) first = std::min(first, x);
+    if (first != id) continue;
+    // Allocates the buffer of a value the instruction defines.
+    auto define = [&](int node, const std::vector<int>& in_place, int index) {
+      if (output_of[node] >= 0) {
+        exe->output_writer[output_of[node]] = index;
+        node_buf[node] = new_buffer({BufferRef::kOutput, output_of[node]});
+        return;
+      }
+      node_buf[node] = new_buffer({BufferRef::kArena, 0});
+      PlannedValue v;
+      v.bytes = g.node(node).size() * dtype_size(g.node(node).dtype);
+      v.def = v.last_use = index;
+      v.in_place_candidates = in_place;
+      value_of[node] = static_cast<int>(planned.size());
+      planned.push_back(std::move(v));
+      planned_node.push_back(node);
+    };
+    Instr instr;
+    std::vector<int> operands = n.inputs;
+    if (group >= 0) {
+      const FusionGroup& grp = fusion.groups[group];
+      instr = grp.instr;
+      instr.label = fusion.describe(group);
+      operands = grp.inputs;
+    } else {
+      instr.op = n.op;
+      instr.out = {n.dtype, n.shape};
+      instr.attrs = n.attrs;
+      for (int in : operands) instr.ins.push_back({g.node(in).dtype, g.node(in).shape});
+    }
+    instr.node = main_id;
+    for (int in : operands) instr.in_bufs.push_back(node_buf[in]);
+    const int index = static_cast<int>(exe->instrs.size());
+    // Whether operand k may share storage with the instruction's main result: same shape, and
+    // a kernel that reads each element before it writes it (for a GEMM epilogue, only the addend).
+    const Node& main_node = g.node(main_id);
+    auto in_place_operand = [&](size_t k) {
+      const int in = operands[k];
+      if (group >= 0 && fusion.groups[group].kind == FusionGroup::kGemm)
+        return k == 2 && in != operands[0] && in != operands[1] && g.node(in).shape == main_node.shape;
+      // Other replicas read the gradient, and the default backend stages the sum in the output.
+      if (group >= 0 && fusion.groups[group].kind == FusionGroup::kReduceUpdate) return false;
+      if (group >= 0)
+        return g.node(in).shape == main_node.shape && dtype_size(g.node(in).dtype) == dtype_size(main_node.dtype);
+      return in_place_ok(main_node, g.node(in));
+    };
+    // Donation bookkeeping (Executable::can_alias): the last instruction reading each input.
+    for (size_t k = 0; k < operands.size(); ++k) {
+      const int p = input_of[operands[k]];
+      if (p < 0) continue;
+      const bool ok = in_place_operand(k) && extras.empty();
+      if (exe->input_last_read[p] == index) exe->input_last_read_in_place[p] = exe->input_last_read_in_place[p] && ok;
+      else exe->input_last_read[p] = index, exe->input_last_read_in_place[p] = ok;
+    }
+    {
+      std::vector<int> in_place;
+      for (size_t k = 0; k < operands.size() && output_of[main_id] < 0; ++k)
+        if (value_of[operands[k]] >= 0 && in_place_operand(k)) in_place.push_back(value_of[operands[k]]);
+      define(main_id, in_place, index);
+    }
+    for (int x : extras) {  // further results' buffers follow the operands (fused.h)
+      define(x, {}, index);
+      instr.in_bufs.push_back(node_buf[x]);
+    }
+    for (int in : operands)
+      if (value_of[in] >= 0) planned[value_of[in]].last_use = index;
+    if (instr.op == Op::MatMul) {
+      const auto& a = instr.ins[0].shape;
+      const int64_t k = instr.attrs.trans_a ? a[a.size() - 2] : a.back();
+      exe->flops += 2 * n.size() * k;
+    }
+    if (group < 0) select_kernel(instr);
+    exe->instrs.push_back(std::move(instr));
+  }
+  // Outputs that are inputs, constants, or repeats of another output are copied.
+  for (size_t k = 0; k < g.outputs.size(); ++k) {
+    const int id = g.outputs[k];
+    if (output_of[id] == static_cast<int>(k)) continue;
+    Instr copy;
+    copy.op = Op::Reshape;
+    copy.node = id;
+    copy.out = exe->output_types[k];
+    copy.ins = {copy.out};
+    copy.in_bufs = {node_buf[id]};
+    copy.out_buf = new_buffer({BufferRef::kOutput, static_cast<int64_t>(k)});
+    const int index = static_cast<int>(exe->instrs.size());
+    if (value_of[id] >= 0) planned[value_of[id]].last_use = index;
+    exe->output_writer[k] = index;
+    if (const int p = input_of[id]; p >= 0) {  // a copy reads each byte before writing it
+      if (exe->input_last_read[p] != index) exe->input_last_read_in_place[p] = true;
+      exe->input_last_read[p] = index;
+    }
+    select_kernel(copy);
+    exe->instrs.push_back(std::move(copy));
+  }
+  for (Instr& instr : exe->instrs)
+    if (instr.out_buf < 0) instr.out_buf = node_buf[instr.node];
+  MemoryPlan plan = plan_memory(planned);
+  for (size_t v = 0; v < planned.size(); ++v)
+    exe->buffers[node_buf[planned_node[v]]].where = plan.offset[v];
+  exe->arena_bytes = plan.arena_bytes;
+  exe->min_live_bytes = plan.min_live_bytes;
+  exe->table_bytes_ = (exe->buffers.size() * sizeof(void*) + 63) / 64 * 64;
+  return exe;
+}
+
+std::shared_ptr<const Executable> compile(const Graph& traced, std::vector<CheckSite> sites,
+                                          const CompileOptions& options) {
+  static std::atomic<int> counter{0};
+  std::string dir = options.dump_dir;
+  if (dir.empty())
+    if (const char* env = std::getenv("FJIT_DUMP_DIR")) dir = env;
+  const std::string stem = options.name + "." + std::to_string(counter++);
+  if (!dir.empty()) {
+    dump(dir, stem, ".before.txt", traced.to_string(true));
+    dump(dir, stem, ".before.dot", traced.to_dot(options.name + " (traced)"));
+  }
+  auto optimized = std::make_shared<const Graph>(optimize(traced, options.verify));
+  FusionOptions fusion;
+  fusion.elementwise = fusion.gemm_epilogue = options.fuse;
+  if (const char* env = std::getenv("FJIT_FUSION")) {  // 0, 1, elementwise or gemm
+    const std::string v = env;
+    if (v == "0" || v == "gemm") fusion.elementwise = false;
+    if (v == "0" || v == "elementwise") fusion.gemm_epilogue = false;
+  }
+  std::shared_ptr<Executable> exe = Compiler::lower(optimized, std::move(sites), fusion);
+  if (!dir.empty()) {
+    dump(dir, stem, ".after.txt", optimized->to_string(true));
+    dump(dir, stem, ".after.dot", optimized->to_dot(options.name + " (optimized)"));
+    dump(dir, stem, ".plan.txt", exe->plan_string());
+    log().info("dumped {} to {}/{}.*", options.name, dir, stem);
+  }
+  return exe;
+}
+
+}  // namespace fjit

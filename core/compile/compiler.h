@@ -1,0 +1,32 @@
+// compile(): traced Graph -> optimized Graph -> Executable (instructions, kernels, buffers).
+//
+// The pass pipeline is fixed and ordered: algebraic simplification, constant folding,
+// simplification again, dead-code elimination. Lowering then fuses groups of nodes into single
+// instructions (core/passes/fusion.h) and plans the arena (core/memory_plan.h). With
+// FJIT_DUMP_DIR set (or
+// CompileOptions::dump_dir), the graph before and after the passes is written as .txt and .dot
+// and the plan as .plan.txt, named <name>.<n>.*.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "core/compile/executable.h"
+
+namespace fjit {
+
+struct CompileOptions {
+  std::string name = "fn";
+  std::string dump_dir;  // empty: FJIT_DUMP_DIR, if set
+  bool verify = true;    // run the verifier before and after the passes
+  bool fuse = true;      // fused instructions (core/passes/fusion.h); FJIT_FUSION=0 turns off,
+                         // FJIT_FUSION=elementwise or =gemm keeps one kind
+};
+
+std::shared_ptr<const Executable> compile(const Graph& traced, std::vector<CheckSite> sites,
+                                          const CompileOptions& options = {});
+
+// The optimized graph alone (for tests and dumps).
+Graph optimize(const Graph& traced, bool verify = true);
+
+}  // namespace fjit

@@ -1,0 +1,50 @@
+#include "core/compile/executable.h"
+
+#include <sstream>
+
+namespace fjit {
+
+void Executable::run(const void* const* inputs, void* const* outputs, RunContext& ctx,
+                     void* workspace) const {
+  void** table = static_cast<void**>(workspace);
+  std::byte* arena = static_cast<std::byte*>(workspace) + table_bytes_;
+  const size_t n = buffers.size();
+  for (size_t b = 0; b < n; ++b) {
+    const BufferRef& r = buffers[b];
+    switch (r.kind) {
+      case BufferRef::kInput: table[b] = const_cast<void*>(inputs[r.where]); break;
+      case BufferRef::kOutput: table[b] = outputs[r.where]; break;
+      case BufferRef::kConstant: table[b] = const_cast<void*>(r.constant); break;
+      case BufferRef::kArena: table[b] = arena + r.where; break;
+    }
+  }
+  const Frame frame{table, &ctx};
+  for (const Instr& instr : instrs) instr.fn(instr, frame);
+}
+
+std::string Executable::plan_string() const {
+  std::ostringstream os;
+  auto buf = [this](int b) {
+    const BufferRef& r = buffers[b];
+    switch (r.kind) {
+      case BufferRef::kInput: return "in" + std::to_string(r.where);
+      case BufferRef::kOutput: return "out" + std::to_string(r.where);
+      case BufferRef::kConstant: return "const" + std::to_string(b);
+      case BufferRef::kArena: return "arena+" + std::to_string(r.where);
+    }
+    return std::string("?");
+  };
+  os << "plan: " << instrs.size() << " instructions, arena " << arena_bytes << " bytes (min live "
+     << min_live_bytes << "), " << check_sites.size() << " check sites\n";
+  for (size_t i = 0; i < instrs.size(); ++i) {
+    const Instr& in = instrs[i];
+    os << "  " << i << ": " << buf(in.out_buf) << " = "
+       << (in.label.empty() ? std::string(op_name(in.op)) : in.label) << " "
+       << type_str(in.out.dtype, in.out.shape);
+    for (size_t k = 0; k < in.in_bufs.size(); ++k) os << (k ? ", " : " ") << buf(in.in_bufs[k]);
+    os << "   (%" << in.node << ")\n";
+  }
+  return os.str();
+}
+
+}  // namespace fjit

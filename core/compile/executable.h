@@ -1,0 +1,67 @@
+// Executable: a compiled plan. A flat list of instructions over buffer slots, with every slot
+// assigned before the first run, so running allocates nothing.
+//
+// An Executable is immutable after compile() and may be run from several threads at once (one
+// plan serves every replica): each run passes its own workspace of workspace_bytes().
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/ir/check_site.h"
+#include "core/ir/graph.h"
+#include "core/kernels/kernel.h"
+
+namespace fjit {
+
+struct BufferRef {
+  enum Kind : uint8_t { kInput, kOutput, kConstant, kArena };
+  Kind kind;
+  int64_t where = 0;               // input/output index, or arena byte offset
+  const void* constant = nullptr;  // kConstant
+};
+
+class Executable {
+ public:
+  // Runs the plan. `inputs[i]` / `outputs[k]` point to caller-owned storage of input_types[i] /
+  // output_types[k]; outputs must not overlap inputs. `workspace` is at least
+  // workspace_bytes() bytes, 64-byte aligned. Check flags go to ctx.flags / ctx.payload when
+  // num_check_sites() > 0 (the caller zeroes them before the run).
+  void run(const void* const* inputs, void* const* outputs, RunContext& ctx, void* workspace) const;
+
+  size_t workspace_bytes() const { return table_bytes_ + arena_bytes; }
+  // Donation: true when output k may be written into input i's own storage, i.e. the plan
+  // reads input i only before the instruction that writes output k, or in that instruction
+  // as an operand it can update in place (same shape, elementwise, or a GEMM epilogue's
+  // addend). The types must match too (the caller checks that).
+  bool can_alias(int input, int output) const {
+    const int w = output_writer[output];
+    const int r = input_last_read[input];
+    return w >= 0 && (r < w || (r == w && input_last_read_in_place[input]));
+  }
+  int num_check_sites() const { return static_cast<int>(check_sites.size()); }
+  // The plan, one instruction per line with its buffer assignment.
+  std::string plan_string() const;
+
+  std::shared_ptr<const Graph> graph;  // the optimized graph the plan computes
+  std::vector<Instr> instrs;
+  std::vector<BufferRef> buffers;
+  std::vector<ValueType> input_types, output_types;
+  std::vector<CheckSite> check_sites;  // indexed by site id (the check node's attrs.index)
+  std::vector<std::shared_ptr<const Array>> constants;  // storage of constant buffers
+  size_t arena_bytes = 0;              // intermediate values, after buffer reuse
+  size_t min_live_bytes = 0;           // the largest set of values live at one time
+  int64_t flops = 0;                   // matmul multiply-adds x2, for reports
+  // For can_alias(): per output, the one instruction that writes it (-1: none); per input,
+  // the last instruction that reads it (-1: none) and whether every read there is in place.
+  std::vector<int> output_writer;
+  std::vector<int> input_last_read;
+  std::vector<bool> input_last_read_in_place;
+
+ private:
+  friend class Compiler;
+  size_t table_bytes_ = 0;
+};
+
+}  // namespace fjit

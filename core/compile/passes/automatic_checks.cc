@@ -1,0 +1,172 @@
+// The automatic-check pass. The graph is rebuilt with each op's checks right next to it:
+// operand checks (division by zero, index range, log/sqrt domain) just before the op, the
+// NaN/Inf check of its result just after. So site ids, which are renumbered in graph order,
+// follow plan order, and the first raised flag of a step is the first bad value computed.
+//
+// One combined check per result, all(isfinite(x)) with CheckKind::nan: the report tells NaN
+// from Inf by the counts the kernel takes when it fails (core/ir/check_payload.h), which costs nothing
+// on a passing step, where two predicates would cost two passes.
+//
+// Which results get a NaN/Inf check: floating-point results of ops that can turn finite
+// operands into a non-finite value (arithmetic, exp/log/sqrt, matmul, sums, casts, all-reduce,
+// scatter-add). Ops that only move, select or squash values (layout, gather, select, max/min,
+// relu, abs, neg, sign, tanh, sigmoid) cannot, and any non-finite operand they pass on was
+// already caught where it was made; like JAX's checkify, this reports the op that *produced*
+// a NaN, not every op it flowed through, at a fraction of the cost.
+//
+// Only ops that feed the outputs or a collective are checked: values that only feed user
+// checks are the checks' own helpers, and dead values would be kept alive by their check.
+#include "core/compile/passes/automatic_checks.h"
+
+#include "core/ir/check_upstream.h"
+#include "core/compile/passes/pass.h"
+#include "core/ir/shape_rules.h"
+
+namespace fjit {
+namespace {
+
+// Builds nodes straight into a graph: the pass runs after tracing, with no TraceContext.
+class NodeMaker {
+ public:
+  NodeMaker(Graph& g, const Site& site) : g_(g), site_(site) {}
+
+  int op(Op op, std::vector<int> ins, Attrs attrs = {}, ValueType hint = {DType::f32, {}}) {
+    std::vector<ValueType> types;
+    for (int in : ins) types.push_back({g_.node(in).dtype, g_.node(in).shape});
+    const ValueType t = infer_type(op, attrs, types, hint);
+    return g_.add(Node{op, t.dtype, t.shape, std::move(ins), std::move(attrs), site_});
+  }
+  int scalar(DType dtype, double v) {
+    Attrs a;
+    a.scalar = v;
+    return op(Op::Constant, {}, std::move(a), {dtype, {}});
+  }
+  // Reduces a bool tensor over every axis (a scalar is returned as it is).
+  int reduce(Op r, int x) {
+    Attrs a;
+    for (size_t d = 0; d < g_.node(x).shape.size(); ++d) a.axes.push_back(static_cast<int64_t>(d));
+    return a.axes.empty() ? x : op(r, {x}, std::move(a));
+  }
+  // pred: no element of x satisfies `bad`, built as not(any(bad)) so that NaN, which
+  // compares false, is left to the NaN check.
+  int none(int bad) { return op(Op::LogicalNot, {reduce(Op::ReduceAny, bad)}); }
+
+ private:
+  Graph& g_;
+  const Site& site_;
+};
+
+bool produces_non_finite(Op op) {
+  switch (op) {
+    case Op::Exp: case Op::Log: case Op::Log1p: case Op::Sqrt: case Op::Rsqrt: case Op::Cast:
+    case Op::Add: case Op::Sub: case Op::Mul: case Op::Div: case Op::Pow: case Op::MatMul:
+    case Op::ReduceSum: case Op::AllReduce: case Op::ScatterAdd:
+      return true;
+    default:
+      return false;
+  }
+}
+
+bool is_float(DType t) { return t == DType::f32 || t == DType::f64; }
+
+class AutomaticChecks {
+ public:
+  AutomaticChecks(const Graph& g, const std::vector<CheckSite>& user) : user_(user) {
+    // Live through the outputs or collectives, not through check nodes.
+    live_.assign(g.size(), false);
+    for (int o : g.outputs) live_[o] = true;
+    for (int e : g.effects) live_[e] = g.node(e).op != Op::Check;
+    for (int i = g.size() - 1; i >= 0; --i)
+      if (live_[i])
+        for (int in : g.node(i).inputs) live_[in] = true;
+  }
+
+  int visit(Graph& out, int old_id, Node n) {
+    if (n.op == Op::Check) {  // a user check: renumbered in plan order
+      CheckSite s = user_[n.attrs.index];
+      n.attrs.index = static_cast<int64_t>(sites.size());
+      const int id = out.add(std::move(n));
+      s.node = id;
+      sites.push_back(std::move(s));
+      return id;
+    }
+    if (!live_[old_id] || n.op == Op::Constant) return out.add(std::move(n));
+    const Site site = n.site;
+    const Op op = n.op;
+    const std::string what = std::string(op_name(op)) + " " + type_str(n.dtype, n.shape);
+    NodeMaker make(out, site);
+    const std::vector<int>& ins = n.inputs;
+    switch (op) {
+      case Op::Div: {
+        const int den = ins[1];
+        add(make, CheckKind::div_by_zero, what, site, den, 0,
+            make.none(make.op(Op::Eq, {den, make.scalar(out.node(den).dtype, 0)})));
+        break;
+      }
+      case Op::Gather: {
+        const int idx = ins[1];
+        const int64_t bound = out.node(ins[0]).shape[n.attrs.axis];
+        const DType t = out.node(idx).dtype;
+        const int below = make.op(Op::Lt, {idx, make.scalar(t, 0)});
+        const int above = make.op(Op::Ge, {idx, make.scalar(t, static_cast<double>(bound))});
+        add(make, CheckKind::index_out_of_range, what, site, idx, static_cast<double>(bound),
+            make.none(make.op(Op::LogicalOr, {below, above})));
+        break;
+      }
+      case Op::Log: case Op::Log1p: case Op::Sqrt: case Op::Rsqrt: {
+        const double lo = op == Op::Log1p ? -1.0 : 0.0;
+        const CheckKind kind = (op == Op::Log || op == Op::Log1p) ? CheckKind::log_domain : CheckKind::sqrt_domain;
+        const int x = ins[0];
+        add(make, kind, what, site, x, lo,
+            make.none(make.op(Op::Lt, {x, make.scalar(out.node(x).dtype, lo)})));
+        break;
+      }
+      default:
+        break;
+    }
+    const bool check_result = is_float(n.dtype) && produces_non_finite(op);
+    const int id = out.add(std::move(n));
+    if (checked_.size() <= static_cast<size_t>(id)) checked_.resize(id + 1, false);
+    if (check_result && !checked_[id]) {  // an op merged with an equal one is checked once
+      checked_[id] = true;
+      add(make, CheckKind::nan, what, site, id, 0,
+          make.reduce(Op::ReduceAll, make.op(Op::IsFinite, {id})));
+    }
+    return id;
+  }
+
+  std::vector<CheckSite> sites;
+
+ private:
+  void add(NodeMaker& make, CheckKind kind, const std::string& what, const Site& site,
+           int value, double bound, int pred) {
+    Attrs a;
+    a.index = static_cast<int64_t>(sites.size());
+    a.axis = static_cast<int64_t>(kind);
+    a.scalar = bound;
+    CheckSite s;
+    s.kind = kind;
+    s.op = what;
+    s.site = site;
+    s.node = make.op(Op::Check, {pred, value}, std::move(a), {DType::boolean, {}});
+    sites.push_back(std::move(s));
+  }
+
+  const std::vector<CheckSite>& user_;
+  std::vector<bool> live_;
+  std::vector<bool> checked_;
+};
+
+}  // namespace
+
+void add_automatic_checks(Graph& g, std::vector<CheckSite>& sites) {
+  AutomaticChecks pass(g, sites);
+  Graph rebuilt = rewrite(g, [&pass](Graph& out, int old_id, Node n) {
+    return pass.visit(out, old_id, std::move(n));
+  });
+  g = std::move(rebuilt);
+  sites = std::move(pass.sites);
+  link_all_sites(g, sites);
+}
+
+}  // namespace fjit

@@ -1,0 +1,79 @@
+// Fusion planning: which nodes of an optimized graph one instruction computes together.
+//
+// Unlike the graph passes in pass.h, fusion does not rewrite the graph: the optimized graph
+// stays the one the user's ops made (checks and their upstream analysis read it), and the
+// compiler lowers each group of this plan into one fused instruction (core/kernels/fused.h).
+//   elementwise  a DAG of elementwise ops (and broadcasts) whose intermediates are used only
+//                inside the group, with the shape of its root: one pass over memory.
+//   sum          such a group (one op is enough) whose value only a full reduce_sum reads:
+//                summed block by block, bit-identical to the unfused sum (sum(g*g) for a
+//                global norm never writes the squares).
+//   gemm         matmul followed by a scalar multiply, then optionally an add/sub of a value:
+//                out = addend + alpha * A B as one blocked GEMM that applies the update to
+//                each block of the product while it is in cache (the SGD update p - lr * dW),
+//                rounding once, as fma(alpha, A B, addend). When something else reads the
+//                product (a check, a returned gradient), the same instruction writes it out
+//                too; when the product is also squared and summed (a global gradient norm),
+//                it computes that sum as well (extra_roots): as the GEMM's panel kernel
+//                stores the product when the depth fits one of its blocks (within rounding of
+//                the unfused sum, in an order fixed by the shapes), else with the unfused
+//                sum's rounding.
+//                Which nodes form the update is decided on the consumers that reach an output
+//                or a collective, never on check helpers, and the arithmetic is the same
+//                whichever results are written: updated parameters are bit-identical with
+//                checks off, on user checks and on all checks.
+//   reduce_update  a sum all-reduce followed by the same kind of update (the SGD step on a
+//                data-parallel gradient, p - lr * psum(g)): one collective that applies the
+//                update to each block of the sum as it is reduced, fma(alpha, sum, addend),
+//                on every replica (select_reduce_update). Formed, like gemm, on result
+//                consumers only; the sum is written too when something else reads it.
+// Otherwise nothing is fused across a node with effects (check, collective): such a node is
+// never a member, and a value it reads is never an intermediate, so it stays materialized and
+// every check still reads the value of the op that produced it. Graph outputs are never
+// intermediates either.
+#pragma once
+
+#include <vector>
+
+#include "core/ir/graph.h"
+#include "core/kernels/fused.h"
+
+namespace fjit {
+
+struct FusionGroup {
+  enum Kind { kElementwise, kSum, kGemm, kReduceUpdate };
+  Kind kind = kElementwise;
+  int root = -1;                 // the node whose value the instruction writes
+  std::vector<int> members;      // every node it computes, in graph order, root last
+  std::vector<int> inputs;       // external operand node ids, in the instruction's operand order
+  std::vector<FusedOp> program;  // kElementwise
+  int product = -1;              // kGemm: the matmul node; kReduceUpdate: the all-reduce
+  GemmUpdateForm form;           // kGemm: what the instruction reads and writes besides A, B
+  // kGemm, kReduceUpdate: further results the instruction writes, each through one more
+  // buffer after its operands, in this order: the product (the reduced sum) when it is read
+  // outside the group, then the sum of its squares (kGemm). The instruction runs at the
+  // earliest of root and these.
+  std::vector<int> extra_roots;
+  // The instruction with its kernel already selected (fn, prepared state); the compiler adds
+  // buffers and the node id.
+  Instr instr;
+};
+
+struct FusionPlan {
+  std::vector<int> group_of;  // node id -> index into groups, or -1 when computed alone
+  std::vector<FusionGroup> groups;
+  // "fused[...]" text for a group, for plan dumps.
+  std::string describe(int group) const;
+};
+
+struct FusionOptions {
+  bool elementwise = true;
+  bool gemm_epilogue = true;
+  int max_members = 24;
+};
+
+// REQUIRES: `live` from live_nodes(g). Parameters and constants are never members.
+FusionPlan plan_fusion(const Graph& g, const std::vector<bool>& live,
+                       const FusionOptions& options = {});
+
+}  // namespace fjit

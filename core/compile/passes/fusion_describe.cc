@@ -1,0 +1,39 @@
+// FusionPlan::describe: the "fused[...]" / "gemm[...]" text of a group in plan dumps.
+#include <cstdio>
+
+#include "core/compile/passes/fusion.h"
+
+namespace fjit {
+
+std::string FusionPlan::describe(int group) const {
+  const FusionGroup& grp = groups[group];
+  if (grp.kind == FusionGroup::kElementwise)
+    return "fused[" + fused_program_string(grp.program) + "]";
+  if (grp.kind == FusionGroup::kSum)
+    return "fused_sum[" + fused_program_string(grp.program) + "; %" + std::to_string(grp.root) +
+           " = sum]";
+  const Instr& in = grp.instr;
+  char alpha[32];
+  std::snprintf(alpha, sizeof alpha, "%g", in.attrs.scalar);
+  if (grp.kind == FusionGroup::kReduceUpdate) {
+    std::string s = "reduce_update[%" + std::to_string(grp.root) + " = in1 + " + alpha +
+                    " * psum(in0)";
+    for (int x : grp.extra_roots) s += ", %" + std::to_string(x) + " = psum(in0)";
+    s += "; nodes";
+    for (int m : grp.members) s += " %" + std::to_string(m);
+    return s + "]";
+  }
+  std::string s = "gemm[%" + std::to_string(grp.root) + " = ";
+  if (in.ins.size() - grp.form.alpha_operand == 3) s += "in2 + ";
+  if (grp.form.alpha_operand) std::snprintf(alpha, sizeof alpha, "in%zu", in.ins.size() - 1);
+  const std::string product = std::string("in0") + (in.attrs.trans_a ? "^T" : "") + " in1" +
+                              (in.attrs.trans_b ? "^T" : "");
+  s += std::string(alpha) + " * " + product;
+  for (int x : grp.extra_roots)
+    s += ", %" + std::to_string(x) + (x == grp.product ? " = " + product : " = sum of its squares");
+  s += "; nodes";
+  for (int m : grp.members) s += " %" + std::to_string(m);
+  return s + "]";
+}
+
+}  // namespace fjit

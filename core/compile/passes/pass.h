@@ -1,0 +1,36 @@
+// Graph passes. Each pass maps a Graph to an equivalent Graph; the compiler runs them as an
+// ordered pipeline (core/compiler.cc). Passes rebuild the graph through rewrite(), which
+// re-inserts nodes with hash-consing, so each rebuild also merges equal subexpressions.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/ir/graph.h"
+
+namespace fjit {
+
+class Pass {
+ public:
+  virtual ~Pass() = default;
+  virtual const char* name() const = 0;
+  virtual Graph run(const Graph& g) const = 0;
+};
+
+// Rebuilds `g`: visits nodes in order with their inputs already mapped to the new graph.
+// `fn` returns the new id for the old node (by default: out.add(mapped)). Nodes with
+// keep[id] == false are skipped (their users must be skipped too). Parameters keep their
+// order, outputs are mapped.
+using RewriteFn = std::function<int(Graph& out, int old_id, Node mapped)>;
+Graph rewrite(const Graph& g, const RewriteFn& fn, const std::vector<bool>* keep = nullptr);
+
+std::unique_ptr<Pass> make_dead_code_elimination();
+std::unique_ptr<Pass> make_constant_folding(int64_t max_folded_elements = 4096);
+std::unique_ptr<Pass> make_algebraic_simplification();
+
+// Node ids that feed the outputs or an effect.
+std::vector<bool> live_nodes(const Graph& g);
+
+}  // namespace fjit

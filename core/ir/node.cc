@@ -1,0 +1,77 @@
+#include "core/ir/node.h"
+
+#include <cstring>
+#include <sstream>
+
+#include "absl/hash/hash.h"
+
+namespace fjit {
+
+std::string Site::str() const {
+  if (!file) return "<unknown>";
+  std::string f = file;
+#ifdef FJIT_SOURCE_DIR
+  const std::string root = std::string(FJIT_SOURCE_DIR) + "/";
+  if (f.compare(0, root.size(), root) == 0) f = f.substr(root.size());
+#endif
+  return f + ":" + std::to_string(line);
+}
+
+bool Attrs::operator==(const Attrs& o) const {
+  if (axes != o.axes || starts != o.starts || limits != o.limits || steps != o.steps ||
+      axis != o.axis || index != o.index || keepdims != o.keepdims || trans_a != o.trans_a ||
+      trans_b != o.trans_b || reduce != o.reduce || name != o.name)
+    return false;
+  // Bitwise comparison so that NaN constants compare equal to themselves and -0 != 0.
+  if (std::memcmp(&scalar, &o.scalar, sizeof scalar) != 0) return false;
+  if (value == o.value) return true;
+  if (!value || !o.value) return false;
+  return value->bit_equal(*o.value);
+}
+
+size_t Attrs::hash() const {
+  uint64_t bits;
+  std::memcpy(&bits, &scalar, sizeof bits);
+  return absl::HashOf(axes, starts, limits, steps, axis, index, keepdims, trans_a, trans_b,
+                      reduce, name, bits, value ? value->fingerprint() : 0);
+}
+
+std::string Node::to_string(int id) const {
+  std::ostringstream os;
+  os << "%" << id << " = " << op_name(op) << " " << type_str(dtype, shape);
+  for (size_t i = 0; i < inputs.size(); ++i) os << (i ? ", " : " ") << "%" << inputs[i];
+  auto list = [&os](const char* key, const std::vector<int64_t>& v) {
+    if (v.empty()) return;
+    os << " " << key << "=[";
+    for (size_t i = 0; i < v.size(); ++i) os << (i ? "," : "") << v[i];
+    os << "]";
+  };
+  list("axes", attrs.axes);
+  list("starts", attrs.starts);
+  list("limits", attrs.limits);
+  list("steps", attrs.steps);
+  switch (op) {
+    case Op::Concat: case Op::Gather: case Op::ScatterAdd: case Op::ArgMax: case Op::Iota:
+      os << " axis=" << attrs.axis;
+      break;
+    case Op::Parameter:
+      os << " #" << attrs.index;
+      if (!attrs.name.empty()) os << " \"" << attrs.name << "\"";
+      break;
+    case Op::Check: os << " site=" << attrs.index; break;
+    case Op::AllReduce: case Op::AllGather: case Op::AxisIndex:
+      os << " axis_name=\"" << attrs.name << "\"";
+      break;
+    case Op::Constant:
+      if (attrs.value) os << " " << attrs.value->to_string(6);
+      else os << " " << attrs.scalar;
+      break;
+    default: break;
+  }
+  if (attrs.keepdims) os << " keepdims";
+  if (attrs.trans_a) os << " trans_a";
+  if (attrs.trans_b) os << " trans_b";
+  return os.str();
+}
+
+}  // namespace fjit

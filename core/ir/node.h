@@ -1,0 +1,72 @@
+// Node: the one uniform graph node {op, dtype, shape, inputs, attrs, site}.
+//
+// Nodes are immutable once inserted into a Graph, and are identified by their index in it.
+// Two nodes with equal (op, dtype, shape, inputs, attrs) are the same value, which is what
+// makes hash-consing (and so common-subexpression elimination) correct; ops with effects carry
+// a unique attribute (a check site id, a collective sequence number) so they are never merged.
+#pragma once
+
+#include <memory>
+#include <source_location>
+#include <string>
+#include <vector>
+
+#include "core/ir/array.h"
+#include "core/ir/dtype.h"
+#include "core/ir/op.h"
+
+namespace fjit {
+
+class StackTrace;  // core/trace/stack_trace.h
+
+// Where a node was created in the user's code.
+struct Site {
+  const char* file = nullptr;
+  int line = 0;
+  const char* function = nullptr;
+  // Captured only when checks are enabled (or for error reports); symbolized lazily.
+  std::shared_ptr<const StackTrace> stack;
+
+  static Site from(const std::source_location& loc) {
+    return Site{loc.file_name(), static_cast<int>(loc.line()), loc.function_name(), nullptr};
+  }
+  bool known() const { return file != nullptr; }
+  // "file:line" with the path relative to the source tree when under it; "<unknown>" if unknown.
+  std::string str() const;
+};
+
+// Op-specific attributes. Which fields an op uses is documented next to its builder in
+// core/tensor.h; unused fields keep their defaults so equality and hashing stay exact.
+struct Attrs {
+  std::vector<int64_t> axes;    // reduce axes, transpose permutation
+  std::vector<int64_t> starts;  // slice
+  std::vector<int64_t> limits;  // slice
+  std::vector<int64_t> steps;   // slice
+  int64_t axis = 0;             // concat, gather, argmax, iota, scatter_add
+  int64_t index = 0;            // parameter number, check site id, collective id
+  double scalar = 0;            // scalar constant value
+  bool keepdims = false;        // reductions
+  bool trans_a = false;         // matmul: use A^T without materialising it
+  bool trans_b = false;         // matmul: use B^T
+  uint8_t reduce = 0;           // collectives: ReduceOp
+  std::string name;             // collectives: axis name; parameter: argument path
+  std::shared_ptr<const Array> value;  // constant data (absent: scalar constant)
+
+  bool operator==(const Attrs& o) const;
+  size_t hash() const;
+};
+
+struct Node {
+  Op op;
+  DType dtype;
+  Shape shape;
+  std::vector<int> inputs;
+  Attrs attrs;
+  Site site;
+
+  int64_t size() const { return num_elements(shape); }
+  // "%7 = add f32[128,512] %5, %6" with attributes; no site.
+  std::string to_string(int id) const;
+};
+
+}  // namespace fjit

@@ -1,0 +1,237 @@
+#include "core/ir/shape_rules.h"
+
+#include <algorithm>
+#include <string>
+
+namespace fjit {
+namespace {
+
+[[noreturn]] void fail(const std::string& msg) { throw ShapeRuleError(msg); }
+
+std::string types(std::span<const ValueType> ins) {
+  std::string s;
+  for (size_t i = 0; i < ins.size(); ++i) s += (i ? " and " : "") + type_str(ins[i].dtype, ins[i].shape);
+  return s;
+}
+
+void require_same_dtype(std::span<const ValueType> ins) {
+  for (const ValueType& t : ins)
+    if (t.dtype != ins[0].dtype) fail("dtype mismatch: " + types(ins));
+}
+
+void require_dtype(const ValueType& t, bool ok, const char* what) {
+  if (!ok) fail(std::string("expects ") + what + ", got " + type_str(t.dtype, t.shape));
+}
+
+int64_t positive_axis(int64_t axis, int rank, const char* what) {
+  if (axis < -rank || axis >= std::max(rank, 1) || (rank == 0 && axis != 0 && axis != -1))
+    fail(std::string(what) + " " + std::to_string(axis) + " is out of range for rank " +
+         std::to_string(rank));
+  return axis < 0 ? axis + rank : axis;
+}
+
+ValueType matmul_type(const Attrs& a, std::span<const ValueType> ins) {
+  const ValueType &x = ins[0], &y = ins[1];
+  require_same_dtype(ins);
+  require_dtype(x, x.dtype != DType::boolean, "numeric operands");
+  if (x.shape.size() < 2 || y.shape.size() < 2)
+    fail("operands must have rank >= 2, got " + types(ins));
+  const size_t rx = x.shape.size(), ry = y.shape.size();
+  const int64_t m = a.trans_a ? x.shape[rx - 1] : x.shape[rx - 2];
+  const int64_t kx = a.trans_a ? x.shape[rx - 2] : x.shape[rx - 1];
+  const int64_t ky = a.trans_b ? y.shape[ry - 1] : y.shape[ry - 2];
+  const int64_t n = a.trans_b ? y.shape[ry - 2] : y.shape[ry - 1];
+  if (kx != ky)
+    fail("contraction dimensions differ (" + std::to_string(kx) + " vs " + std::to_string(ky) +
+         ") for " + types(ins) + (a.trans_a ? " with trans_a" : "") + (a.trans_b ? " with trans_b" : ""));
+  Shape bx(x.shape.begin(), x.shape.end() - 2), by(y.shape.begin(), y.shape.end() - 2);
+  if (!bx.empty() && !by.empty() && bx != by)
+    fail("batch dimensions differ: " + types(ins));
+  Shape out = bx.empty() ? by : bx;
+  out.push_back(m);
+  out.push_back(n);
+  return {x.dtype, out};
+}
+
+ValueType reduce_type(Op op, const Attrs& a, const ValueType& x) {
+  if (op == Op::ReduceAll || op == Op::ReduceAny)
+    require_dtype(x, x.dtype == DType::boolean, "a bool operand");
+  else
+    require_dtype(x, x.dtype != DType::boolean, "a numeric operand");
+  const int rank = static_cast<int>(x.shape.size());
+  std::vector<int64_t> axes = a.axes;
+  if (op == Op::ArgMax) axes = {a.axis};
+  for (size_t i = 0; i < axes.size(); ++i) {
+    if (axes[i] < 0 || axes[i] >= rank)
+      fail("axis " + std::to_string(axes[i]) + " is out of range for " + type_str(x.dtype, x.shape));
+    if (i && axes[i] <= axes[i - 1]) fail("axes must be sorted and unique");
+  }
+  Shape out;
+  for (int d = 0; d < rank; ++d) {
+    const bool reduced = std::find(axes.begin(), axes.end(), d) != axes.end();
+    if (!reduced) out.push_back(x.shape[d]);
+    else if (a.keepdims) out.push_back(1);
+  }
+  if (op == Op::ArgMax) {
+    if (x.shape[a.axis] == 0) fail("argmax over an empty axis");
+    return {DType::i32, out};
+  }
+  return {x.dtype, out};
+}
+
+ValueType layout_type(Op op, const Attrs& a, std::span<const ValueType> ins, const ValueType& hint) {
+  const ValueType& x = ins[0];
+  const int rank = static_cast<int>(x.shape.size());
+  switch (op) {
+    case Op::Reshape:
+      if (num_elements(hint.shape) != x.size())
+        fail("cannot reshape " + type_str(x.dtype, x.shape) + " (" + std::to_string(x.size()) +
+             " elements) to " + shape_str(hint.shape));
+      return {x.dtype, hint.shape};
+    case Op::Transpose: {
+      if (static_cast<int>(a.axes.size()) != rank)
+        fail("permutation has " + std::to_string(a.axes.size()) + " entries for rank " + std::to_string(rank));
+      std::vector<bool> seen(rank, false);
+      Shape out;
+      for (int64_t p : a.axes) {
+        if (p < 0 || p >= rank || seen[p]) fail("invalid permutation for " + type_str(x.dtype, x.shape));
+        seen[p] = true;
+        out.push_back(x.shape[p]);
+      }
+      return {x.dtype, out};
+    }
+    case Op::BroadcastTo:
+      if (broadcast_shapes(x.shape, hint.shape) != hint.shape)
+        fail("cannot broadcast " + type_str(x.dtype, x.shape) + " to " + shape_str(hint.shape));
+      return {x.dtype, hint.shape};
+    case Op::Concat: {
+      if (ins.empty()) fail("needs at least one operand");
+      require_same_dtype(ins);
+      if (rank == 0) fail("cannot concatenate scalars");
+      if (a.axis < 0 || a.axis >= rank) fail("axis " + std::to_string(a.axis) + " out of range");
+      Shape out = x.shape;
+      out[a.axis] = 0;
+      for (const ValueType& t : ins) {
+        if (t.shape.size() != x.shape.size()) fail("rank mismatch: " + types(ins));
+        for (int d = 0; d < rank; ++d)
+          if (d != a.axis && t.shape[d] != x.shape[d]) fail("shapes differ off the axis: " + types(ins));
+        out[a.axis] += t.shape[a.axis];
+      }
+      return {x.dtype, out};
+    }
+    case Op::Slice: {
+      if (static_cast<int>(a.starts.size()) != rank || a.limits.size() != a.starts.size() ||
+          a.steps.size() != a.starts.size())
+        fail("starts/limits/steps must each have one entry per dimension of " + type_str(x.dtype, x.shape));
+      Shape out;
+      for (int d = 0; d < rank; ++d) {
+        if (a.steps[d] < 1) fail("step must be >= 1");
+        if (a.starts[d] < 0 || a.limits[d] > x.shape[d] || a.starts[d] > a.limits[d])
+          fail("slice [" + std::to_string(a.starts[d]) + ":" + std::to_string(a.limits[d]) +
+               "] out of range for dimension " + std::to_string(d) + " of " + type_str(x.dtype, x.shape));
+        out.push_back((a.limits[d] - a.starts[d] + a.steps[d] - 1) / a.steps[d]);
+      }
+      return {x.dtype, out};
+    }
+    default: fail("not a layout op");
+  }
+}
+
+}  // namespace
+
+Shape broadcast_shapes(const Shape& a, const Shape& b) {
+  const size_t r = std::max(a.size(), b.size());
+  Shape out(r);
+  for (size_t i = 0; i < r; ++i) {
+    const int64_t da = i < r - a.size() ? 1 : a[i - (r - a.size())];
+    const int64_t db = i < r - b.size() ? 1 : b[i - (r - b.size())];
+    if (da != db && da != 1 && db != 1)
+      fail("shapes " + shape_str(a) + " and " + shape_str(b) + " cannot be broadcast together");
+    out[i] = da == 1 ? db : da;
+  }
+  return out;
+}
+
+ValueType infer_type(Op op, const Attrs& a, std::span<const ValueType> ins, const ValueType& hint) {
+  const int arity = op_arity(op);
+  if (arity >= 0 && static_cast<int>(ins.size()) != arity)
+    fail("expects " + std::to_string(arity) + " operands, got " + std::to_string(ins.size()));
+  switch (op_kind(op)) {
+    case OpKind::kSource:
+      if (op == Op::Constant && a.value &&
+          (a.value->dtype() != hint.dtype || a.value->shape() != hint.shape))
+        fail("constant data does not match its type");
+      return hint;
+    case OpKind::kUnary: {
+      const ValueType& x = ins[0];
+      switch (op) {
+        case Op::Cast: return {hint.dtype, x.shape};
+        case Op::IsFinite:
+          require_dtype(x, x.dtype != DType::boolean, "a numeric operand");
+          return {DType::boolean, x.shape};
+        case Op::Neg: case Op::Abs: case Op::Sign: case Op::Relu:
+          require_dtype(x, x.dtype != DType::boolean, "a numeric operand");
+          return x;
+        default:
+          require_dtype(x, is_floating(x.dtype), "a floating-point operand");
+          return x;
+      }
+    }
+    case OpKind::kBinary:
+      require_same_dtype(ins);
+      require_dtype(ins[0], ins[0].dtype != DType::boolean, "numeric operands");
+      return {ins[0].dtype, broadcast_shapes(ins[0].shape, ins[1].shape)};
+    case OpKind::kCompare:
+      require_same_dtype(ins);
+      return {DType::boolean, broadcast_shapes(ins[0].shape, ins[1].shape)};
+    case OpKind::kLogical:
+      for (const ValueType& t : ins) require_dtype(t, t.dtype == DType::boolean, "bool operands");
+      return {DType::boolean, ins.size() == 1 ? ins[0].shape : broadcast_shapes(ins[0].shape, ins[1].shape)};
+    case OpKind::kSelect: {
+      require_dtype(ins[0], ins[0].dtype == DType::boolean, "a bool condition");
+      if (ins[1].dtype != ins[2].dtype) fail("branch dtypes differ: " + types(ins.subspan(1)));
+      Shape s = broadcast_shapes(broadcast_shapes(ins[0].shape, ins[1].shape), ins[2].shape);
+      return {ins[1].dtype, s};
+    }
+    case OpKind::kMatMul: return matmul_type(a, ins);
+    case OpKind::kReduce: return reduce_type(op, a, ins[0]);
+    case OpKind::kLayout: return layout_type(op, a, ins, hint);
+    case OpKind::kIndex: {
+      const ValueType &x = ins[0], &idx = ins[1];
+      require_dtype(idx, idx.dtype == DType::i32, "i32 indices");
+      if (op == Op::Gather) {
+        const int rank = static_cast<int>(x.shape.size());
+        if (a.axis < 0 || a.axis >= rank)
+          fail("axis " + std::to_string(a.axis) + " out of range for " + type_str(x.dtype, x.shape));
+        Shape out(x.shape.begin(), x.shape.begin() + a.axis);
+        out.insert(out.end(), idx.shape.begin(), idx.shape.end());
+        out.insert(out.end(), x.shape.begin() + a.axis + 1, x.shape.end());
+        return {x.dtype, out};
+      }
+      // scatter_add(updates, indices) into an operand of type `hint`: the inverse of gather.
+      Shape expect(hint.shape.begin(), hint.shape.begin() + a.axis);
+      expect.insert(expect.end(), idx.shape.begin(), idx.shape.end());
+      expect.insert(expect.end(), hint.shape.begin() + a.axis + 1, hint.shape.end());
+      if (expect != x.shape || x.dtype != hint.dtype)
+        fail("updates " + type_str(x.dtype, x.shape) + " do not match gather of " +
+             type_str(hint.dtype, hint.shape) + " by " + type_str(idx.dtype, idx.shape));
+      return hint;
+    }
+    case OpKind::kCollective:
+      if (op == Op::AxisIndex) return {DType::i32, {}};
+      if (op == Op::AllGather) {
+        if (ins[0].shape.empty()) fail("all_gather needs rank >= 1");
+        if (hint.shape.empty() || hint.shape[0] % std::max<int64_t>(ins[0].shape[0], 1) != 0)
+          fail("all_gather output must stack whole replica shards");
+        return {ins[0].dtype, hint.shape};
+      }
+      return ins[0];
+    case OpKind::kEffect:
+      if (ins.empty() || ins[0].dtype != DType::boolean || !ins[0].shape.empty())
+        fail("check needs a bool scalar predicate, got " + types(ins));
+      return {DType::boolean, {}};
+  }
+  fail("unknown op");
+}
+
+}  // namespace fjit

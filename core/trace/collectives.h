@@ -1,0 +1,57 @@
+// Collective ops inside traced code, over a named replica axis (the axis pmap was given).
+// Each records one instruction that calls the replica's Communicator when the plan runs, and
+// has a VJP rule, so they compose with grad.
+//
+// The dict forms reduce every tensor of a TensorDict as a few large flat buffers (Horovod's
+// tensor fusion): tensors are packed in order into buckets of at most `bucket_bytes`, each
+// bucket is one all-reduce, and the results are unpacked. One call per small tensor would pay
+// the collective's latency once per tensor.
+#pragma once
+
+#include <string>
+
+#include "core/trace/ops.h"
+#include "core/trace/dict.h"
+#include "core/runtime/communicator.h"
+
+namespace fjit {
+
+// FJIT_FUSION_BYTES, default 1 MiB. Packing costs two copies of every packed byte (concat
+// in, slice out), while an extra all-reduce costs a few microseconds and the all-reduce
+// reaches its full bandwidth at 1 MiB (bench/allreduce_bench.cc). So small tensors share
+// 1 MiB buckets and a tensor of 1 MiB or more is reduced alone, in place, without copies.
+// Measured with bench/scaling_bench.cc (MLP 784-512-512-10, 2.55 MiB of gradients, 2
+// replicas): 0.25-1 MiB (4 buckets) 5-12% faster per step than 4-64 MiB (1 bucket), on
+// threads and MPI alike. Buckets are not reduced while backward still runs: a replica's
+// plan runs on one thread, and with one core per replica there is nothing to overlap with
+// (the shared-memory all-reduce is itself CPU work).
+// Read on every call (on the tracing thread: psum/pmean of a TensorDict), strictly: an integer
+// from 1 to 2^30 (1 GiB), raised to at least 1024; unset or empty gives the default; anything
+// else throws std::invalid_argument naming FJIT_FUSION_BYTES, out of the trace to the caller.
+int64_t default_fusion_bytes();
+
+Tensor psum(const Tensor& x, const std::string& axis, Loc loc = Loc::current());
+// Mean over replicas. When pmap split an uneven batch, each replica's term is weighted by its
+// share of the examples, so the mean of per-replica means is the exact mean over the batch.
+Tensor pmean(const Tensor& x, const std::string& axis, Loc loc = Loc::current());
+Tensor pmax(const Tensor& x, const std::string& axis, Loc loc = Loc::current());
+// Concatenation of every replica's x along axis 0, in replica order.
+Tensor all_gather(const Tensor& x, const std::string& axis, Loc loc = Loc::current());
+// This replica's index on the axis, an i32 scalar.
+Tensor axis_index(const std::string& axis, Loc loc = Loc::current());
+
+TensorDict psum(const TensorDict& xs, const std::string& axis, Loc loc = Loc::current());
+TensorDict pmean(const TensorDict& xs, const std::string& axis, Loc loc = Loc::current());
+
+namespace detail {
+// The fused all-reduce of several tensors (same dtype) as buckets; used by the dict forms.
+std::vector<Tensor> fused_all_reduce(const std::vector<Tensor>& xs, ReduceOp op,
+                                     const std::string& axis, int64_t bucket_bytes, const Loc& loc);
+// The replica-weight input of the current trace, if pmap added one (uneven batches).
+Tensor replica_weight();
+// What pmean multiplies each replica's value by: replica weight / replicas (1 / replicas
+// without a weight), a scalar of `dtype`.
+Tensor mean_scale(DType dtype, Loc loc = Loc::current());
+}  // namespace detail
+
+}  // namespace fjit

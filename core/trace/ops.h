@@ -1,0 +1,127 @@
+// The traced op API. Each function checks its operands, records a node, and returns a handle.
+// Axes may be negative (counted from the end). Binary ops broadcast NumPy style and require
+// equal dtypes; a C++ scalar operand takes the tensor's dtype (JAX's weak typing).
+// Every function takes the caller's source location for error messages and check reports.
+#pragma once
+
+#include <initializer_list>
+#include <vector>
+
+#include "core/trace/tensor.h"
+
+namespace fjit {
+
+using Axes = std::vector<int64_t>;
+
+// Sources.
+Tensor full(DType dtype, const Shape& shape, double value, Loc loc = Loc::current());
+Tensor scalar(DType dtype, double value, Loc loc = Loc::current());
+Tensor zeros_like(const Tensor& x, Loc loc = Loc::current());
+Tensor ones_like(const Tensor& x, Loc loc = Loc::current());
+Tensor constant(const Array& value, Loc loc = Loc::current());
+// Values 0..n-1 along `axis` of `shape`.
+Tensor iota(DType dtype, const Shape& shape, int64_t axis = 0, Loc loc = Loc::current());
+
+// Unary.
+Tensor neg(const Tensor& x, Loc loc = Loc::current());
+Tensor abs(const Tensor& x, Loc loc = Loc::current());
+Tensor exp(const Tensor& x, Loc loc = Loc::current());
+Tensor log(const Tensor& x, Loc loc = Loc::current());
+Tensor log1p(const Tensor& x, Loc loc = Loc::current());
+Tensor sqrt(const Tensor& x, Loc loc = Loc::current());
+Tensor rsqrt(const Tensor& x, Loc loc = Loc::current());
+Tensor tanh(const Tensor& x, Loc loc = Loc::current());
+Tensor sigmoid(const Tensor& x, Loc loc = Loc::current());
+Tensor relu(const Tensor& x, Loc loc = Loc::current());
+Tensor sign(const Tensor& x, Loc loc = Loc::current());
+Tensor isfinite(const Tensor& x, Loc loc = Loc::current());
+Tensor cast(const Tensor& x, DType dtype, Loc loc = Loc::current());
+Tensor square(const Tensor& x, Loc loc = Loc::current());
+
+// Binary (broadcasting).
+Tensor add(const Tensor& a, const Tensor& b, Loc loc = Loc::current());
+Tensor sub(const Tensor& a, const Tensor& b, Loc loc = Loc::current());
+Tensor mul(const Tensor& a, const Tensor& b, Loc loc = Loc::current());
+Tensor div(const Tensor& a, const Tensor& b, Loc loc = Loc::current());
+Tensor pow(const Tensor& a, const Tensor& b, Loc loc = Loc::current());
+Tensor maximum(const Tensor& a, const Tensor& b, Loc loc = Loc::current());
+Tensor minimum(const Tensor& a, const Tensor& b, Loc loc = Loc::current());
+Tensor eq(const Tensor& a, const Tensor& b, Loc loc = Loc::current());
+Tensor ne(const Tensor& a, const Tensor& b, Loc loc = Loc::current());
+Tensor lt(const Tensor& a, const Tensor& b, Loc loc = Loc::current());
+Tensor le(const Tensor& a, const Tensor& b, Loc loc = Loc::current());
+Tensor gt(const Tensor& a, const Tensor& b, Loc loc = Loc::current());
+Tensor ge(const Tensor& a, const Tensor& b, Loc loc = Loc::current());
+Tensor logical_and(const Tensor& a, const Tensor& b, Loc loc = Loc::current());
+Tensor logical_or(const Tensor& a, const Tensor& b, Loc loc = Loc::current());
+Tensor logical_not(const Tensor& a, Loc loc = Loc::current());
+// Elementwise cond ? a : b, all three broadcast together.
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b, Loc loc = Loc::current());
+
+// Operators (no source location: errors find the call site on the stack).
+Tensor operator-(const Tensor& x);
+Tensor operator+(const Tensor& a, const Tensor& b);
+Tensor operator-(const Tensor& a, const Tensor& b);
+Tensor operator*(const Tensor& a, const Tensor& b);
+Tensor operator/(const Tensor& a, const Tensor& b);
+Tensor operator+(const Tensor& a, double b);
+Tensor operator-(const Tensor& a, double b);
+Tensor operator*(const Tensor& a, double b);
+Tensor operator/(const Tensor& a, double b);
+Tensor operator+(double a, const Tensor& b);
+Tensor operator-(double a, const Tensor& b);
+Tensor operator*(double a, const Tensor& b);
+Tensor operator/(double a, const Tensor& b);
+Tensor operator<(const Tensor& a, const Tensor& b);
+Tensor operator<=(const Tensor& a, const Tensor& b);
+Tensor operator>(const Tensor& a, const Tensor& b);
+Tensor operator>=(const Tensor& a, const Tensor& b);
+Tensor operator<(const Tensor& a, double b);
+Tensor operator>(const Tensor& a, double b);
+Tensor operator&&(const Tensor& a, const Tensor& b);
+Tensor operator||(const Tensor& a, const Tensor& b);
+Tensor operator!(const Tensor& a);
+
+// Linear algebra. a: [..., M, K] (or [..., K, M] with trans_a), b: [..., K, N] (or [..., N, K]
+// with trans_b); a rank-2 operand broadcasts over the other's batch dimensions.
+Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a = false, bool trans_b = false,
+              Loc loc = Loc::current());
+
+// Reductions. Empty `axes` reduces over every axis.
+Tensor sum(const Tensor& x, Axes axes = {}, bool keepdims = false, Loc loc = Loc::current());
+Tensor mean(const Tensor& x, Axes axes = {}, bool keepdims = false, Loc loc = Loc::current());
+Tensor max(const Tensor& x, Axes axes = {}, bool keepdims = false, Loc loc = Loc::current());
+Tensor min(const Tensor& x, Axes axes = {}, bool keepdims = false, Loc loc = Loc::current());
+Tensor all(const Tensor& x, Axes axes = {}, bool keepdims = false, Loc loc = Loc::current());
+Tensor any(const Tensor& x, Axes axes = {}, bool keepdims = false, Loc loc = Loc::current());
+Tensor argmax(const Tensor& x, int64_t axis, bool keepdims = false, Loc loc = Loc::current());
+
+// Layout. reshape accepts one -1 extent.
+Tensor reshape(const Tensor& x, Shape shape, Loc loc = Loc::current());
+// Empty perm reverses the axes.
+Tensor transpose(const Tensor& x, Axes perm = {}, Loc loc = Loc::current());
+Tensor broadcast_to(const Tensor& x, const Shape& shape, Loc loc = Loc::current());
+Tensor expand_dims(const Tensor& x, int64_t axis, Loc loc = Loc::current());
+// Empty axes removes every extent-1 axis.
+Tensor squeeze(const Tensor& x, Axes axes = {}, Loc loc = Loc::current());
+Tensor concat(const std::vector<Tensor>& xs, int64_t axis, Loc loc = Loc::current());
+// Per-dimension [start, limit) with step; empty steps means 1. Negative starts/limits count
+// from the end.
+Tensor slice(const Tensor& x, Axes starts, Axes limits, Axes steps = {}, Loc loc = Loc::current());
+// x[..., indices[j...], ...] along `axis`; out-of-range indices are clamped (an automatic
+// check reports them when checks are on).
+Tensor take(const Tensor& x, const Tensor& indices, int64_t axis = 0, Loc loc = Loc::current());
+Tensor gather(const Tensor& x, const Tensor& indices, int64_t axis = 0, Loc loc = Loc::current());
+// The adjoint of take: zeros of `operand_shape` with `updates` added at `indices`.
+Tensor scatter_add(const Tensor& updates, const Tensor& indices, const Shape& operand_shape,
+                   int64_t axis = 0, Loc loc = Loc::current());
+Tensor one_hot(const Tensor& labels, int64_t depth, DType dtype = DType::f32,
+               Loc loc = Loc::current());
+
+// Composites over the last axis by default; numerically stable.
+Tensor log_softmax(const Tensor& logits, int64_t axis = -1, Loc loc = Loc::current());
+Tensor softmax(const Tensor& logits, int64_t axis = -1, Loc loc = Loc::current());
+// Per-example cross entropy of logits [..., C] against integer labels [...] (i32).
+Tensor softmax_cross_entropy(const Tensor& logits, const Tensor& labels, Loc loc = Loc::current());
+
+}  // namespace fjit

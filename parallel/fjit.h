@@ -1,0 +1,24 @@
+// fjit: the one header users include (the umbrella target fjit::fjit puts it on the include
+// path as "fjit.h"). It sits with the top layer because it includes all three.
+//
+//   #include "fjit.h"
+//   using namespace fjit;
+//   auto step = jit([](const Params& p, const Tensor& x) { ... });
+#pragma once
+
+#include "checks/check.h"
+#include "checks/step_check_handler.h"
+#include "core/autodiff/autodiff.h"
+#include "core/compile/compiler.h"
+#include "core/ir/array.h"
+#include "core/lib/initializers.h"
+#include "core/lib/optimizers.h"
+#include "core/runtime/jit.h"
+#include "core/runtime/log.h"
+#include "core/runtime/metrics.h"
+#include "core/runtime/threads.h"
+#include "core/trace/collectives.h"
+#include "core/trace/dict.h"
+#include "core/trace/ops.h"
+#include "core/trace/tensor.h"
+#include "parallel/pmap.h"
