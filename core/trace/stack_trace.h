@@ -80,7 +80,7 @@ bool is_user_frame(const StackFrame& f);
 // `file` (as recorded when the compiler was given relative paths, e.g. "../core/a.cc" from a
 // build folder) counts as under it when, without its leading "./" and "../", it names a file
 // of the tree.
-// FJIT_SOURCE_DIR is a compile definition of the fjit library (the repository root); built
+// FJIT_SOURCE_DIR is a compile definition of this file (the repository root); built
 // without it, no path is made relative and no file counts as fjit-internal.
 std::string relative_to_source_dir(const std::string& file);
 
