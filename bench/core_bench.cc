@@ -5,26 +5,9 @@
 //   build/bench/core_bench
 #include <benchmark/benchmark.h>
 
-#include <atomic>
-
 #include "fjit.h"
 #include "examples/lib/mlp_model.h"
-
-extern "C" {
-void* __libc_malloc(size_t);
-void* __libc_memalign(size_t, size_t);
-}
-namespace {
-std::atomic<long> g_allocs{0};
-}
-extern "C" {
-void* malloc(size_t n) { g_allocs.fetch_add(1, std::memory_order_relaxed); return __libc_malloc(n); }
-int posix_memalign(void** out, size_t a, size_t n) {
-  g_allocs.fetch_add(1, std::memory_order_relaxed);
-  *out = __libc_memalign(a, n);
-  return *out ? 0 : 12;
-}
-}
+#include "tests/alloc_counter.h"
 
 using namespace fjit;
 
@@ -83,9 +66,9 @@ void BM_MlpForwardAllocationsPerStep(benchmark::State& state) {
   f.run_into(out, p, x);
   long allocs = 0, steps = 0;
   for (auto _ : state) {
-    const long before = g_allocs.load();
+    const long before = fjit::testing::allocations();
     f.run_into(out, p, x);
-    allocs += g_allocs.load() - before;
+    allocs += fjit::testing::allocations() - before;
     ++steps;
   }
   state.counters["allocs_per_step"] = static_cast<double>(allocs) / std::max<long>(steps, 1);

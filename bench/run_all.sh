@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # make bench: runs the whole bench/ suite from a build directory and REWRITES bench/RESULTS.md
 # with a header (date, commit, machine, load before and after, compiler), then per benchmark
-# the exact command and its whole output, then a summary of the key figures.
+# the exact command and its whole output, then a summary of the key figures. One section is
+# kept by hand and carried over from the previous bench/RESULTS.md unchanged, as the last
+# section: "## Figures quoted by the sources", the measurements that comments in the sources
+# cite (headers say what they promise and point there for the figures).
 #
 #   bash bench/run_all.sh [BUILD_DIR]          (BUILD_DIR defaults to build)
 #   FJIT_BENCH_RESULTS=/tmp/r.md ...           write somewhere else
@@ -112,13 +115,18 @@ if [ -f "$BUILD/CMakeCache.txt" ]; then
 fi
 commit=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)
 [ -n "$(git -C "$ROOT" status --porcelain 2>/dev/null)" ] && commit="$commit (with uncommitted changes)"
+# The hand-kept section, from its heading to the end of bench/RESULTS.md (read before the
+# report below overwrites it).
+kept_heading='## Figures quoted by the sources'
+sed -n "/^$kept_heading\$/,\$p" "$ROOT/bench/RESULTS.md" > "$work/kept.md" 2>/dev/null
 
 {
   echo "# Benchmark results"
   echo
-  echo "Written by \`make bench\` (bench/run_all.sh): do not edit by hand, re-run it. Every"
-  echo "figure below comes with the command that made it; ratios are only meaningful within"
-  echo "one run, and only on an idle machine (compare the load averages)."
+  echo "Written by \`make bench\` (bench/run_all.sh): do not edit by hand, re-run it; only the"
+  echo "last section, \"${kept_heading#\#\# }\", is kept by hand. Every figure below comes with"
+  echo "the command that made it; ratios are only meaningful within one run, and only on an"
+  echo "idle machine (compare the load averages)."
   echo
   echo "| | |"
   echo "|---|---|"
@@ -162,6 +170,7 @@ commit=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)
   echo "## Runs"
   echo
   cat "$sections"
+  cat "$work/kept.md"
 } > "$RESULTS"
 echo "== wrote $RESULTS (${elapsed} s; load before $load_before, after $load_after)"
 [ ${#failed[@]} -eq 0 ] || { echo "failed: ${failed[*]}"; exit 1; }

@@ -1,9 +1,12 @@
 # The layer rule, run as a build step before any layer compiles (cmake -P, SOURCE_DIR set):
 # core/ includes nothing from checks/ or parallel/, checks/ nothing from parallel/, and only
-# parallel/ may include MPI. A violation fails the build and names the file and the line.
+# parallel/ may include MPI. No layer includes what is built on top of the library (tests/,
+# bench/, examples/): test-only helpers stay out of it. A violation fails the build and names
+# the file and the line.
 set(rules
-  "core|checks/|parallel/|mpi.h"
-  "checks|parallel/|mpi.h")
+  "core|checks/|parallel/|mpi.h|tests/|bench/|examples/"
+  "checks|parallel/|mpi.h|tests/|bench/|examples/"
+  "parallel|tests/|bench/|examples/")
 set(violations "")
 foreach(rule IN LISTS rules)
   string(REPLACE "|" ";" parts "${rule}")

@@ -10,19 +10,14 @@
 //    all-gather): the bytes a good MPI_Allreduce moves, in two rounds of messages. Small
 //    buffers: every rank receives every whole buffer and reduces locally, one round.
 //    Messages are point-to-point on a private communicator: for the node-sized groups fjit
-//    targets they beat MPI's non-blocking collectives (libnbc) by microseconds per call.
+//    targets they have less latency than MPI's non-blocking collectives (libnbc).
 //  - Buffers above 1 MiB go in 1 MiB segments, one after the other: each segment's received
-//    chunk is still in cache when it is reduced and sent back (measured on 2 ranks: 16 MiB
-//    1.1-1.2x, 64 MiB 1.3-1.4x faster than one segment; no change up to 4 MiB).
+//    chunk is still in cache when it is reduced and sent back. That pays off for large
+//    buffers and makes no difference below a few segments.
 //  - MPI_Allreduce is never called, not even for large buffers where it would be as fast:
 //    with 3+ ranks MPI does not fix the order of the sums, and even with 2 ranks (a+b == b+a)
-//    two NaNs with different payloads could reach ranks in either order. Against plain
-//    MPI_Allreduce on 2 ranks of one machine (bench/allreduce_bench.cc, a noisy VM, four
-//    runs), the shared-memory path below measured 1.17x-1.55x at 1 MiB, 1.56x-1.66x at
-//    4 MiB, 1.82x-2.02x at 16 MiB and 3.6x-4.6x at 64 MiB, except in one of the VM's slow
-//    spells for memory shared between processes (every transfer, MPI's too, 2-4x slower):
-//    0.88x and 0.81x at 4 and 16 MiB then. The message path alone: 0.82x-0.93x at 1 and
-//    4 MiB, 0.94x-2.8x above.
+//    two NaNs with different payloads could reach ranks in either order.
+//    bench/allreduce_bench.cc compares both paths below with plain MPI_Allreduce.
 //  - Scratch buffers grow to the largest call and are kept: no allocation per call in fjit's
 //    code after warm-up.
 //  - When every rank is on this machine, all_reduce and all_reduce_apply reduce through an
@@ -30,14 +25,17 @@
 //    into the window the chunks of its segment that the others reduce, reduces its own chunk
 //    from every rank's copy (and its own source) in place of a message round, and reads the
 //    others' reduced chunks in place of the other round. Same rank-order sums;
-//    set_shared_memory(false) keeps to messages, as across machines. It is faster at every
-//    size measured (2 ranks, against messages: 0.8 vs 1.0 us at 4 bytes, 2.0 vs 9.1 us at
-//    8 KiB, 10 vs 24 us at 64 KiB). pmap's plans then also get their workspaces from a shared
-//    window, and a source found there (a gradient the plan wrote) is read where it lies,
-//    without any copy.
+//    set_shared_memory(false) keeps to messages, as across machines. It is used at every
+//    size, as it was the faster path at every size measured. pmap's plans then also get
+//    their workspaces from a shared window, and a source found there (a gradient the plan
+//    wrote) is read where it lies, without any copy.
 //  - Every wait is on non-blocking requests, polled, so a stall is logged after warn_after
 //    ("rank R has waited S s in <collective> #k") and the job is MPI_Abort-ed after
 //    abort_after. Which rank is missing cannot be known cheaply with MPI, so it is not said.
+//
+// The measurements behind these choices (segments, shared memory against messages, both
+// against MPI_Allreduce, and what produced them) are in bench/RESULTS.md, "Figures quoted by
+// the sources".
 #pragma once
 
 #include <mpi.h>

@@ -12,6 +12,7 @@
 
 #include "lib/checkpoint.h"
 #include "lib/json_lite.h"
+#include "tests/test_util.h"
 
 namespace fs = std::filesystem;
 using namespace fjit;
@@ -44,16 +45,7 @@ std::string raw_bytes(const Array& a) {
   return std::string(static_cast<const char*>(a.raw()), a.nbytes());
 }
 
-template <class F>
-std::string error_of(F f) {
-  try {
-    f();
-  } catch (const std::runtime_error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected std::runtime_error";
-  return "";
-}
+using fjit::testing::error_of;
 #define EXPECT_CONTAINS(haystack, needle) \
   EXPECT_NE(std::string(haystack).find(needle), std::string::npos) << (haystack)
 

@@ -8,6 +8,7 @@
 
 #include "core/ir/check_upstream.h"
 #include "fjit.h"
+#include "tests/test_util.h"
 
 namespace fjit {
 namespace {
@@ -23,16 +24,7 @@ JitOptions all_checks() {
 
 Array vec(std::vector<float> v) { return Array::from_vector(v); }
 
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const CheckError& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "no CheckError";
-  return "";
-}
+using testing::error_of;
 
 std::string here(int line) { return "tests/checks_auto_test.cc:" + std::to_string(line); }
 
@@ -54,7 +46,7 @@ TEST(AutomaticChecks, NanIsAttributedToTheOpThatMadeIt) {
     return p + 1.0;
   }, all_checks());
   f(vec({1, 2}), vec({3, 4}));
-  std::string what = error_of([&] { f(vec({0, 2}), vec({kInf, 1})); });
+  std::string what = error_of<CheckError>([&] { f(vec({0, 2}), vec({kInf, 1})); });
   std::string e = entry(what, "NaN in mul f32[2]");
   EXPECT_NE(e.find("[first] [root cause] NaN in mul f32[2]: 1 NaN and 0 Inf values (first at flat index 0: nan)"),
             std::string::npos) << what;
@@ -71,7 +63,7 @@ TEST(AutomaticChecks, InfIsReportedAsInf) {
     Tensor e = exp(x);
     return e;
   }, all_checks());
-  std::string what = error_of([&] { f(vec({1, 100, 200})); });
+  std::string what = error_of<CheckError>([&] { f(vec({1, 100, 200})); });
   std::string e = entry(what, "Inf in exp f32[3]");
   EXPECT_NE(e.find("Inf in exp f32[3]: 2 Inf values (first at flat index 1: inf)"), std::string::npos) << what;
   EXPECT_NE(e.find(here(line)), std::string::npos) << what;
@@ -84,7 +76,7 @@ TEST(AutomaticChecks, DivisionByZero) {
     Tensor q = div(x, y);
     return q;
   }, all_checks());
-  std::string what = error_of([&] { f(vec({1, 2, 3}), vec({1, 0, 2})); });
+  std::string what = error_of<CheckError>([&] { f(vec({1, 2, 3}), vec({1, 0, 2})); });
   std::string e = entry(what, "division by zero in div f32[3]");
   EXPECT_NE(e.find("[first] [root cause] division by zero in div f32[3]: 1 of 3 denominators are 0 (first at flat index 1)"),
             std::string::npos) << what;
@@ -102,7 +94,7 @@ TEST(AutomaticChecks, GatherIndexOutOfRange) {
     return g * 2.0;
   }, all_checks());
   f(vec({1, 2, 3}), Array::from_vector(std::vector<int32_t>{0, 2}));
-  std::string what = error_of([&] { f(vec({1, 2, 3}), Array::from_vector(std::vector<int32_t>{0, 5, -1})); });
+  std::string what = error_of<CheckError>([&] { f(vec({1, 2, 3}), Array::from_vector(std::vector<int32_t>{0, 5, -1})); });
   std::string e = entry(what, "index out of range in gather f32[3]");
   EXPECT_NE(e.find("2 indices outside [0, 3) (first at flat index 1: 5)"), std::string::npos) << what;
   EXPECT_NE(e.find(here(line)), std::string::npos) << what;
@@ -116,7 +108,7 @@ TEST(AutomaticChecks, LogOfNegative) {
     return l;
   }, all_checks());
   f(vec({1, 2}));
-  std::string what = error_of([&] { f(vec({1, -2})); });
+  std::string what = error_of<CheckError>([&] { f(vec({1, -2})); });
   std::string e = entry(what, "log of a value below 0 in log f32[2]");
   EXPECT_NE(e.find("[first] [root cause] log of a value below 0 in log f32[2]: 1 operands (first at flat index 1: -2)"),
             std::string::npos) << what;
@@ -132,7 +124,7 @@ TEST(AutomaticChecks, SqrtOfNegative) {
     Tensor r = sqrt(x);
     return r;
   }, all_checks());
-  std::string what = error_of([&] { f(vec({-4, 4})); });
+  std::string what = error_of<CheckError>([&] { f(vec({-4, 4})); });
   std::string e = entry(what, "sqrt of a negative number in sqrt f32[2]");
   EXPECT_NE(e.find("[root cause] sqrt of a negative number in sqrt f32[2]: 1 operands (first at flat index 0: -4)"),
             std::string::npos) << what;
@@ -148,7 +140,7 @@ TEST(AutomaticChecks, FiresInTheBackwardPass) {
   }, all_checks());
   f(vec({1, 4}));
   // sqrt(0) is fine forward; its derivative 0.5 / sqrt(x) divides by zero.
-  std::string what = error_of([&] { f(vec({0, 4})); });
+  std::string what = error_of<CheckError>([&] { f(vec({0, 4})); });
   EXPECT_EQ(what.find("in sqrt"), std::string::npos) << what;
   std::string e = entry(what, "division by zero in div f32[2]");
   EXPECT_NE(e.find("[first] [root cause]"), std::string::npos) << what;
@@ -167,7 +159,7 @@ TEST(AutomaticChecks, InfMadeOnlyInTheBackwardPassIsAttributedToTheGradCall) {
   }, all_checks());
   f(vec({1, 2}));
   // log(1e-40) = -92.1 is finite; its derivative 1 / 1e-40 overflows f32.
-  std::string what = error_of([&] { f(vec({1e-40f, 2})); });
+  std::string what = error_of<CheckError>([&] { f(vec({1e-40f, 2})); });
   EXPECT_EQ(what.find("in log f32"), std::string::npos) << what;  // the forward pass is clean
   const size_t at = what.find("[first] [root cause] Inf in ");
   ASSERT_NE(at, std::string::npos) << what;

@@ -9,22 +9,8 @@
 
 #include "fjit.h"
 #include "parallel/shm_communicator.h"
+#include "tests/alloc_counter.h"
 #include "tests/test_util.h"
-
-// Counts each thread's heap allocations, so a replica can check its own steady state.
-extern "C" {
-void* __libc_malloc(size_t);
-void* __libc_calloc(size_t, size_t);
-void* __libc_realloc(void*, size_t);
-}
-namespace {
-thread_local long t_allocations = 0;
-}
-extern "C" {
-void* malloc(size_t n) { ++t_allocations; return __libc_malloc(n); }
-void* calloc(size_t a, size_t b) { ++t_allocations; return __libc_calloc(a, b); }
-void* realloc(void* p, size_t n) { ++t_allocations; return __libc_realloc(p, n); }
-}
 
 namespace fjit {
 namespace {
@@ -149,9 +135,9 @@ TEST(ChecksReplicas, PassingStepsAllocateNothingOnAnyReplica) {
     FlatArgs args;
     args.leaves = {&good};
     for (int warm = 0; warm < 2; ++warm) f.core().run(entry, args, outs, &comm, comm.rank());
-    const long before = t_allocations;
+    const long before = testing::thread_allocations();
     for (int step = 0; step < 100; ++step) f.core().run(entry, args, outs, &comm, comm.rank());
-    allocations[comm.rank()] = t_allocations - before;
+    allocations[comm.rank()] = testing::thread_allocations() - before;
   });
   for (int r = 0; r < kReplicas; ++r) EXPECT_EQ(allocations[r], 0) << "replica " << r;
 }

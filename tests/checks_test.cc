@@ -3,33 +3,13 @@
 // grad, message formatting, trace-time validation, and no allocation on a passing step.
 #include <gtest/gtest.h>
 
-#include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <limits>
 
 #include "fjit.h"
+#include "tests/alloc_counter.h"
 #include "tests/test_util.h"
-
-extern "C" {
-void* __libc_malloc(size_t);
-void* __libc_calloc(size_t, size_t);
-void* __libc_realloc(void*, size_t);
-void* __libc_memalign(size_t, size_t);
-}
-namespace {
-std::atomic<long> g_allocations{0};
-}
-extern "C" {
-void* malloc(size_t n) { g_allocations.fetch_add(1, std::memory_order_relaxed); return __libc_malloc(n); }
-void* calloc(size_t a, size_t b) { g_allocations.fetch_add(1, std::memory_order_relaxed); return __libc_calloc(a, b); }
-void* realloc(void* p, size_t n) { g_allocations.fetch_add(1, std::memory_order_relaxed); return __libc_realloc(p, n); }
-int posix_memalign(void** out, size_t a, size_t n) {
-  g_allocations.fetch_add(1, std::memory_order_relaxed);
-  *out = __libc_memalign(a, n);
-  return *out ? 0 : 12;
-}
-}
 
 namespace fjit {
 namespace {
@@ -61,16 +41,7 @@ JitOptions opts(CheckMode mode, CheckPolicy policy = CheckPolicy::throw_error, s
 
 Array vec(std::vector<float> v) { return Array::from_vector(v); }
 
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const CheckError& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "no CheckError";
-  return "";
-}
+using testing::error_of;
 
 Tensor checked_loss(const Tensor& x) {
   Tensor loss = sum(x * x);
@@ -86,7 +57,7 @@ TEST(Checks, EnvironmentVariablesAreParsed) {
 TEST(Checks, ErrorNamesMessageValueFunctionAndFile) {
   auto f = jit([](const Tensor& x) { return checked_loss(x); }, opts(CheckMode::user, CheckPolicy::throw_error, "train_step"));
   EXPECT_EQ(f(vec({1, 1})).item<float>(), 2.0f);  // passes
-  std::string what = error_of([&] { f(vec({1, 2, 3})); });
+  std::string what = error_of<CheckError>([&] { f(vec({1, 2, 3})); });
   EXPECT_NE(what.find("loss 14 exceeds 10"), std::string::npos) << what;
   EXPECT_NE(what.find("'train_step'"), std::string::npos) << what;
   EXPECT_NE(what.find("checked_loss"), std::string::npos) << what;
@@ -102,7 +73,7 @@ TEST(Checks, TwoChecksBothReportedEarlierFirst) {
     check(m < 1.0, "second: max {} too big", m);
     return s + m;
   }, opts(CheckMode::user));
-  std::string what = error_of([&] { f(vec({2, 3})); });
+  std::string what = error_of<CheckError>([&] { f(vec({2, 3})); });
   const size_t a = what.find("first: sum 5 not negative"), b = what.find("second: max 3 too big");
   ASSERT_NE(a, std::string::npos) << what;
   ASSERT_NE(b, std::string::npos) << what;
@@ -124,7 +95,7 @@ TEST(Checks, DownstreamCheckIsNotARootCause) {
   ASSERT_EQ(sites.size(), 2u);
   EXPECT_TRUE(sites[0].upstream.empty());
   EXPECT_EQ(sites[1].upstream, std::vector<int>{0});
-  std::string what = error_of([&] { f(vec({-1, 2})); });
+  std::string what = error_of<CheckError>([&] { f(vec({-1, 2})); });
   EXPECT_NE(what.find("#0 [first] [root cause] x must be positive"), std::string::npos) << what;
   EXPECT_NE(what.find("#1 log(x) must be finite"), std::string::npos) << what;
   EXPECT_NE(what.find("downstream of raised check #0"), std::string::npos) << what;
@@ -137,7 +108,7 @@ TEST(Checks, CheckOfAnOlderValueWrittenLaterIsStillTheRootCause) {
     check(all(x > 0.0), "x must be positive");
     return y;
   }, opts(CheckMode::user));
-  std::string what = error_of([&] { f(vec({-1, 2})); });
+  std::string what = error_of<CheckError>([&] { f(vec({-1, 2})); });
   EXPECT_NE(what.find("#0 [first] log(x) must be finite"), std::string::npos) << what;
   EXPECT_NE(what.find("#1 [root cause] x must be positive"), std::string::npos) << what;
 }
@@ -281,7 +252,7 @@ TEST(Checks, CheckInTheLossFiresUnderValueAndGrad) {
   auto [loss, g] = f(vec({1, 1}), vec({1, 2}));
   EXPECT_EQ(loss.item<float>(), 3.0f);
   EXPECT_EQ(g.to_vector<float>(), (std::vector<float>{1, 2}));
-  std::string what = error_of([&] { f(vec({2, 2}), vec({1, 2})); });
+  std::string what = error_of<CheckError>([&] { f(vec({2, 2}), vec({1, 2})); });
   EXPECT_NE(what.find("loss 6 too large"), std::string::npos) << what;
 }
 
@@ -334,7 +305,7 @@ TEST(Checks, ValuesOfEveryDtypeAreFormatted) {
     check(sum(n) < 0, "{{literal}} {}", n);
     return s;
   }, opts(CheckMode::user));
-  std::string what = error_of([&] { f(vec({0.5f, 1.0f}), Array::scalar<int32_t>(7)); });
+  std::string what = error_of<CheckError>([&] { f(vec({0.5f, 1.0f}), Array::scalar<int32_t>(7)); });
   EXPECT_NE(what.find("n=7 neg=false s=1.50 d=0.375"), std::string::npos) << what;
   EXPECT_NE(what.find("{literal} 7"), std::string::npos) << what;
 }
@@ -387,9 +358,9 @@ TEST(Checks, PassingCheckedStepAllocatesNothing) {
       std::tuple<ArrayDict, Array> out;
       step.run_into(out, p, x, y);
       step.run_into(out, p, x, y);
-      const long before = g_allocations.load();
+      const long before = testing::allocations();
       for (int i = 0; i < 50; ++i) step.run_into(out, p, x, y);
-      EXPECT_EQ(g_allocations.load() - before, 0) << check_mode_name(mode) << (with_grad ? " grad" : "");
+      EXPECT_EQ(testing::allocations() - before, 0) << check_mode_name(mode) << (with_grad ? " grad" : "");
     }
   }
 }

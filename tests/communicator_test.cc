@@ -10,8 +10,8 @@
 
 #include "core/runtime/log.h"
 #include "core/runtime/metrics.h"
-#include "parallel/communicator_testing.h"
 #include "parallel/shm_communicator.h"
+#include "tests/communicator_testing.h"
 #include "tests/test_util.h"
 
 namespace fjit {

@@ -13,6 +13,7 @@
 
 #include "lib/batch_iterator.h"
 #include "lib/idx_reader.h"
+#include "tests/test_util.h"
 
 namespace fs = std::filesystem;
 using namespace fjit;
@@ -75,17 +76,7 @@ class IdxTest : public ::testing::Test {
   fs::path dir_;
 };
 
-// Runs f, expects std::runtime_error, returns its message.
-template <class F>
-std::string error_of(F f) {
-  try {
-    f();
-  } catch (const std::runtime_error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected std::runtime_error";
-  return "";
-}
+using fjit::testing::error_of;
 
 }  // namespace
 

@@ -4,41 +4,42 @@
 
 #include <atomic>
 #include <cstdlib>
+#include <thread>
 
 #include "fjit.h"
-
-extern "C" {
-void* __libc_malloc(size_t);
-void* __libc_calloc(size_t, size_t);
-void* __libc_realloc(void*, size_t);
-void* __libc_memalign(size_t, size_t);
-}
-
-namespace {
-std::atomic<long> g_allocations{0};
-}
-
-extern "C" {
-void* malloc(size_t n) { g_allocations.fetch_add(1, std::memory_order_relaxed); return __libc_malloc(n); }
-void* calloc(size_t a, size_t b) { g_allocations.fetch_add(1, std::memory_order_relaxed); return __libc_calloc(a, b); }
-void* realloc(void* p, size_t n) { g_allocations.fetch_add(1, std::memory_order_relaxed); return __libc_realloc(p, n); }
-void* aligned_alloc(size_t a, size_t n) { g_allocations.fetch_add(1, std::memory_order_relaxed); return __libc_memalign(a, n); }
-int posix_memalign(void** out, size_t a, size_t n) {
-  g_allocations.fetch_add(1, std::memory_order_relaxed);
-  *out = __libc_memalign(a, n);
-  return *out ? 0 : 12;
-}
-}
+#include "tests/alloc_counter.h"
 
 namespace fjit {
 namespace {
 
 TEST(NoAlloc, CountingHookSeesAllocations) {
-  const long before = g_allocations.load();
+  const long before = testing::allocations();
   void* (*volatile alloc)(size_t) = std::malloc;  // volatile: the call cannot be elided
   void* p = alloc(1000);
   std::free(p);
-  EXPECT_EQ(g_allocations.load() - before, 1);
+  EXPECT_EQ(testing::allocations() - before, 1);
+}
+
+// The per-thread counter (tests/checks_replica_test.cc's replicas) counts the calling thread's
+// allocations and no other thread's.
+TEST(NoAlloc, ThreadCounterCountsTheCallingThreadOnly) {
+  void* (*volatile alloc)(size_t) = std::malloc;
+  std::atomic<int> stage{0};
+  long other_before = 0, other_after = 0;
+  std::thread other([&] {
+    other_before = testing::thread_allocations();
+    stage = 1;
+    while (stage.load() != 2) std::this_thread::yield();
+    other_after = testing::thread_allocations();
+  });
+  while (stage.load() != 1) std::this_thread::yield();
+  const long before = testing::thread_allocations();
+  std::free(alloc(1000));
+  std::free(alloc(1000));
+  EXPECT_EQ(testing::thread_allocations() - before, 2);
+  stage = 2;
+  other.join();
+  EXPECT_EQ(other_after, other_before);
 }
 
 TEST(NoAlloc, CachedStepAllocatesNothing) {
@@ -60,9 +61,9 @@ TEST(NoAlloc, CachedStepAllocatesNothing) {
   std::tuple<ArrayDict, Array> out;
   step.run_into(out, p, x, y);  // compiles
   step.run_into(out, p, x, y);  // warms thread-local scratch
-  const long before = g_allocations.load();
+  const long before = testing::allocations();
   for (int i = 0; i < 100; ++i) step.run_into(out, p, x, y);
-  EXPECT_EQ(g_allocations.load() - before, 0);
+  EXPECT_EQ(testing::allocations() - before, 0);
   EXPECT_EQ(step.core().trace_count(), 1);
   EXPECT_NEAR(std::get<1>(out).item<float>(), std::log(10.0f), 1e-3);
 }
@@ -91,9 +92,9 @@ TEST(NoAlloc, CachedFusedTrainingStepAllocatesNothing) {
   step.run_into(out, p, x, y);
   const std::string plan = step.core().last_entry()->exe->plan_string();
   for (const char* kind : {"fused[", "fused_sum[", "gemm["}) EXPECT_NE(plan.find(kind), std::string::npos) << plan;
-  const long before = g_allocations.load();
+  const long before = testing::allocations();
   for (int i = 0; i < 100; ++i) step.run_into(out, p, x, y);
-  EXPECT_EQ(g_allocations.load() - before, 0) << plan;
+  EXPECT_EQ(testing::allocations() - before, 0) << plan;
   EXPECT_TRUE(std::isfinite(std::get<2>(out).item<float>()));
 }
 

@@ -9,9 +9,9 @@
 #include <vector>
 
 #include "fjit.h"
-#include "parallel/communicator_testing.h"
 #include "parallel/pmap.h"
 #include "parallel/shm_communicator.h"
+#include "tests/communicator_testing.h"
 #include "tests/test_util.h"
 
 namespace fjit {

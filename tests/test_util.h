@@ -1,11 +1,13 @@
 // Helpers shared by tests: capturing fjit's log output, setting an environment variable,
-// random arrays.
+// random arrays, the message of an expected exception.
 #pragma once
 
+#include <gtest/gtest.h>
 #include <spdlog/sinks/ringbuffer_sink.h>
 
 #include <cstdlib>
 #include <random>
+#include <stdexcept>
 #include <string>
 
 #include "core/ir/array.h"
@@ -20,6 +22,19 @@ inline Array random_f32(Shape s, uint32_t seed) {
   Array a(DType::f32, s);
   for (int64_t i = 0; i < a.size(); ++i) a.data<float>()[i] = u(rng);
   return a;
+}
+
+// Runs f and returns the message of the E it throws. When it throws nothing, the test fails
+// (ADD_FAILURE: it goes on) and the result is ""; any other exception propagates.
+template <class E = std::runtime_error, class F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const E& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "expected an exception, none was thrown";
+  return "";
 }
 
 // Captures everything fjit logs while alive (and restores the previous logger after).

@@ -20,7 +20,8 @@ namespace fjit {
 class Array {
  public:
   Array() = default;
-  // Uninitialised storage of the given type (zero-filled).
+  // Storage for num_elements(shape) elements of `dtype`, every byte zero (zeros() relies on
+  // it). Throws std::invalid_argument on a negative extent.
   Array(DType dtype, Shape shape);
   // Copies share storage. A moved-from Array is left empty (default-constructed: f32[0],
   // undefined), never with a shape that claims elements it has no storage for.

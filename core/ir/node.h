@@ -35,22 +35,24 @@ struct Site {
   std::string str() const;
 };
 
-// Op-specific attributes. Which fields an op uses is documented next to its builder in
-// core/tensor.h; unused fields keep their defaults so equality and hashing stay exact.
+// Op-specific attributes. The comment on each field names the ops that use it (check nodes:
+// core/ir/check_payload.h); the builders in core/trace/ (ops_*.cc, collectives.cc, tensor.cc)
+// fill them and core/ir/shape_rules.cc validates them. Unused fields keep their defaults so
+// equality and hashing stay exact.
 struct Attrs {
   std::vector<int64_t> axes;    // reduce axes, transpose permutation
   std::vector<int64_t> starts;  // slice
   std::vector<int64_t> limits;  // slice
   std::vector<int64_t> steps;   // slice
-  int64_t axis = 0;             // concat, gather, argmax, iota, scatter_add
+  int64_t axis = 0;             // concat, gather, argmax, iota, scatter_add; check: kind
   int64_t index = 0;            // parameter number, check site id, collective id
-  double scalar = 0;            // scalar constant value
+  double scalar = 0;            // constant without value: every element; check: its bound
   bool keepdims = false;        // reductions
   bool trans_a = false;         // matmul: use A^T without materialising it
   bool trans_b = false;         // matmul: use B^T
   uint8_t reduce = 0;           // collectives: ReduceOp
   std::string name;             // collectives: axis name; parameter: argument path
-  std::shared_ptr<const Array> value;  // constant data (absent: scalar constant)
+  std::shared_ptr<const Array> value;  // constant data (absent: filled with scalar)
 
   bool operator==(const Attrs& o) const;
   size_t hash() const;

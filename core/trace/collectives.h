@@ -17,14 +17,14 @@
 namespace fjit {
 
 // FJIT_FUSION_BYTES, default 1 MiB. Packing costs two copies of every packed byte (concat
-// in, slice out), while an extra all-reduce costs a few microseconds and the all-reduce
-// reaches its full bandwidth at 1 MiB (bench/allreduce_bench.cc). So small tensors share
+// in, slice out), while an extra all-reduce costs only its latency once buffers are large
+// enough for the all-reduce to run at full bandwidth, as 1 MiB is. So small tensors share
 // 1 MiB buckets and a tensor of 1 MiB or more is reduced alone, in place, without copies.
-// Measured with bench/scaling_bench.cc (MLP 784-512-512-10, 2.55 MiB of gradients, 2
-// replicas): 0.25-1 MiB (4 buckets) 5-12% faster per step than 4-64 MiB (1 bucket), on
-// threads and MPI alike. Buckets are not reduced while backward still runs: a replica's
-// plan runs on one thread, and with one core per replica there is nothing to overlap with
-// (the shared-memory all-reduce is itself CPU work).
+// bench/scaling_bench.cc times a training step against the bucket size and
+// bench/allreduce_bench.cc the all-reduce against the buffer size; the figures that chose the
+// default are in bench/RESULTS.md ("Figures quoted by the sources"). Buckets are not reduced
+// while backward still runs: a replica's plan runs on one thread, and with one core per
+// replica there is nothing to overlap with (the shared-memory all-reduce is itself CPU work).
 // Read on every call (on the tracing thread: psum/pmean of a TensorDict), strictly: an integer
 // from 1 to 2^30 (1 GiB), raised to at least 1024; unset or empty gives the default; anything
 // else throws std::invalid_argument naming FJIT_FUSION_BYTES, out of the trace to the caller.

@@ -2,13 +2,14 @@
 //
 // Promises:
 //  - StackTrace::capture() only records raw return addresses (glibc backtrace() into a fixed
-//    buffer, then one small copy): about 110 ns per frame, ~2 us at depth 16 on the dev
-//    machine, so it can be taken for every check site at trace time. Nothing is looked up then.
+//    buffer, then one small copy) and looks nothing up, so that it can be taken for every check
+//    site at trace time.
 //  - Names, files and lines are looked up only on demand (symbolize(), user_frames(),
 //    to_string()), through elfutils' libdwfl (core/trace/symbolizer.h), using one process-wide
 //    session and a per-address cache. Thread-safe: any thread may symbolize at any time. The
-//    first call in a process loads debug info (tens of ms); a new address then costs ~5-15 us,
-//    a cached one well under 1 us.
+//    first call in a process pays for loading debug info, a new address for a search of it,
+//    a cached address only for the cache lookup.
+//    (What capture and lookups cost: bench/RESULTS.md, "Figures quoted by the sources".)
 //  - Addresses without debug info, without a module, or plain garbage never crash: such a
 //    frame keeps whatever is known (the module, an exported symbol) and leaves the rest empty.
 //  - Frames of functions inlined at an address are reported too, innermost first, each with

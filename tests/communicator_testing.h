@@ -1,5 +1,5 @@
 // Synthetic per-rank data whose reductions have closed forms, for the communicator tests
-// (thread and MPI backends use the same tables). Header-only: nothing here ships in fjit.
+// (thread and MPI backends use the same tables). Test-only, header-only: not part of fjit.
 //
 // contribution<T>(op, r, n, i) is what rank r of n puts at element i; expected<T>(op, n, i)
 // is the exact result. Values are chosen so that the expected result is exact in T (sums of
