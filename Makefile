@@ -17,7 +17,8 @@ build: configure
 test: build
 	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
-demo: build
+demo: configure
+	@cmake --build $(BUILD) -j $(JOBS) --target train_fashion_mnist
 	@$(BUILD)/examples/train_fashion_mnist --replicas 2
 
 bench: build
