@@ -2,7 +2,8 @@
 BUILD ?= build
 JOBS ?= 2
 DEBIAN_PACKAGES := cmake g++ make pkg-config libeigen3-dev libabsl-dev libspdlog-dev libfmt-dev \
-  libopenmpi-dev openmpi-bin libgtest-dev libbenchmark-dev zlib1g-dev libdw-dev dataset-fashion-mnist
+  libopenmpi-dev openmpi-bin libgtest-dev libbenchmark-dev zlib1g-dev libdw-dev nlohmann-json3-dev \
+  dataset-fashion-mnist
 
 .PHONY: deps configure build test demo bench clean
 deps:
@@ -17,7 +18,8 @@ build: configure
 test: build
 	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
-demo: build
+demo: configure
+	@cmake --build $(BUILD) -j $(JOBS) --target train_fashion_mnist
 	@$(BUILD)/examples/train_fashion_mnist --replicas 2
 
 bench: build

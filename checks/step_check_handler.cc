@@ -18,6 +18,7 @@
 #include "checks/report.h"
 #include "core/runtime/log.h"
 #include "core/runtime/metrics.h"
+#include "core/runtime/timeline.h"
 #include "core/runtime/communicator.h"
 
 namespace fjit {
@@ -101,6 +102,7 @@ bool handle_step_checks(const StepChecks& s) {
   }
   const RaisedChecks raised = replicated ? gather_checks(s, n, all) : local_checks(s, n);
   std::string report = format_check_report(*s.exe, raised, s.function, s.policy);
+  timeline::instant("check raised", report);
   for (const Summary& x : all)
     if (x.sites != n) {
       report += "\n  (replicas run plans with different numbers of checks; site numbers are this replica's)";

@@ -7,6 +7,8 @@
 #include <thread>
 
 #include "core/runtime/log.h"
+#include "core/runtime/metrics.h"
+#include "core/runtime/timeline.h"
 #include "parallel/collective_metrics.h"
 #include "parallel/communicator_reduce.h"
 #include "parallel/mpi_runtime.h"
@@ -48,6 +50,7 @@ MpiCommunicator::MpiCommunicator(MPI_Comm comm, StallPolicy policy) : policy_(po
   MPI_Comm_dup(comm, &comm_);
   MPI_Comm_rank(comm_, &rank_);
   MPI_Comm_size(comm_, &size_);
+  if (comm == MPI_COMM_WORLD) timeline::set_process(rank_, size_);  // names this rank's file
   MPI_Comm local;
   MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &local);
   MPI_Comm_size(local, &local_size_);
@@ -82,6 +85,7 @@ void MpiCommunicator::wait(int n, MPI_Request* requests) {
   int done = 0;
   MPI_Testall(n, requests, &done, MPI_STATUSES_IGNORE);
   if (done) return;
+  const int64_t wait_start = timeline::enabled() ? now_ns() : -1;  // the timeline's "wait"
   StallTimer timer(policy_, pacing_);
   for (;;) {
     switch (timer.next()) {
@@ -100,8 +104,9 @@ void MpiCommunicator::wait(int n, MPI_Request* requests) {
         abort_stall(timer.waited_seconds());
     }
     MPI_Testall(n, requests, &done, MPI_STATUSES_IGNORE);
-    if (done) return;
+    if (done) break;
   }
+  if (wait_start >= 0) timeline::event("wait for replicas", "wait", wait_start, now_ns());
 }
 
 void MpiCommunicator::warn_stall(double waited) const {

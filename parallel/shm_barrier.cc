@@ -10,6 +10,9 @@
 
 #include "parallel/stall_inspector.h"
 
+#include "core/runtime/metrics.h"
+#include "core/runtime/timeline.h"
+
 namespace fjit {
 namespace {
 
@@ -56,6 +59,8 @@ bool ShmBarrier::arrive_and_wait(bool* local_sense, const StallPolicy& policy, W
     return true;
   }
   if (sense_.load(std::memory_order_acquire) == target) return true;
+  // From here on this party waits for the others: the timeline shows it as a "wait" event.
+  const int64_t wait_start = timeline::enabled() ? now_ns() : -1;
   StallTimer timer(policy, pacing_);
   while (sense_.load(std::memory_order_acquire) != target) {
     switch (timer.next()) {
@@ -78,6 +83,7 @@ bool ShmBarrier::arrive_and_wait(bool* local_sense, const StallPolicy& policy, W
     }
     if (waiter.cancelled()) return false;
   }
+  if (wait_start >= 0) timeline::event("wait for replicas", "wait", wait_start, now_ns());
   return true;
 }
 

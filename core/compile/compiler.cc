@@ -6,6 +6,7 @@
 #include <fstream>
 
 #include "core/runtime/log.h"
+#include "core/runtime/timeline.h"
 #include "core/compile/memory_plan.h"
 #include "core/compile/passes/fusion.h"
 #include "core/compile/passes/pass.h"
@@ -203,8 +204,10 @@ std::shared_ptr<Executable> Compiler::lower(std::shared_ptr<const Graph> gp, std
     select_kernel(copy);
     exe->instrs.push_back(std::move(copy));
   }
-  for (Instr& instr : exe->instrs)
+  for (Instr& instr : exe->instrs) {
     if (instr.out_buf < 0) instr.out_buf = node_buf[instr.node];
+    instr.trace_name = timeline::intern(instr.label.empty() ? op_name(instr.op) : instr.label);
+  }
   MemoryPlan plan = plan_memory(planned);
   for (size_t v = 0; v < planned.size(); ++v)
     exe->buffers[node_buf[planned_node[v]]].where = plan.offset[v];

@@ -2,6 +2,9 @@
 
 #include <sstream>
 
+#include "core/runtime/metrics.h"
+#include "core/runtime/timeline.h"
+
 namespace fjit {
 
 void Executable::run(const void* const* inputs, void* const* outputs, RunContext& ctx,
@@ -19,7 +22,22 @@ void Executable::run(const void* const* inputs, void* const* outputs, RunContext
     }
   }
   const Frame frame{table, &ctx};
+  if (timeline::enabled()) {
+    run_recorded(frame);
+    return;
+  }
   for (const Instr& instr : instrs) instr.fn(instr, frame);
+}
+
+void Executable::run_recorded(const Frame& frame) const {
+  for (const Instr& instr : instrs) {
+    const int64_t t0 = now_ns();
+    instr.fn(instr, frame);
+    const bool collective = op_kind(instr.op) == OpKind::kCollective;
+    timeline::event(instr.trace_name ? instr.trace_name : op_name(instr.op),
+                    collective ? "collective" : "op", t0, now_ns(),
+                    instr.out.size() * dtype_size(instr.out.dtype));
+  }
 }
 
 std::string Executable::plan_string() const {

@@ -60,6 +60,8 @@ class Executable {
   std::vector<bool> input_last_read_in_place;
 
  private:
+  // run()'s loop while the timeline records: one event per instruction.
+  void run_recorded(const Frame& frame) const;
   friend class Compiler;
   size_t table_bytes_ = 0;
 };

@@ -54,6 +54,8 @@ struct Instr {
   std::shared_ptr<const void> prepared;
   // Plan dumps: what a fused instruction computes (empty for a single node).
   std::string label;
+  // The timeline's name for it (the label, else the op's name); set by the compiler.
+  const char* trace_name = nullptr;
 
   template <class T> const T* in(const Frame& f, int i) const {
     return static_cast<const T*>(f.bufs[in_bufs[i]]);

@@ -11,6 +11,7 @@
 #include "core/runtime/metrics.h"
 #include "core/runtime/communicator.h"
 #include "core/runtime/step_checks.h"
+#include "core/runtime/timeline.h"
 
 namespace fjit {
 namespace {
@@ -90,7 +91,9 @@ JitOptions JitOptions::resolved() const {
   return o;
 }
 
-JitCore::JitCore(JitOptions options) : options_(options.resolved()) {}
+JitCore::JitCore(JitOptions options) : options_(options.resolved()) {
+  timeline::start_from_environment();
+}
 
 int64_t JitCore::compile_count() const {
   absl::ReaderMutexLock lock(&mu_);
@@ -192,7 +195,8 @@ std::shared_ptr<const CompiledEntry> JitCore::compile_locked(const FlatArgs& arg
   entry->structure_hash = args.structure_hash;
   entry->mode = mode;
 
-  const int64_t dt = now_ns() - t0;
+  const int64_t t1 = now_ns(), dt = t1 - t0;
+  timeline::event(timeline::intern("compile " + options_.name), "compile", t0, t1);
   metrics().compiles.fetch_add(1);
   metrics().cache_misses.fetch_add(1);
   metrics().compile_time.record(dt);
@@ -271,7 +275,19 @@ StepResult JitCore::run(const CompiledEntry& entry, const FlatArgs& args, std::s
   // a gradient where the plan wrote it (core/runtime/communicator.h).
   void* ws = comm != nullptr ? comm->shared_workspace(exe.workspace_bytes()) : nullptr;
   if (ws == nullptr) ws = s.ensure(exe.workspace_bytes());
+  const bool recorded = timeline::enabled();
   const int64_t t0 = now_ns();
+  if (recorded) {
+    timeline::set_track(replica);
+    timeline::begin_step(step >= 0 ? step : steps_.load(), t0);
+  }
+  // Ends the timeline's step however this run leaves (a raised check throws).
+  struct StepEnd {
+    bool on;
+    ~StepEnd() {
+      if (on) timeline::end_step(now_ns());
+    }
+  } step_end{recorded};
   exe.run(s.ins.data(), s.outs.data(), ctx, ws);
   metrics().execute_time.record(now_ns() - t0);
   const bool own_count = step < 0;  // see the header: pmap numbers and counts its steps once

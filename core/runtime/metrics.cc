@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <vector>
 
+#include "nlohmann/json.hpp"
+
 namespace fjit {
 
 int64_t now_ns() {
@@ -68,6 +70,36 @@ std::string timing_line(const char* name, const Timing& t) {
   return s + "\n";
 }
 }  // namespace
+
+namespace {
+nlohmann::json timing_json(const Timing& t) {
+  return {{"count", t.count()},
+          {"total_ns", t.total_ns()},
+          {"p50_ns", t.percentile_ns(50)},
+          {"p90_ns", t.percentile_ns(90)},
+          {"p99_ns", t.percentile_ns(99)}};
+}
+}  // namespace
+
+std::string metrics_json() {
+  const Metrics& m = metrics();
+  nlohmann::json j = {
+      {"compile",
+       {{"traces", m.traces.load()}, {"compiles", m.compiles.load()},
+        {"cache_hits", m.cache_hits.load()}, {"cache_misses", m.cache_misses.load()},
+        {"time", timing_json(m.compile_time)}}},
+      {"execute", {{"steps", m.steps.load()}, {"time", timing_json(m.execute_time)}}},
+      {"allreduce",
+       {{"calls", m.allreduce_calls.load()}, {"bytes", m.allreduce_bytes.load()},
+        {"time", timing_json(m.allreduce_time)}}},
+      {"collectives",
+       {{"calls", m.collective_calls.load()}, {"bytes", m.collective_bytes.load()},
+        {"time", timing_json(m.collective_time)}}},
+      {"checks",
+       {{"evaluated", m.checks_evaluated.load()}, {"raised", m.checks_raised.load()},
+        {"steps_skipped", m.steps_skipped.load()}}}};
+  return j.dump();
+}
 
 std::string metrics_report() {
   const Metrics& m = metrics();

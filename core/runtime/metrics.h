@@ -46,6 +46,10 @@ struct Metrics {
 Metrics& metrics();
 // A multi-line human-readable report of everything above.
 std::string metrics_report();
+// The same figures as one JSON object, for tools: {"compile": {...}, "execute": {...},
+// "allreduce": {...}, "collectives": {...}, "checks": {...}}; timings in nanoseconds with
+// count, total and the p50/p90/p99 of the retained window.
+std::string metrics_json();
 
 // Monotonic nanoseconds.
 int64_t now_ns();

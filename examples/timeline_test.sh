@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# The main job with FJIT_TIMELINE set, on the committed 16-example fixture: the file it writes
+# at exit is trace-event JSON with one track per replica (examples/check_timeline.cmake).
+#   threads: 2 thread replicas, one file;   mpi: under `MPIEXEC -n 2`, one file per rank.
+# usage: timeline_test.sh threads|mpi TRAIN_BINARY FIXTURE_DIR [MPIEXEC -n 2 FLAGS...]
+set -euo pipefail
+mode=$1 bin=$2 fixture=$3
+shift 3
+here=$(cd "$(dirname "$0")" && pwd)
+work=$(mktemp -d "${TMPDIR:-/tmp}/fjit_timeline_test.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+for split in train t10k; do
+  cp "$fixture/fmnist-16-images-idx3-ubyte.gz" "$work/$split-images-idx3-ubyte.gz"
+  cp "$fixture/fmnist-16-labels-idx1-ubyte.gz" "$work/$split-labels-idx1-ubyte.gz"
+done
+args=(--data-dir "$work" --epochs 1 --batch-size 8 --log-every 0 --seed 5)
+export FJIT_TIMELINE=$work/timeline.json FJIT_TIMELINE_STEPS=2
+if [ "$mode" = threads ]; then
+  "$bin" "${args[@]}" --replicas 2 > "$work/out" 2>&1 || { cat "$work/out"; exit 1; }
+  files="$work/timeline.json"
+else
+  "$@" -x FJIT_TIMELINE -x FJIT_TIMELINE_STEPS "$bin" "${args[@]}" > "$work/out" 2>&1 ||
+    { cat "$work/out"; exit 1; }
+  files="$work/timeline.json;$work/timeline.rank1.json"
+fi
+cmake -DFILES="$files" -DTRACKS=2 -P "$here/check_timeline.cmake"

@@ -1,0 +1,45 @@
+// A downstream program: one jitted function with a gradient and a check, run on one replica
+// and on two thread replicas under pmap. Exits non-zero on a wrong result.
+#include <cmath>
+#include <cstdio>
+
+#include "core/runtime/version.h"
+#include "fjit.h"
+
+using namespace fjit;
+
+int main() {
+  // f(w) = sum((w * x - 1)^2); df/dw = 2 * x * (w * x - 1).
+  auto grad_step = jit([](const Tensor& w, const Tensor& x) {
+    auto [loss, g] = value_and_grad([&](const Tensor& v) {
+      Tensor r = v * x - 1.0;
+      return sum(r * r);
+    })(w);
+    check(all(isfinite(g)), "the gradient must be finite (loss {})", loss);
+    return g;
+  });
+  Array w = Array::from_vector<float>({1.0f, 2.0f, 3.0f}, {3});
+  Array x = Array::from_vector<float>({0.5f, 1.0f, 2.0f}, {3});
+  Array g = grad_step(w, x);
+  const float* gv = g.data<float>();
+  const float* wv = w.data<float>();
+  const float* xv = x.data<float>();
+  for (int i = 0; i < 3; ++i) {
+    const float want = 2.0f * xv[i] * (wv[i] * xv[i] - 1.0f);
+    if (std::fabs(gv[i] - want) > 1e-6f) {
+      std::fprintf(stderr, "gradient %d: %g, want %g\n", i, gv[i], want);
+      return 1;
+    }
+  }
+
+  Mesh mesh = Mesh::threads(2);
+  auto total = pmap(mesh, "i", [](const Tensor& v) { return psum(sum(v), "i"); });
+  Array rows = Array::from_vector<float>({1, 2, 3, 4}, {4});
+  const float s = total(rows).data<float>()[0];
+  if (s != 10.0f) {
+    std::fprintf(stderr, "psum over 2 replicas: %g, want 10\n", s);
+    return 1;
+  }
+  std::printf("fjit %s consumer: gradient and psum ok\n", FJIT_VERSION_STRING);
+  return 0;
+}

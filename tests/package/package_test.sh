@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Consumes fjit as a downstream project would, then runs the consumer (consumer/main.cc).
+#   package_test.sh install BUILD_DIR SOURCE_DIR   cmake --install into a temporary prefix;
+#       a CMake consumer with find_package(fjit), then a plain g++ line with pkg-config fjit
+#   package_test.sh fetchcontent SOURCE_DIR        a CMake consumer that builds fjit from its
+#       sources with FetchContent (add_subdirectory underneath) and does not set C++20 itself
+set -euo pipefail
+mode=$1
+here=$(cd "$(dirname "$0")" && pwd)
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+launcher=()
+command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+
+case "$mode" in
+  install)
+    build=$2
+    cmake --install "$build" --prefix "$work/prefix" > "$work/install.log"
+    for f in lib/cmake/fjit/fjitConfig.cmake lib/cmake/fjit/fjitConfigVersion.cmake \
+             lib/pkgconfig/fjit.pc include/fjit/fjit.h include/fjit/core/runtime/version.h \
+             include/fjit/core/ir/ops.def lib/libfjit_core.a; do
+      p=$(find "$work/prefix" -path "*/${f#lib/}" -o -path "*/$f" | head -n 1)
+      [ -n "$p" ] || { echo "not installed: $f"; exit 1; }
+    done
+    cmake -S "$here/consumer" -B "$work/consumer" -DCMAKE_BUILD_TYPE=Release \
+      -DCMAKE_PREFIX_PATH="$work/prefix" -DFJIT_CONSUME=find_package "${launcher[@]}" > "$work/cfg.log" \
+      || { cat "$work/cfg.log"; exit 1; }
+    cmake --build "$work/consumer" -j 2 > "$work/build.log" || { cat "$work/build.log"; exit 1; }
+    "$work/consumer/consumer"
+    pcdir=$(dirname "$(find "$work/prefix" -name fjit.pc | head -n 1)")
+    flags=$(PKG_CONFIG_PATH="$pcdir" pkg-config --cflags --libs fjit)
+    # shellcheck disable=SC2086
+    g++ -O1 "$here/consumer/main.cc" -o "$work/pc_consumer" $flags
+    "$work/pc_consumer"
+    echo "find_package and pkg-config consumers: ok"
+    ;;
+  fetchcontent)
+    src=$2
+    cmake -S "$here/consumer" -B "$work/consumer" -DCMAKE_BUILD_TYPE=Release \
+      -DFJIT_CONSUME=fetchcontent -DFJIT_SOURCE="$src" "${launcher[@]}" > "$work/cfg.log" \
+      || { cat "$work/cfg.log"; exit 1; }
+    cmake --build "$work/consumer" -j 2 > "$work/build.log" || { tail -50 "$work/build.log"; exit 1; }
+    "$work/consumer/consumer"
+    echo "FetchContent consumer: ok"
+    ;;
+  *) echo "usage: $0 install BUILD SOURCE | fetchcontent SOURCE" >&2; exit 2 ;;
+esac
