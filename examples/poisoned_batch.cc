@@ -142,7 +142,7 @@ int main(int argc, char** argv) {
   bool explicit_replicas = std::getenv("FJIT_REPLICAS") != nullptr;
   for (int i = 1; i < argc; ++i) explicit_replicas |= std::strncmp(argv[i], "--replicas", 10) == 0;
   Mesh mesh = mesh_from_command_line(argc, argv);
-  if (!mesh.is_mpi() && !explicit_replicas) mesh = Mesh::threads(2);  // the point needs two
+  if (mesh.processes() == 1 && !explicit_replicas) mesh = Mesh::threads(2);  // the point needs two
   const bool primary = mesh.is_primary();
   if (poison_options.replica >= mesh.size() || o.on_check_failure != CheckPolicy::skip_step ||
       o.checks.value_or(default_check_mode()) == CheckMode::off) {
@@ -167,7 +167,7 @@ int main(int argc, char** argv) {
     io::Dataset test_set = io::load_fashion_mnist(dir, "t10k");
     if (primary)
       std::printf("poisoned_batch: %d replica(s) (%s), %lld steps, poison '%s' at step %lld on replica %d\n%s\n",
-                  mesh.size(), mesh.is_mpi() ? "MPI ranks" : "threads", static_cast<long long>(o.max_steps),
+                  mesh.size(), mesh.description().c_str(), static_cast<long long>(o.max_steps),
                   poison_options.kind.c_str(), static_cast<long long>(poison_options.step + 1),
                   poison_options.replica, describe(o).c_str());
     Trainer a(mesh, o, train_set, test_set);

@@ -34,7 +34,7 @@ int train(Mesh& mesh, TrainOptions options) {
   if (primary)
     std::printf("fjit train_fashion_mnist: %d replica(s) (%s) | %lld train / %lld test examples from %s "
                 "(loaded in %.1fs)\n%s\n",
-                mesh.size(), mesh.is_mpi() ? "MPI ranks" : "threads",
+                mesh.size(), mesh.description().c_str(),
                 static_cast<long long>(train_set.images.shape()[0]),
                 static_cast<long long>(test_set.images.shape()[0]), dir.c_str(), (now_ns() - t0) * 1e-9,
                 describe(options).c_str());

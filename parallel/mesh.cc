@@ -6,47 +6,29 @@
 #include <string>
 
 #include "core/runtime/env.h"
-#include "core/runtime/threads.h"
-#include "parallel/mpi_communicator.h"
-#include "parallel/mpi_runtime.h"
-#include "parallel/shm_communicator.h"
+#include "parallel/backends.h"
 
 namespace fjit {
 
 struct Mesh::State {
-  bool mpi = false;
-  int size = 1;
-  int first = 0;
+  Parts parts;
+  int local = 1;
   std::unique_ptr<ReplicaPool> pool;
-  mutable std::unique_ptr<ShmGroup> group;
-  mutable std::vector<std::unique_ptr<Communicator>> comms;
+  mutable std::vector<std::shared_ptr<Communicator>> comms;
 };
 
-Mesh Mesh::threads(int n) {
-  if (n < 1) throw std::invalid_argument("Mesh::threads: need at least one replica, got " + std::to_string(n));
-  Mesh m;
-  m.state_ = std::make_shared<State>();
-  m.state_->size = n;
-  m.state_->pool = std::make_unique<ReplicaPool>(n, default_intra_op_threads(n));
-  m.reset_communicators();
-  return m;
+Mesh::Mesh(Parts parts) : state_(std::make_shared<State>()) {
+  state_->parts = std::move(parts);
+  state_->comms = state_->parts.make_communicators();
+  state_->local = static_cast<int>(state_->comms.size());
+  state_->pool = std::make_unique<ReplicaPool>(state_->local, state_->parts.intra_op_threads);
 }
 
-Mesh Mesh::mpi(int* argc, char*** argv) {
-  mpi_init_once(argc, argv);
-  install_mpi_terminate_handler();
-  Mesh m;
-  m.state_ = std::make_shared<State>();
-  m.state_->mpi = true;
-  m.state_->pool = std::make_unique<ReplicaPool>(1, default_intra_op_threads(mpi_local_ranks()));
-  m.state_->comms.push_back(std::make_unique<MpiCommunicator>());
-  m.state_->size = m.state_->comms[0]->size();
-  m.state_->first = m.state_->comms[0]->rank();
-  return m;
-}
+Mesh Mesh::threads(int n) { return make_mesh("threads", n, nullptr, nullptr); }
+
+Mesh Mesh::mpi(int* argc, char*** argv) { return make_mesh("mpi", 1, argc, argv); }
 
 Mesh Mesh::from_environment(int& argc, char** argv) {
-  if (launched_under_mpi()) return mpi(&argc, &argv);
   std::string spec;
   const char* from = "FJIT_REPLICAS";
   if (const char* env = std::getenv("FJIT_REPLICAS")) spec = env;
@@ -64,32 +46,36 @@ Mesh Mesh::from_environment(int& argc, char** argv) {
     argc -= used;
     break;
   }
-  return threads(spec.empty() ? 1 : parse_count(spec, std::string("Mesh::from_environment: ") + from, 1024));
+  const std::string backend = chosen_backend();
+  const int replicas =
+      spec.empty() ? 1 : parse_count(spec, std::string("Mesh::from_environment: ") + from, 1024);
+  return make_mesh(backend, replicas, &argc, &argv);
 }
 
-int Mesh::size() const { return state_->size; }
-int Mesh::local_size() const { return state_->mpi ? 1 : state_->size; }
-int Mesh::first_replica() const { return state_->first; }
-bool Mesh::is_mpi() const { return state_->mpi; }
+int Mesh::size() const { return state_->parts.size; }
+int Mesh::local_size() const { return state_->local; }
+int Mesh::first_replica() const { return state_->parts.first; }
+int Mesh::processes() const { return state_->parts.processes; }
+const std::string& Mesh::backend() const { return state_->parts.backend; }
+const std::string& Mesh::description() const { return state_->parts.description; }
+Communicator* Mesh::process_comm() const { return state_->parts.process_comm.get(); }
 Communicator& Mesh::comm(int local) const { return *state_->comms.at(local); }
 ReplicaPool& Mesh::pool() const { return *state_->pool; }
 int Mesh::intra_op_threads() const { return state_->pool->intra_op_threads(); }
 
-void Mesh::reset_communicators() const {
-  if (state_->mpi) return;
-  state_->comms.clear();
-  state_->group = std::make_unique<ShmGroup>(state_->size);
-  for (int r = 0; r < state_->size; ++r) state_->comms.push_back(state_->group->communicator(r));
-}
+void Mesh::reset_communicators() const { state_->comms = state_->parts.make_communicators(); }
 
-void Mesh::cancel(int rank, const std::string& reason) const {
-  if (state_->group) state_->group->cancel(rank, reason);
+bool Mesh::cancel(int rank, const std::string& reason) const {
+  if (!state_->parts.cancel) return false;
+  state_->parts.cancel(rank, reason);
+  return true;
 }
 
 Array Mesh::replicate(const Array& value) const {
-  if (!state_->mpi || state_->size == 1) return value;
+  Communicator* pc = process_comm();
+  if (pc == nullptr || pc->size() == 1) return value;
   Array out = value.clone();
-  comm(0).broadcast(out.raw(), out.nbytes(), 0);
+  pc->broadcast(out.raw(), out.nbytes(), 0);
   return out;
 }
 
@@ -106,9 +92,9 @@ std::pair<int64_t, int64_t> Mesh::shard_range(int64_t rows, int parts, int r) {
 }
 
 std::vector<Array> Mesh::shard(const Array& batch) const {
-  if (state_->mpi) return {batch};
-  if (batch.rank() == 0) throw std::invalid_argument("Mesh::shard: cannot shard a scalar");
   const int n = local_size();
+  if (n == 1 && processes() > 1) return {batch};  // this process's replica holds its shard
+  if (batch.rank() == 0) throw std::invalid_argument("Mesh::shard: cannot shard a scalar");
   if (batch.shape()[0] < n)
     throw std::invalid_argument("Mesh::shard: batch of " + std::to_string(batch.shape()[0]) +
                                 " rows cannot feed " + std::to_string(n) + " replicas");

@@ -101,44 +101,54 @@ PmapCore::PmapCore(Mesh mesh, std::string axis, PmapOptions options)
         return o;
       }()) {}
 
+// Every replica's fixed-size words, in job order: this process's replicas' words, gathered
+// from every process over the process communicator when the job has more than one.
+std::vector<int64_t> PmapCore::gather_job(const std::vector<int64_t>& local_words) const {
+  Communicator* pc = mesh_.process_comm();
+  if (pc == nullptr) return local_words;
+  std::vector<int64_t> all(local_words.size() * pc->size());
+  pc->all_gather(local_words.data(), all.data(), local_words.size() * sizeof(int64_t));
+  return all;
+}
+
 void PmapCore::compare_programs(const std::vector<const CompiledEntry*>& entries, std::vector<int64_t>& rows) {
-  const int local = mesh_.local_size();
-  std::vector<uint64_t> fps(local);
-  for (int r = 0; r < local; ++r) fps[r] = program_fingerprint(*entries[r]);
-  std::vector<std::string> descs;
+  const int local = mesh_.local_size(), n = mesh_.size();
+  // One gather carries every replica's fingerprint, shard size and workspace size.
+  std::vector<int64_t> mine(3 * local);
+  for (int r = 0; r < local; ++r) {
+    mine[3 * r] = static_cast<int64_t>(program_fingerprint(*entries[r]));
+    mine[3 * r + 1] = rows[r];
+    mine[3 * r + 2] = static_cast<int64_t>(entries[r]->exe->workspace_bytes());
+  }
+  const std::vector<int64_t> all = gather_job(mine);
+  rows.assign(n, 0);
+  int64_t workspace = 0;
   bool same = true;
-  if (!mesh_.is_mpi()) {
-    for (int r = 1; r < local; ++r) same = same && fps[r] == fps[0];
-    if (!same)
-      for (int r = 0; r < local; ++r) descs.push_back(program_description(*entries[r]));
-  } else {
-    // One all-gather carries every rank's fingerprint, shard size and workspace size.
-    const int n = mesh_.size();
-    int64_t mine[3] = {static_cast<int64_t>(fps[0]), rows[0],
-                       static_cast<int64_t>(entries[0]->exe->workspace_bytes())};
-    std::vector<int64_t> all(3 * n);
-    mesh_.comm(0).all_gather(mine, all.data(), sizeof mine);
-    rows.assign(n, 0);
-    int64_t workspace = 0;
-    for (int r = 0; r < n; ++r) {
-      rows[r] = all[3 * r + 1];
-      same = same && all[3 * r] == all[0];
-      workspace = std::max(workspace, all[3 * r + 2]);
-    }
-    // The same programs can still need workspaces of different sizes (uneven shards change
-    // which constants CSE merges), so every rank reserves the largest: a collective entered
-    // by all ranks alike. A no-op once reserved.
-    if (same) mesh_.comm(0).reserve_shared_workspace(static_cast<size_t>(workspace));
-    if (!same) {
-      std::string d = program_description(*entries[0]);
+  for (int r = 0; r < n; ++r) {
+    rows[r] = all[3 * r + 1];
+    same = same && all[3 * r] == all[0];
+    workspace = std::max(workspace, all[3 * r + 2]);
+  }
+  // The same programs can still need workspaces of different sizes (uneven shards change
+  // which constants CSE merges), so every process reserves the largest: a collective entered
+  // by all of them alike. A no-op once reserved, and for backends without shared workspaces.
+  if (same && mesh_.process_comm() != nullptr)
+    mesh_.process_comm()->reserve_shared_workspace(static_cast<size_t>(workspace));
+  std::vector<std::string> descs;
+  if (!same) {
+    // Descriptions travel as fixed-size blocks of int64 words, like everything gathered here.
+    constexpr size_t kWords = kDescBytes / sizeof(int64_t);
+    std::vector<int64_t> text(kWords * local, 0);
+    for (int r = 0; r < local; ++r) {
+      std::string d = program_description(*entries[r]);
       d.resize(kDescBytes - 1, ' ');
-      std::vector<char> gathered(kDescBytes * n);
-      mesh_.comm(0).all_gather(d.c_str(), gathered.data(), kDescBytes);
-      for (int r = 0; r < n; ++r) {
-        std::string s(gathered.data() + r * kDescBytes, kDescBytes - 1);
-        s.erase(s.find_last_not_of(' ') + 1);
-        descs.push_back(s);
-      }
+      std::memcpy(text.data() + kWords * r, d.data(), d.size());
+    }
+    const std::vector<int64_t> gathered = gather_job(text);
+    for (int r = 0; r < n; ++r) {
+      std::string d(reinterpret_cast<const char*>(gathered.data() + kWords * r), kDescBytes - 1);
+      d.erase(d.find_last_not_of(' ') + 1);
+      descs.push_back(d);
     }
   }
   if (!same) {
@@ -152,15 +162,10 @@ void PmapCore::compare_programs(const std::vector<const CompiledEntry*>& entries
 void PmapCore::check_divergence(const CompiledEntry& entry, std::vector<std::vector<Array>>& outs) {
   const size_t nout = outs[0].size();
   const int n = mesh_.size();
-  std::vector<uint64_t> all(nout * n);
-  if (!mesh_.is_mpi()) {
-    for (int r = 0; r < n; ++r)
-      for (size_t k = 0; k < nout; ++k) all[r * nout + k] = data_fingerprint(outs[r][k]);
-  } else {
-    std::vector<uint64_t> mine(nout);
-    for (size_t k = 0; k < nout; ++k) mine[k] = data_fingerprint(outs[0][k]);
-    mesh_.comm(0).all_gather(mine.data(), all.data(), nout * sizeof(uint64_t));
-  }
+  std::vector<int64_t> mine(nout * mesh_.local_size());
+  for (int r = 0; r < mesh_.local_size(); ++r)
+    for (size_t k = 0; k < nout; ++k) mine[r * nout + k] = static_cast<int64_t>(data_fingerprint(outs[r][k]));
+  const std::vector<int64_t> all = gather_job(mine);
   for (size_t k = 0; k < nout; ++k) {
     std::string bad;
     for (int r = 1; r < n; ++r)
@@ -194,12 +199,12 @@ StepResult PmapCore::step(std::vector<FlatArgs>& args, std::vector<Array>& weigh
     // JitCore::run writes one Array per plan output (existing ones are reused when they fit).
     outs[r].resize(entries_[r]->exe->output_types.size());
   }
-  compare_programs(entries_, rows);  // fills rows with every replica's shard size under MPI
+  compare_programs(entries_, rows);  // rows: from this process's replicas' to the job's
   int64_t total = 0;
   for (int64_t n : rows) total += n;
   const int first = mesh_.first_replica();
   for (int r = 0; r < local; ++r) {
-    const int64_t mine = rows[mesh_.is_mpi() ? first : r];
+    const int64_t mine = rows[first + r];
     weights[r].data<float>()[0] =
         total > 0 ? static_cast<float>(static_cast<double>(mine) * mesh_.size() / static_cast<double>(total)) : 1.0f;
   }
@@ -211,11 +216,9 @@ StepResult PmapCore::step(std::vector<FlatArgs>& args, std::vector<Array>& weigh
       results[r] = jit_.run(*entries_[r], args[r], outs[r], &mesh_.comm(r), first + r, steps_);
     } catch (const std::exception& e) {
       errors[r] = std::current_exception();
-      if (!mesh_.is_mpi() && local > 1) {
-        // Wake every replica waiting in a collective of this step: nobody hangs.
-        cancelled = true;
-        mesh_.cancel(r, e.what());
-      }
+      // Wake every replica of this process waiting in a collective of this step: nobody
+      // hangs. (A backend that cannot cancel ends the whole job on an uncaught error.)
+      if (local > 1 && mesh_.cancel(r, e.what())) cancelled = true;
     }
   });
   ++steps_;  // one step however many replicas ran it (JitCore::run counts nothing here)

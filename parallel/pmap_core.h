@@ -54,6 +54,7 @@ class PmapCore {
   std::shared_ptr<const CompiledEntry> last_entry() const { return jit_.last_entry(); }
 
  private:
+  std::vector<int64_t> gather_job(const std::vector<int64_t>& local_words) const;
   void compare_programs(const std::vector<const CompiledEntry*>& entries, std::vector<int64_t>& rows);
   void check_divergence(const CompiledEntry& entry, std::vector<std::vector<Array>>& outs);
 

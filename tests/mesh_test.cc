@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/runtime/threads.h"
+#include "parallel/backends.h"
 #include "parallel/mesh.h"
 
 namespace fjit {
@@ -85,6 +86,60 @@ TEST(Mesh, EachReplicaRunsWithItsShareOfTheCores) {
   setenv("FJIT_INTRA_OP_THREADS", "2", 1);
   EXPECT_EQ(Mesh::threads(4).intra_op_threads(), 2);
   unsetenv("FJIT_INTRA_OP_THREADS");
+}
+
+TEST(Mesh, BackendsAreChosenThroughTheRegistry) {
+  std::vector<std::string> names;
+  for (const Backend& b : backends()) names.push_back(b.name);
+  EXPECT_EQ(names, (std::vector<std::string>{"mpi", "threads"}));
+
+  Mesh m = make_mesh("threads", 3, nullptr, nullptr);
+  EXPECT_EQ(m.backend(), "threads");
+  EXPECT_EQ(m.description(), "threads");
+  EXPECT_EQ(m.size(), 3);
+  EXPECT_EQ(m.local_size(), 3);
+  EXPECT_EQ(m.processes(), 1);
+  EXPECT_EQ(m.process_comm(), nullptr);  // one process: nothing to agree on with others
+  EXPECT_EQ(m.comm(2).rank(), 2);
+  EXPECT_EQ(m.comm(2).backend(), "threads");
+
+  try {
+    make_mesh("carrier-pigeon", 2, nullptr, nullptr);
+    ADD_FAILURE() << "an unknown backend must be refused";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("unknown backend 'carrier-pigeon' (known: mpi, threads)"),
+              std::string::npos) << e.what();
+  }
+
+  // FJIT_BACKEND picks by name, and a wrong name says where it came from.
+  char arg0[] = "prog";
+  char* argv[] = {arg0, nullptr};
+  int argc = 1;
+  setenv("FJIT_BACKEND", "threads", 1);
+  setenv("FJIT_REPLICAS", "2", 1);
+  EXPECT_EQ(Mesh::from_environment(argc, argv).size(), 2);
+  setenv("FJIT_BACKEND", "nccl", 1);
+  try {
+    Mesh::from_environment(argc, argv);
+    ADD_FAILURE() << "FJIT_BACKEND=nccl must be refused";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("FJIT_BACKEND: unknown backend 'nccl'"), std::string::npos)
+        << e.what();
+  }
+  unsetenv("FJIT_BACKEND");
+  unsetenv("FJIT_REPLICAS");
+}
+
+TEST(Mesh, ShardsOfOneProcessAreRowViews) {
+  Mesh m = Mesh::threads(3);
+  Array batch = Array::from_vector<float>({0, 1, 2, 3, 4, 5, 6}, {7});
+  std::vector<Array> parts = m.shard(batch);
+  ASSERT_EQ(parts.size(), 3u);
+  EXPECT_EQ(parts[0].shape()[0], 3);
+  EXPECT_EQ(parts[1].shape()[0], 2);
+  EXPECT_EQ(parts[2].shape()[0], 2);
+  EXPECT_TRUE(parts[1].shares_storage_with(batch));
+  EXPECT_EQ(parts[2].data<float>()[0], 5.0f);
 }
 
 }  // namespace

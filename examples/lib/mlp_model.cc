@@ -78,9 +78,16 @@ void copy_rows(const Array& src, int64_t begin, int64_t end, Array& dst) {
                 (end - begin) * row_bytes);
 }
 
+// The rows of a batch of `rows` that this process's replicas hold between them.
+static std::pair<int64_t, int64_t> process_rows(const Mesh& mesh, int64_t rows) {
+  const int first = mesh.first_replica(), last = first + mesh.local_size() - 1;
+  return {Mesh::shard_range(rows, mesh.size(), first).first,
+          Mesh::shard_range(rows, mesh.size(), last).second};
+}
+
 const Array& local_part(const Mesh& mesh, const Array& global, Array& buffer) {
-  if (!mesh.is_mpi()) return global;
-  auto [begin, end] = Mesh::shard_range(global.shape()[0], mesh.size(), mesh.first_replica());
+  if (mesh.local_size() == mesh.size()) return global;  // this process runs every replica
+  auto [begin, end] = process_rows(mesh, global.shape()[0]);
   copy_rows(global, begin, end, buffer);
   return buffer;
 }
@@ -94,8 +101,8 @@ double evaluate_accuracy(EvalStep& eval, const Mesh& mesh, const ArrayDict& para
   for (int64_t first = 0; first < n; first += batch_size) {
     const int64_t last = std::min(n, first + batch_size);
     int64_t begin = first, end = last;
-    if (mesh.is_mpi()) {  // this rank's rows of the batch
-      auto [b, e] = Mesh::shard_range(last - first, mesh.size(), mesh.first_replica());
+    if (mesh.local_size() != mesh.size()) {  // this process's rows of the batch
+      auto [b, e] = process_rows(mesh, last - first);
       begin = first + b;
       end = first + e;
     }

@@ -20,11 +20,14 @@ std::string join(const std::vector<int64_t>& v) {
 }
 
 // Replica 0's `s` on every MPI rank.
+// Process 0's string on every process (the replicas of one process share it already).
 void broadcast_string(const Mesh& mesh, std::string& s) {
+  Communicator* pc = mesh.process_comm();
+  if (pc == nullptr) return;
   uint64_t size = s.size();
-  mesh.comm(0).broadcast(&size, sizeof size, 0);
+  pc->broadcast(&size, sizeof size, 0);
   s.resize(size);
-  if (size > 0) mesh.comm(0).broadcast(s.data(), size, 0);
+  if (size > 0) pc->broadcast(s.data(), size, 0);
 }
 
 // Puts d's entries in the order of `like`'s names (same set of names).
@@ -214,13 +217,13 @@ void Trainer::save(const std::string& path) {
   }
   // Doubles as the barrier: nobody reads the file before rank 0 has renamed it into place,
   // and a failed save fails on every rank instead of leaving the others waiting.
-  if (mesh_.is_mpi()) mesh_.comm(0).all_reduce(&failed, 1, DType::i32, ReduceOp::max);
+  if (Communicator* pc = mesh_.process_comm()) pc->all_reduce(&failed, 1, DType::i32, ReduceOp::max);
   if (failed)
     throw std::runtime_error(mesh_.is_primary() ? error : "checkpoint save failed on rank 0: " + path);
 }
 
 void Trainer::load(const std::string& path) {
-  // Replica 0 reads and verifies the file; under MPI the other ranks receive its tensors and
+  // Replica 0 reads and verifies the file; the other processes (MPI ranks) receive its tensors and
   // position by broadcast, so they need not see the file, and an error on rank 0 fails every
   // rank instead of leaving the others waiting in the next collective.
   ArrayDict params = this->params(), state = optimizer_state();  // shapes to receive into
@@ -257,10 +260,10 @@ void Trainer::load(const std::string& path) {
       error = e.what();
     }
   }
-  if (mesh_.is_mpi()) {
-    mesh_.comm(0).all_reduce(&failed, 1, DType::i32, ReduceOp::max);
+  if (Communicator* pc = mesh_.process_comm()) {
+    pc->all_reduce(&failed, 1, DType::i32, ReduceOp::max);
     if (!failed) {
-      mesh_.comm(0).broadcast(position, sizeof position, 0);
+      pc->broadcast(position, sizeof position, 0);
       params = mesh_.replicate(params);
       state = mesh_.replicate(state);
     }
@@ -294,9 +297,9 @@ double Trainer::run() {
   const bool checkpoints = !options_.checkpoint_dir.empty();
   std::string resumed;
   if (options_.resume && checkpoints) {
-    // Replica 0's choice: under MPI the other ranks may not see the directory at all.
+    // Replica 0's choice: the other processes may not see the directory at all.
     std::string path = mesh_.is_primary() ? io::latest_checkpoint(options_.checkpoint_dir) : "";
-    if (mesh_.is_mpi()) broadcast_string(mesh_, path);
+    broadcast_string(mesh_, path);
     if (!path.empty()) {
       load(path);
       resumed = fmt::format("resumed from {} (step {}, epoch {}, batch {})", path, steps_done_,

@@ -33,6 +33,21 @@ std::tuple<Tensor, Tensor> lsq_grad(const Tensor& w, const Tensor& x, const Tens
 }
 
 // psum, pmean, pmax, all_gather and axis_index against closed forms over the ranks.
+TEST(PmapMpi, TheMpiBackendDescribesItselfThroughTheMesh) {
+  const Mesh& m = mesh();
+  EXPECT_EQ(m.backend(), "mpi");
+  EXPECT_EQ(m.description(), "MPI ranks");
+  EXPECT_EQ(m.local_size(), 1);
+  EXPECT_EQ(m.processes(), m.size());
+  ASSERT_NE(m.process_comm(), nullptr);
+  EXPECT_EQ(m.process_comm()->rank(), m.first_replica());
+  EXPECT_EQ(m.process_comm(), &m.comm(0));  // a rank's one replica talks for its process
+  Array mine = Array::from_vector<float>({static_cast<float>(m.first_replica())}, {1});
+  EXPECT_EQ(m.shard(mine).size(), 1u);  // a rank holds its shard already
+  Array r = m.replicate(mine);
+  EXPECT_EQ(r.data<float>()[0], 0.0f);  // process 0's value everywhere
+}
+
 TEST(PmapMpi, CollectivesMatchClosedForms) {
   const int n = mesh().size();
   auto f = pmap(mesh(), "r", [](const Tensor& x) {
