@@ -46,26 +46,13 @@ std::string automatic_message(const CheckSite& site, std::span<const double> v) 
   const auto bad = static_cast<int64_t>(v[kBadCount]);
   const auto first = static_cast<int64_t>(v[kFirstIndex]);
   const std::string at = fmt::format("first at flat index {}: {}", first, unsigned_nan(v[kFirstValue]));
-  switch (site.kind) {
-    case CheckKind::nan: case CheckKind::inf: {
-      const auto nans = static_cast<int64_t>(v[kDetail]);
-      if (nans > 0)
-        return fmt::format("NaN in {}: {} NaN and {} Inf values ({})", site.op, nans, bad - nans, at);
-      return fmt::format("Inf in {}: {} Inf values ({})", site.op, bad, at);
-    }
-    case CheckKind::div_by_zero:
-      return fmt::format("division by zero in {}: {} of {} denominators are 0 (first at flat index {})",
-                         site.op, bad, static_cast<int64_t>(v[kDetail]), first);
-    case CheckKind::index_out_of_range:
-      return fmt::format("index out of range in {}: {} indices outside [0, {}) ({}); gather clamped them",
-                         site.op, bad, static_cast<int64_t>(v[kDetail]), at);
-    case CheckKind::log_domain:
-      return fmt::format("log of a value below {} in {}: {} operands ({})", v[kDetail], site.op, bad, at);
-    case CheckKind::sqrt_domain:
-      return fmt::format("sqrt of a negative number in {}: {} operands ({})", site.op, bad, at);
-    case CheckKind::user: break;
-  }
-  return site.op;
+  const CheckKindInfo& info = check_kind_info(site.kind);  // core/ir/check_kinds.def
+  const double detail = v[kDetail];
+  const char* message = detail == 0 && *info.message_no_detail ? info.message_no_detail : info.message;
+  if (*message == '\0') return site.op;
+  return fmt::format(fmt::runtime(message), fmt::arg("op", site.op), fmt::arg("bad", bad),
+                     fmt::arg("detail", detail), fmt::arg("others", bad - static_cast<int64_t>(detail)),
+                     fmt::arg("first", first), fmt::arg("at", at));
 }
 
 bool internal_file(const char* file) {

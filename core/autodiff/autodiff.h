@@ -71,13 +71,16 @@ using VjpRule = std::vector<Tensor> (*)(const VjpArgs& a);
 VjpRule vjp_rule(Op op);
 
 namespace autodiff {
-// Internal, shared by the rule files (core/autodiff_rules*.cc).
+// Internal, shared by the rule files (core/autodiff/rules_*.cc).
 // Sums a broadcast cotangent back to `shape`: over the leading axes and the axes where
 // `shape` has extent 1, then reshapes. (Rules copy shapes before building ops: a Tensor's
 // shape() refers into the graph's node list, which building ops may reallocate.)
 Tensor unbroadcast(const Tensor& ct, Shape shape);
-VjpRule rule_for(Op op);             // elementwise and matmul (autodiff_rules.cc)
-VjpRule structural_rule_for(Op op);  // the rest (autodiff_rules_structural.cc)
+// The rules: rule_<vjp> for every row of core/ir/ops.def (declared from the table, so a row
+// whose rule is not defined fails to link). rule_none, for rows without one, is never called.
+#define FJIT_OP(name, str, kind, arity, dtype, vjp, ...) std::vector<Tensor> rule_##vjp(const VjpArgs& a);
+#include "core/ir/ops.def"
+#undef FJIT_OP
 }  // namespace autodiff
 
 // Which arguments to differentiate: value_and_grad(f, argnums<0, 2>).

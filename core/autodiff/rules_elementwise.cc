@@ -1,6 +1,7 @@
-// The VJP rule table: one function per differentiable op of core/ops.def, each written with
-// the public Tensor ops so that a gradient is an ordinary graph. Elementwise and matmul rules
-// live here; reductions, layout, indexing and collectives in autodiff_rules_structural.cc.
+// VJP rules of the elementwise ops and matmul: rule_<vjp> for each row of core/ir/ops.def
+// whose vjp column names it (core/autodiff/rule_table.cc collects them), each written with
+// the public Tensor ops so that a gradient is an ordinary graph. Reductions, layout, indexing
+// and collectives are in rules_structural.cc.
 //
 // Rules only build what `need` asks for, and express matmul gradients as matmuls with
 // transpose flags, never materializing a transpose.
@@ -21,9 +22,9 @@ Tensor unbroadcast(const Tensor& ct, Shape shape) {
   return reshape(s, shape);
 }
 
-namespace {
-
 using Cts = std::vector<Tensor>;
+
+namespace {
 
 // Scalars broadcast inside the elementwise kernels; a zeros_like would be a full-size
 // constant buffer read by every run.
@@ -37,6 +38,8 @@ Cts binary_cts(const VjpArgs& a, const std::function<Tensor()>& da, const std::f
   if (a.need[1]) r[1] = unbroadcast(db(), a.ins[1].shape());
   return r;
 }
+
+}  // namespace
 
 Cts rule_neg(const VjpArgs& a) { return {neg(a.ct)}; }
 // abs'(0) = sign(0) = 0: the subgradient of least norm.
@@ -92,7 +95,7 @@ Cts rule_pow(const VjpArgs& a) {
 }
 // Ties split the cotangent equally: the mean of the one-sided derivatives, which is what
 // central differences measure.
-Cts extremum(const VjpArgs& a, bool is_max) {
+static Cts extremum(const VjpArgs& a, bool is_max) {
   const Tensor &x = a.ins[0], &y = a.ins[1];
   Tensor wins = is_max ? x > y : lt(x, y);
   const DType t = a.ct.dtype();
@@ -139,44 +142,4 @@ Cts rule_matmul(const VjpArgs& a) {
 // Sources have no inputs; the walk treats them as leaves.
 Cts rule_source(const VjpArgs&) { return {}; }
 
-}  // namespace
-
-VjpRule rule_for(Op op) {
-  switch (op) {
-    case Op::Parameter: case Op::Constant: return rule_source;
-    case Op::Neg: return rule_neg;
-    case Op::Abs: return rule_abs;
-    case Op::Exp: return rule_exp;
-    case Op::Log: return rule_log;
-    case Op::Log1p: return rule_log1p;
-    case Op::Sqrt: return rule_sqrt;
-    case Op::Rsqrt: return rule_rsqrt;
-    case Op::Tanh: return rule_tanh;
-    case Op::Sigmoid: return rule_sigmoid;
-    case Op::Relu: return rule_relu;
-    case Op::Cast: return rule_cast;
-    case Op::Add: return rule_add;
-    case Op::Sub: return rule_sub;
-    case Op::Mul: return rule_mul;
-    case Op::Div: return rule_div;
-    case Op::Pow: return rule_pow;
-    case Op::Maximum: return rule_maximum;
-    case Op::Minimum: return rule_minimum;
-    case Op::Select: return rule_select;
-    case Op::MatMul: return rule_matmul;
-    default: return structural_rule_for(op);
-  }
-}
-
 }  // namespace fjit::autodiff
-
-namespace fjit {
-
-VjpRule vjp_rule(Op op) {
-  if (!op_is_differentiable(op)) return nullptr;
-  VjpRule r = autodiff::rule_for(op);
-  if (!r) throw std::logic_error(std::string("no VJP rule for differentiable op ") + op_name(op));
-  return r;
-}
-
-}  // namespace fjit

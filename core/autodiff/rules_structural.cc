@@ -1,13 +1,13 @@
-// VJP rules for reductions, layout, indexing and collectives (see autodiff_rules.cc).
+// VJP rules for reductions, layout, indexing and collectives (see rules_elementwise.cc).
 #include <algorithm>
 
 #include "core/autodiff/autodiff.h"
 #include "core/trace/collectives.h"
 
 namespace fjit::autodiff {
-namespace {
-
 using Cts = std::vector<Tensor>;
+
+namespace {
 
 // x's shape with the reduced axes kept as extent 1: the shape a keepdims result has.
 Shape kept_shape(const Node& n, const Shape& in) {
@@ -15,6 +15,8 @@ Shape kept_shape(const Node& n, const Shape& in) {
   for (int64_t a : n.attrs.axes) s[a] = 1;
   return s;
 }
+
+}  // namespace
 
 Cts rule_reduce_sum(const VjpArgs& a) {
   const Shape xs = a.ins[0].shape();  // a copy: building ops grows the node list
@@ -124,25 +126,6 @@ Cts rule_all_gather(const VjpArgs& a) {
   Tensor total = psum(a.ct, axis);
   Tensor idx = axis_index(axis) * static_cast<double>(rows) + iota(DType::i32, {rows});
   return {take(total, idx, 0)};
-}
-
-}  // namespace
-
-VjpRule structural_rule_for(Op op) {
-  switch (op) {
-    case Op::ReduceSum: return rule_reduce_sum;
-    case Op::ReduceMax: case Op::ReduceMin: return rule_reduce_extremum;
-    case Op::Reshape: return rule_reshape;
-    case Op::Transpose: return rule_transpose;
-    case Op::BroadcastTo: return rule_broadcast_to;
-    case Op::Concat: return rule_concat;
-    case Op::Slice: return rule_slice;
-    case Op::Gather: return rule_gather;
-    case Op::ScatterAdd: return rule_scatter_add;
-    case Op::AllReduce: return rule_all_reduce;
-    case Op::AllGather: return rule_all_gather;
-    default: return nullptr;
-  }
 }
 
 }  // namespace fjit::autodiff

@@ -18,22 +18,19 @@ enum Slot : int {
   kBadCount = 0,    // elements that broke the check
   kFirstIndex = 1,  // flat index of the first of them
   kFirstValue = 2,  // its value
-  kDetail = 3,      // nan/inf: how many of the bad elements are NaN; div: the element count;
-                    // index: the exclusive upper bound; log/sqrt: the domain's lower bound
+  kDetail = 3,      // as the kind's CheckDetail says (core/ir/check_kinds.def): the NaN count,
+                    // the element count, or the bound
 };
 
-// What an automatic check of `kind` counts as bad, given attrs.scalar = bound.
-//  nan (the combined NaN/Inf check): !isfinite(v)
-//  div_by_zero: v == 0
-//  index_out_of_range: v < 0 || v >= bound
-//  log_domain, sqrt_domain: v < bound (NaN is not counted: the NaN check reports it)
+// What an automatic check of `kind` counts as bad, given attrs.scalar = bound: the kind's
+// BadRule (core/ir/check_kinds.def).
 inline bool is_bad(CheckKind kind, double v, double bound) {
-  switch (kind) {
-    case CheckKind::nan: case CheckKind::inf: return !std::isfinite(v);
-    case CheckKind::div_by_zero: return v == 0;
-    case CheckKind::index_out_of_range: return v < 0 || v >= bound;
-    case CheckKind::log_domain: case CheckKind::sqrt_domain: return v < bound;
-    case CheckKind::user: return false;
+  switch (check_kind_info(kind).bad) {
+    case BadRule::kNonFinite: return !std::isfinite(v);
+    case BadRule::kZero: return v == 0;
+    case BadRule::kOutsideRange: return v < 0 || v >= bound;
+    case BadRule::kBelowBound: return v < bound;
+    case BadRule::kNeverBad: return false;
   }
   return false;
 }

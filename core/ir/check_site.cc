@@ -20,17 +20,16 @@ const char* check_policy_name(CheckPolicy p) {
   return "?";
 }
 
-const char* check_kind_name(CheckKind k) {
-  switch (k) {
-    case CheckKind::user: return "check";
-    case CheckKind::nan: return "nan";
-    case CheckKind::inf: return "inf";
-    case CheckKind::div_by_zero: return "division by zero";
-    case CheckKind::index_out_of_range: return "index out of range";
-    case CheckKind::log_domain: return "log of a negative number";
-    case CheckKind::sqrt_domain: return "sqrt of a negative number";
-  }
-  return "?";
-}
+namespace {
+constexpr CheckKindInfo kCheckKinds[] = {
+#define FJIT_CHECK_KIND(name, label, bad, detail, message, message_no_detail) \
+  {label, BadRule::bad, CheckDetail::detail, message, message_no_detail},
+#include "core/ir/check_kinds.def"
+#undef FJIT_CHECK_KIND
+};
+}  // namespace
+
+const CheckKindInfo& check_kind_info(CheckKind k) { return kCheckKinds[static_cast<int>(k)]; }
+const char* check_kind_name(CheckKind k) { return check_kind_info(k).label; }
 
 }  // namespace fjit

@@ -1,23 +1,71 @@
 #include "core/ir/op.h"
 
+#include <string_view>
+
 namespace fjit {
 namespace {
+
 struct OpInfo {
   const char* name;
   OpKind kind;
   int arity;
+  DTypeRule dtype;
+  bool differentiable;
+  Finite finite;
+  InputCheck input_check;
+  KernelFamily family;
 };
+
 constexpr OpInfo kOps[] = {
-#define FJIT_OP(name, str, kind, arity) {str, OpKind::kind, arity},
+#define FJIT_OP(name, str, kind, arity, dtype, vjp, finite, input_check, family, builder) \
+  {str, OpKind::kind, arity, DTypeRule::dtype, std::string_view(#vjp) != "none",         \
+   Finite::finite, InputCheck::input_check, KernelFamily::family},
 #include "core/ir/ops.def"
 #undef FJIT_OP
 };
 static_assert(sizeof(kOps) / sizeof(kOps[0]) == kNumOps, "op table and enum disagree");
+
+// Facts that must agree with each other, checked when the table is compiled.
+constexpr bool rows_consistent() {
+  for (const OpInfo& o : kOps) {
+    const bool elementwise = o.kind == OpKind::kUnary || o.kind == OpKind::kBinary ||
+                             o.kind == OpKind::kCompare || o.kind == OpKind::kLogical ||
+                             o.kind == OpKind::kSelect;
+    if (elementwise && o.family != KernelFamily::kElementwiseFamily) return false;
+    if (o.kind == OpKind::kUnary && o.arity != 1) return false;
+    if ((o.kind == OpKind::kBinary || o.kind == OpKind::kCompare) && o.arity != 2) return false;
+    if (o.kind == OpKind::kCompare && (o.dtype != DTypeRule::kCompare || o.differentiable))
+      return false;
+    if (o.kind == OpKind::kLogical && (o.dtype != DTypeRule::kBool || o.differentiable))
+      return false;
+    if (o.dtype == DTypeRule::kToBool && o.differentiable) return false;
+  }
+  return true;
+}
+static_assert(rows_consistent(), "core/ir/ops.def: a row's facts contradict each other");
+
+const OpInfo& info(Op op) { return kOps[static_cast<int>(op)]; }
+
 }  // namespace
 
-const char* op_name(Op op) { return kOps[static_cast<int>(op)].name; }
-OpKind op_kind(Op op) { return kOps[static_cast<int>(op)].kind; }
-int op_arity(Op op) { return kOps[static_cast<int>(op)].arity; }
+const char* op_name(Op op) { return info(op).name; }
+OpKind op_kind(Op op) { return info(op).kind; }
+int op_arity(Op op) { return info(op).arity; }
+DTypeRule op_dtype_rule(Op op) { return info(op).dtype; }
+bool op_is_differentiable(Op op) { return info(op).differentiable; }
+bool op_may_overflow(Op op) { return info(op).finite == Finite::kMayOverflow; }
+InputCheck op_input_check(Op op) { return info(op).input_check; }
+KernelFamily op_kernel_family(Op op) { return info(op).family; }
+
+const char* reduce_op_name(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::sum: return "sum";
+    case ReduceOp::max: return "max";
+    case ReduceOp::min: return "min";
+    case ReduceOp::logical_or: return "logical_or";
+  }
+  return "?";
+}
 
 bool op_is_elementwise(Op op) {
   switch (op_kind(op)) {
@@ -31,16 +79,6 @@ bool op_is_elementwise(Op op) {
 
 bool op_has_effect(Op op) {
   return op_kind(op) == OpKind::kEffect || op_kind(op) == OpKind::kCollective;
-}
-
-bool op_is_differentiable(Op op) {
-  switch (op_kind(op)) {
-    case OpKind::kCompare: case OpKind::kLogical: case OpKind::kEffect:
-      return false;
-    default:
-      return op != Op::ArgMax && op != Op::ReduceAll && op != Op::ReduceAny && op != Op::Iota &&
-             op != Op::AxisIndex && op != Op::Sign && op != Op::IsFinite;
-  }
 }
 
 }  // namespace fjit

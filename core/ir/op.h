@@ -1,7 +1,10 @@
-// The op enum and its static properties, generated from core/ops.def (the one op table).
+// The op enum and every static fact about an op, generated from core/ir/ops.def (the one op
+// table): nothing here or elsewhere lists ops a second time.
 #pragma once
 
 #include <cstdint>
+#include <stdexcept>
+#include <string_view>
 
 namespace fjit {
 
@@ -10,27 +13,61 @@ enum class OpKind : uint8_t {
   kCollective, kEffect
 };
 
+// How the result's dtype follows from the operands' (see ops.def).
+enum class DTypeRule : uint8_t { kNumeric, kFloat, kToBool, kCompare, kBool, kGiven, kOwn };
+// Whether finite inputs can give a non-finite float result (the automatic NaN/Inf check).
+enum class Finite : uint8_t { kStaysFinite, kMayOverflow };
+// The automatic check of an operand's domain (core/compile/passes/automatic_checks.cc).
+enum class InputCheck : uint8_t {
+  kNoInputCheck, kNonzeroDivisor, kIndexInRange, kLogDomain, kLog1pDomain, kSqrtDomain
+};
+// How an all_reduce combines (the attribute of Op::AllReduce, and what a Communicator does).
+enum class ReduceOp : uint8_t { sum, max, min, logical_or };
+const char* reduce_op_name(ReduceOp op);
+
+// Which kernel family runs the op (core/kernels/families.h).
+enum class KernelFamily : uint8_t { kNoKernel, kElementwiseFamily, kStructuralFamily, kCheckFamily };
+
 enum class Op : uint8_t {
-#define FJIT_OP(name, str, kind, arity) name,
+#define FJIT_OP(name, ...) name,
 #include "core/ir/ops.def"
 #undef FJIT_OP
 };
 
 inline constexpr int kNumOps = 0
-#define FJIT_OP(name, str, kind, arity) +1
+#define FJIT_OP(...) +1
 #include "core/ir/ops.def"
 #undef FJIT_OP
     ;
+
+// The op whose name is `name`, at compile time where `name` is a constant (a name that is not
+// in the table is then a compile error).
+constexpr Op op_named(std::string_view name) {
+  constexpr std::string_view kNames[] = {
+#define FJIT_OP(name, str, ...) str,
+#include "core/ir/ops.def"
+#undef FJIT_OP
+  };
+  for (int i = 0; i < kNumOps; ++i)
+    if (kNames[i] == name) return static_cast<Op>(i);
+  throw std::invalid_argument("op_named: no such op");
+}
 
 const char* op_name(Op op);
 OpKind op_kind(Op op);
 // Number of inputs; -1 for variadic.
 int op_arity(Op op);
+DTypeRule op_dtype_rule(Op op);
 // Elementwise: output element i depends only on element i of each (broadcast) input.
 bool op_is_elementwise(Op op);
 // Ops with effects beyond their value (checks, collectives) are never removed or merged.
 bool op_has_effect(Op op);
-// Ops whose gradient is identically zero or undefined (comparisons, integer results...).
+// Ops with a VJP rule (a row whose vjp is not `none`); the rest have an identically zero or
+// undefined gradient (comparisons, integer results...).
 bool op_is_differentiable(Op op);
+// True when finite operands can give a non-finite float result.
+bool op_may_overflow(Op op);
+InputCheck op_input_check(Op op);
+KernelFamily op_kernel_family(Op op);
 
 }  // namespace fjit

@@ -164,17 +164,19 @@ ValueType infer_type(Op op, const Attrs& a, std::span<const ValueType> ins, cons
       return hint;
     case OpKind::kUnary: {
       const ValueType& x = ins[0];
-      switch (op) {
-        case Op::Cast: return {hint.dtype, x.shape};
-        case Op::IsFinite:
+      switch (op_dtype_rule(op)) {  // the row's dtype rule (core/ir/ops.def)
+        case DTypeRule::kGiven: return {hint.dtype, x.shape};
+        case DTypeRule::kToBool:
           require_dtype(x, x.dtype != DType::boolean, "a numeric operand");
           return {DType::boolean, x.shape};
-        case Op::Neg: case Op::Abs: case Op::Sign: case Op::Relu:
+        case DTypeRule::kNumeric:
           require_dtype(x, x.dtype != DType::boolean, "a numeric operand");
           return x;
-        default:
+        case DTypeRule::kFloat:
           require_dtype(x, is_floating(x.dtype), "a floating-point operand");
           return x;
+        default:
+          fail("unary op without a unary dtype rule in core/ir/ops.def");
       }
     }
     case OpKind::kBinary:

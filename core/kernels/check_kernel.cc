@@ -39,10 +39,10 @@ void summarize(CheckKind kind, double bound, const void* data, const ValueType& 
     nans += std::isnan(v) ? 1 : 0;
   }
   out[kBadCount] = bad;
-  switch (kind) {
-    case CheckKind::nan: case CheckKind::inf: out[kDetail] = nans; break;
-    case CheckKind::div_by_zero: out[kDetail] = static_cast<double>(n); break;
-    default: out[kDetail] = bound; break;
+  switch (check_kind_info(kind).detail) {
+    case CheckDetail::kNanCount: out[kDetail] = nans; break;
+    case CheckDetail::kElementCount: out[kDetail] = static_cast<double>(n); break;
+    case CheckDetail::kBound: case CheckDetail::kNoDetail: out[kDetail] = bound; break;
   }
 }
 

@@ -12,20 +12,6 @@ namespace {
 
 void noop_kernel(const Instr&, const Frame&) {}
 
-bool in_family(Op op) {
-  switch (op) {
-    case Op::Constant: case Op::Iota: case Op::Neg: case Op::Abs: case Op::Exp: case Op::Log:
-    case Op::Log1p: case Op::Sqrt: case Op::Rsqrt: case Op::Tanh: case Op::Sigmoid:
-    case Op::Relu: case Op::Sign: case Op::IsFinite: case Op::Cast: case Op::Add: case Op::Sub:
-    case Op::Mul: case Op::Div: case Op::Pow: case Op::Maximum: case Op::Minimum: case Op::Eq:
-    case Op::Ne: case Op::Lt: case Op::Le: case Op::Gt: case Op::Ge: case Op::LogicalAnd:
-    case Op::LogicalOr: case Op::LogicalNot: case Op::Select:
-      return true;
-    default:
-      return false;
-  }
-}
-
 }  // namespace
 
 int plan_broadcast(Instr& instr) {
@@ -84,7 +70,7 @@ int plan_broadcast(Instr& instr) {
 }  // namespace ew
 
 bool select_elementwise(Instr& instr) {
-  if (!ew::in_family(instr.op)) return false;
+  if (op_kernel_family(instr.op) != KernelFamily::kElementwiseFamily) return false;
   if (instr.out.size() == 0) {
     instr.fn = &ew::noop_kernel;
     return true;

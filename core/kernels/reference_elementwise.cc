@@ -177,8 +177,7 @@ void reference_unary(Op op, const Array& x, Array& result) {
 
 bool reference_elementwise(Op op, const Attrs& attrs, const ValueType& out,
                            std::span<const Array> ins, Array& result) {
-  // reference_eval() asks every family in turn: decide membership before checking operands.
-  if (!op_is_elementwise(op) && op != Op::Constant && op != Op::Iota) return false;
+  if (op_kernel_family(op) != KernelFamily::kElementwiseFamily) return false;
   if (static_cast<int>(ins.size()) != op_arity(op))
     throw std::logic_error(std::string("reference: ") + op_name(op) + " given " +
                            std::to_string(ins.size()) + " operands");

@@ -4,15 +4,13 @@
 namespace fjit::kernels {
 
 bool select_structural(Instr& instr) {
-  switch (instr.op) {
-    case Op::MatMul: return st::select_matmul(instr);
-    case Op::ReduceSum: case Op::ReduceMax: case Op::ReduceMin: case Op::ReduceAll:
-    case Op::ReduceAny: return st::select_reduce(instr);
-    case Op::ArgMax: return st::select_argmax(instr);
-    case Op::Reshape: case Op::Transpose: case Op::BroadcastTo: case Op::Concat:
-    case Op::Slice: return st::select_layout(instr);
-    case Op::Gather: case Op::ScatterAdd: return st::select_index(instr);
-    case Op::AllReduce: case Op::AllGather: case Op::AxisIndex: return st::select_collective(instr);
+  switch (op_kind(instr.op)) {
+    case OpKind::kMatMul: return st::select_matmul(instr);
+    case OpKind::kReduce:
+      return instr.op == Op::ArgMax ? st::select_argmax(instr) : st::select_reduce(instr);
+    case OpKind::kLayout: return st::select_layout(instr);
+    case OpKind::kIndex: return st::select_index(instr);
+    case OpKind::kCollective: return st::select_collective(instr);
     default: return false;
   }
 }

@@ -4,16 +4,6 @@
 
 namespace fjit {
 
-const char* reduce_op_name(ReduceOp op) {
-  switch (op) {
-    case ReduceOp::sum: return "sum";
-    case ReduceOp::max: return "max";
-    case ReduceOp::min: return "min";
-    case ReduceOp::logical_or: return "logical_or";
-  }
-  return "?";
-}
-
 void Communicator::all_reduce_apply(const void* src, void* scratch, int64_t count, DType dtype,
                                     void* ctx, ReducedBlockFn apply) {
   if (count <= 0) return;

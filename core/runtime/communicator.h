@@ -19,11 +19,10 @@
 #include <string>
 
 #include "core/ir/dtype.h"
+#include "core/ir/op.h"
 
 namespace fjit {
 
-enum class ReduceOp : uint8_t { sum, max, min, logical_or };
-const char* reduce_op_name(ReduceOp op);
 
 class Communicator {
  public:

@@ -22,19 +22,16 @@ Tensor constant(const Array& value, Loc loc = Loc::current());
 // Values 0..n-1 along `axis` of `shape`.
 Tensor iota(DType dtype, const Shape& shape, int64_t axis = 0, Loc loc = Loc::current());
 
-// Unary.
-Tensor neg(const Tensor& x, Loc loc = Loc::current());
-Tensor abs(const Tensor& x, Loc loc = Loc::current());
-Tensor exp(const Tensor& x, Loc loc = Loc::current());
-Tensor log(const Tensor& x, Loc loc = Loc::current());
-Tensor log1p(const Tensor& x, Loc loc = Loc::current());
-Tensor sqrt(const Tensor& x, Loc loc = Loc::current());
-Tensor rsqrt(const Tensor& x, Loc loc = Loc::current());
-Tensor tanh(const Tensor& x, Loc loc = Loc::current());
-Tensor sigmoid(const Tensor& x, Loc loc = Loc::current());
-Tensor relu(const Tensor& x, Loc loc = Loc::current());
-Tensor sign(const Tensor& x, Loc loc = Loc::current());
-Tensor isfinite(const Tensor& x, Loc loc = Loc::current());
+// Unary: one builder per row of core/ir/ops.def whose builder column is unary(fn) — neg, abs,
+// exp, log, log1p, sqrt, rsqrt, tanh, sigmoid, relu, sign, isfinite, logical_not, ...
+#define FJIT_BUILDER_custom
+#define FJIT_BUILDER_unary(fn) Tensor fn(const Tensor& x, Loc loc = Loc::current());
+#define FJIT_OP(name, str, kind, arity, dtype, vjp, finite, input_check, family, builder) \
+  FJIT_BUILDER_##builder
+#include "core/ir/ops.def"
+#undef FJIT_OP
+#undef FJIT_BUILDER_unary
+#undef FJIT_BUILDER_custom
 Tensor cast(const Tensor& x, DType dtype, Loc loc = Loc::current());
 Tensor square(const Tensor& x, Loc loc = Loc::current());
 
@@ -54,7 +51,6 @@ Tensor gt(const Tensor& a, const Tensor& b, Loc loc = Loc::current());
 Tensor ge(const Tensor& a, const Tensor& b, Loc loc = Loc::current());
 Tensor logical_and(const Tensor& a, const Tensor& b, Loc loc = Loc::current());
 Tensor logical_or(const Tensor& a, const Tensor& b, Loc loc = Loc::current());
-Tensor logical_not(const Tensor& a, Loc loc = Loc::current());
 // Elementwise cond ? a : b, all three broadcast together.
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b, Loc loc = Loc::current());
 

@@ -41,19 +41,20 @@ Tensor iota(DType dtype, const Shape& shape, int64_t axis, Loc loc) {
   return detail::build("iota", Op::Iota, {}, std::move(a), ValueType{dtype, shape}, &loc);
 }
 
-Tensor neg(const Tensor& x, Loc loc) { return unary("neg", Op::Neg, x, &loc); }
-Tensor abs(const Tensor& x, Loc loc) { return unary("abs", Op::Abs, x, &loc); }
-Tensor exp(const Tensor& x, Loc loc) { return unary("exp", Op::Exp, x, &loc); }
-Tensor log(const Tensor& x, Loc loc) { return unary("log", Op::Log, x, &loc); }
-Tensor log1p(const Tensor& x, Loc loc) { return unary("log1p", Op::Log1p, x, &loc); }
-Tensor sqrt(const Tensor& x, Loc loc) { return unary("sqrt", Op::Sqrt, x, &loc); }
-Tensor rsqrt(const Tensor& x, Loc loc) { return unary("rsqrt", Op::Rsqrt, x, &loc); }
-Tensor tanh(const Tensor& x, Loc loc) { return unary("tanh", Op::Tanh, x, &loc); }
-Tensor sigmoid(const Tensor& x, Loc loc) { return unary("sigmoid", Op::Sigmoid, x, &loc); }
-Tensor relu(const Tensor& x, Loc loc) { return unary("relu", Op::Relu, x, &loc); }
-Tensor sign(const Tensor& x, Loc loc) { return unary("sign", Op::Sign, x, &loc); }
-Tensor isfinite(const Tensor& x, Loc loc) { return unary("isfinite", Op::IsFinite, x, &loc); }
-Tensor logical_not(const Tensor& x, Loc loc) { return unary("logical_not", Op::LogicalNot, x, &loc); }
+// The unary builders, one per row of core/ir/ops.def whose builder column is unary(fn); fn is
+// the op's name, so op_named finds the op at compile time.
+#define FJIT_BUILDER_custom
+#define FJIT_BUILDER_unary(fn)                       \
+  Tensor fn(const Tensor& x, Loc loc) {              \
+    static constexpr Op kOp = op_named(#fn);         \
+    return unary(#fn, kOp, x, &loc);                 \
+  }
+#define FJIT_OP(name, str, kind, arity, dtype, vjp, finite, input_check, family, builder) \
+  FJIT_BUILDER_##builder
+#include "core/ir/ops.def"
+#undef FJIT_OP
+#undef FJIT_BUILDER_unary
+#undef FJIT_BUILDER_custom
 Tensor square(const Tensor& x, Loc loc) { return binary("square", Op::Mul, x, x, &loc); }
 
 Tensor cast(const Tensor& x, DType dtype, Loc loc) {

@@ -56,18 +56,6 @@ class NodeMaker {
   const Site& site_;
 };
 
-bool produces_non_finite(Op op) {
-  switch (op) {
-    case Op::Exp: case Op::Log: case Op::Log1p: case Op::Sqrt: case Op::Rsqrt: case Op::Cast:
-    case Op::Add: case Op::Sub: case Op::Mul: case Op::Div: case Op::Pow: case Op::MatMul:
-    case Op::ReduceSum: case Op::AllReduce: case Op::ScatterAdd:
-      return true;
-    default:
-      return false;
-  }
-}
-
-bool is_float(DType t) { return t == DType::f32 || t == DType::f64; }
 
 class AutomaticChecks {
  public:
@@ -96,14 +84,14 @@ class AutomaticChecks {
     const std::string what = std::string(op_name(op)) + " " + type_str(n.dtype, n.shape);
     NodeMaker make(out, site);
     const std::vector<int>& ins = n.inputs;
-    switch (op) {
-      case Op::Div: {
+    switch (op_input_check(op)) {  // the row's input check (core/ir/ops.def)
+      case InputCheck::kNonzeroDivisor: {
         const int den = ins[1];
         add(make, CheckKind::div_by_zero, what, site, den, 0,
             make.none(make.op(Op::Eq, {den, make.scalar(out.node(den).dtype, 0)})));
         break;
       }
-      case Op::Gather: {
+      case InputCheck::kIndexInRange: {
         const int idx = ins[1];
         const int64_t bound = out.node(ins[0]).shape[n.attrs.axis];
         const DType t = out.node(idx).dtype;
@@ -113,18 +101,19 @@ class AutomaticChecks {
             make.none(make.op(Op::LogicalOr, {below, above})));
         break;
       }
-      case Op::Log: case Op::Log1p: case Op::Sqrt: case Op::Rsqrt: {
-        const double lo = op == Op::Log1p ? -1.0 : 0.0;
-        const CheckKind kind = (op == Op::Log || op == Op::Log1p) ? CheckKind::log_domain : CheckKind::sqrt_domain;
+      case InputCheck::kLogDomain: case InputCheck::kLog1pDomain: case InputCheck::kSqrtDomain: {
+        const InputCheck c = op_input_check(op);
+        const double lo = c == InputCheck::kLog1pDomain ? -1.0 : 0.0;
+        const CheckKind kind = c == InputCheck::kSqrtDomain ? CheckKind::sqrt_domain : CheckKind::log_domain;
         const int x = ins[0];
         add(make, kind, what, site, x, lo,
             make.none(make.op(Op::Lt, {x, make.scalar(out.node(x).dtype, lo)})));
         break;
       }
-      default:
+      case InputCheck::kNoInputCheck:
         break;
     }
-    const bool check_result = is_float(n.dtype) && produces_non_finite(op);
+    const bool check_result = is_floating(n.dtype) && op_may_overflow(op);
     const int id = out.add(std::move(n));
     if (checked_.size() <= static_cast<size_t>(id)) checked_.resize(id + 1, false);
     if (check_result && !checked_[id]) {  // an op merged with an equal one is checked once

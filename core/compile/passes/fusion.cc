@@ -3,12 +3,10 @@
 #include <algorithm>
 
 #include "absl/container/flat_hash_map.h"
-#include "core/runtime/communicator.h"
 
 namespace fjit {
 namespace {
 
-bool is_float(DType t) { return t == DType::f32 || t == DType::f64; }
 
 // A scalar fill constant: its value, if `id` is one.
 bool scalar_constant(const Graph& g, int id, double* value) {
@@ -65,7 +63,7 @@ class Planner {
     for (int id = g_.size() - 1; id >= 0; --id) {
       if (!live_[id] || plan.group_of[id] >= 0) continue;
       const Node& n = g_.node(id);
-      if (n.op == Op::ReduceSum && n.size() == 1 && is_float(n.dtype)) {
+      if (n.op == Op::ReduceSum && n.size() == 1 && is_floating(n.dtype)) {
         const int e = n.inputs[0];
         if (plan.group_of[e] < 0 && fusable(e) && g_.node(e).op != Op::BroadcastTo &&
             sole_consumer(e) == id && g_.node(e).dtype == n.dtype)
@@ -198,7 +196,7 @@ class Planner {
   // from what it writes, and the updated values never depend on the checks.
   void try_gemm(int m) {
     const Node& mm = g_.node(m);
-    if (!is_float(mm.dtype)) return;
+    if (!is_floating(mm.dtype)) return;
     // The scale may be pmean's replica weight over n, computed before the matmul.
     const UpdateChain u = update_chain(m, /*runtime_alpha=*/true);
     // A bias add alone is left to elementwise fusion (with its activation): starting the
@@ -241,7 +239,7 @@ class Planner {
   // meet in the same collectives in the same order.
   void try_reduce_update(int r) {
     const Node& rn = g_.node(r);
-    if (!is_float(rn.dtype) || rn.attrs.reduce != static_cast<uint8_t>(ReduceOp::sum) ||
+    if (!is_floating(rn.dtype) || rn.attrs.reduce != static_cast<uint8_t>(ReduceOp::sum) ||
         rn.inputs.size() != 1)
       return;
     const UpdateChain u = update_chain(r, /*runtime_alpha=*/false);
