@@ -41,9 +41,11 @@ bool in_place_ok(const Node& n, const Node& in) {
 
 }  // namespace
 
-Graph optimize(const Graph& traced, bool verify) {
+Graph optimize(const Graph& traced, bool verify, std::vector<CheckSite>* sites) {
   if (verify) traced.verify();
+  // The pipeline, in order: the one place that says which passes run.
   std::vector<std::unique_ptr<Pass>> pipeline;
+  if (sites != nullptr) pipeline.push_back(make_automatic_checks(sites));
   pipeline.push_back(make_algebraic_simplification());
   pipeline.push_back(make_constant_folding());
   pipeline.push_back(make_algebraic_simplification());
@@ -228,7 +230,8 @@ std::shared_ptr<const Executable> compile(const Graph& traced, std::vector<Check
     dump(dir, stem, ".before.txt", traced.to_string(true));
     dump(dir, stem, ".before.dot", traced.to_dot(options.name + " (traced)"));
   }
-  auto optimized = std::make_shared<const Graph>(optimize(traced, options.verify));
+  auto optimized = std::make_shared<const Graph>(
+      optimize(traced, options.verify, options.automatic_checks ? &sites : nullptr));
   FusionOptions fusion;
   fusion.elementwise = fusion.gemm_epilogue = options.fuse;
   if (const char* env = std::getenv("FJIT_FUSION")) {  // 0, 1, elementwise or gemm

@@ -19,14 +19,18 @@ struct CompileOptions {
   std::string name = "fn";
   std::string dump_dir;  // empty: FJIT_DUMP_DIR, if set
   bool verify = true;    // run the verifier before and after the passes
-  bool fuse = true;      // fused instructions (core/passes/fusion.h); FJIT_FUSION=0 turns off,
-                         // FJIT_FUSION=elementwise or =gemm keeps one kind
+  bool fuse = true;      // fused instructions (core/compile/passes/fusion.h); FJIT_FUSION=0
+                         // turns off, FJIT_FUSION=elementwise or =gemm keeps one kind
+  // The automatic-checks pass first in the pipeline (CheckMode::all): checks for NaN/Inf,
+  // division by zero, indices and domains, with their sites appended to the plan's.
+  bool automatic_checks = false;
 };
 
 std::shared_ptr<const Executable> compile(const Graph& traced, std::vector<CheckSite> sites,
                                           const CompileOptions& options = {});
 
-// The optimized graph alone (for tests and dumps).
-Graph optimize(const Graph& traced, bool verify = true);
+// The optimized graph alone (for tests and dumps). With `sites`, the pipeline starts with the
+// automatic-checks pass, which adds check nodes and renumbers *sites in plan order.
+Graph optimize(const Graph& traced, bool verify = true, std::vector<CheckSite>* sites = nullptr);
 
 }  // namespace fjit

@@ -5,7 +5,6 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "core/compile/passes/automatic_checks.h"
 #include "core/runtime/env.h"
 #include "core/runtime/log.h"
 #include "core/runtime/metrics.h"
@@ -188,9 +187,9 @@ std::shared_ptr<const CompiledEntry> JitCore::compile_locked(const FlatArgs& arg
       throw TraceError("fjit: jit '" + options_.name + "': an output is undefined or comes from another trace");
     ctx.graph.outputs.push_back(t.id());
   }
-  if (mode == CheckMode::all) add_automatic_checks(ctx.graph, ctx.check_sites);
   CompileOptions copts;
   copts.name = options_.name;
+  copts.automatic_checks = mode == CheckMode::all;
   entry->exe = compile(ctx.graph, ctx.check_sites, copts);
   entry->structure_hash = args.structure_hash;
   entry->mode = mode;

@@ -158,4 +158,24 @@ void add_automatic_checks(Graph& g, std::vector<CheckSite>& sites) {
   link_all_sites(g, sites);
 }
 
+namespace {
+class AutomaticChecksPass final : public Pass {
+ public:
+  explicit AutomaticChecksPass(std::vector<CheckSite>* sites) : sites_(sites) {}
+  const char* name() const override { return "automatic checks"; }
+  Graph run(const Graph& g) const override {
+    Graph out = g;
+    add_automatic_checks(out, *sites_);
+    return out;
+  }
+
+ private:
+  std::vector<CheckSite>* sites_;
+};
+}  // namespace
+
+std::unique_ptr<Pass> make_automatic_checks(std::vector<CheckSite>* sites) {
+  return std::make_unique<AutomaticChecksPass>(sites);
+}
+
 }  // namespace fjit

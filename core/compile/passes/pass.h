@@ -1,5 +1,5 @@
 // Graph passes. Each pass maps a Graph to an equivalent Graph; the compiler runs them as an
-// ordered pipeline (core/compiler.cc). Passes rebuild the graph through rewrite(), which
+// ordered pipeline (core/compile/compiler.cc). Passes rebuild the graph through rewrite(), which
 // re-inserts nodes with hash-consing, so each rebuild also merges equal subexpressions.
 #pragma once
 
@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "core/ir/check_site.h"
 #include "core/ir/graph.h"
 
 namespace fjit {
@@ -29,6 +30,9 @@ Graph rewrite(const Graph& g, const RewriteFn& fn, const std::vector<bool>* keep
 std::unique_ptr<Pass> make_dead_code_elimination();
 std::unique_ptr<Pass> make_constant_folding(int64_t max_folded_elements = 4096);
 std::unique_ptr<Pass> make_algebraic_simplification();
+// Automatic checks (core/compile/passes/automatic_checks.h): adds check nodes to the graph
+// and their sites to *sites, which must outlive the pass.
+std::unique_ptr<Pass> make_automatic_checks(std::vector<CheckSite>* sites);
 
 // Node ids that feed the outputs or an effect.
 std::vector<bool> live_nodes(const Graph& g);
