@@ -6,7 +6,7 @@
 // At trace time check() records a CheckSite (message, file:line and function of the call,
 // a captured stack) and one Op::Check node. When the plan runs, the node raises its site's
 // flag if `pred` is false and keeps the values of that step; after the step the host reports
-// every raised check and applies the policy (checks/host.h). Nothing is read back mid-step.
+// every raised check and applies the policy (checks/step_check_handler.h). Nothing is read back mid-step.
 // Reports number steps from 0: the first call of a jit function, or the first pmap step, is
 // step 0 (CheckError::step()).
 //

@@ -2,7 +2,7 @@
 //
 // A report lists every raised check of one step in plan order (site id order), marks the first
 // one and the root causes (raised checks none of whose upstream checks raised, see
-// checks/upstream.h), and for each gives the replicas that raised it, the message with the
+// core/ir/check_upstream.h), and for each gives the replicas that raised it, the message with the
 // step's values, the op for automatic checks, the call site and the user frames of the stack
 // captured at trace time. It is built on the cold path only: allocation is fine here.
 #pragma once

@@ -64,7 +64,7 @@ class Mesh {
   // The communicator among the job's processes (one member each), or null for a one-process
   // job. What one process must agree on with the others goes through it.
   Communicator* process_comm() const;
-  // Threads each replica's kernels may use (core/threads.h).
+  // Threads each replica's kernels may use (core/runtime/threads.h).
   int intra_op_threads() const;
   // True in the process that holds replica 0 (the one that prints and writes checkpoints).
   bool is_primary() const { return first_replica() == 0; }

@@ -1,4 +1,4 @@
-// Integer FJIT_* environment variables are read strictly (core/env.h): a good value is
+// Integer FJIT_* environment variables are read strictly (core/runtime/env.h): a good value is
 // honoured, unset or empty gives the default, and anything else is a std::invalid_argument
 // naming the variable, thrown on the caller's thread (never on a replica thread), after which
 // the library keeps working once the variable is fixed.

@@ -1,4 +1,4 @@
-// Gradient check: for every differentiable op of core/ops.def, reverse mode
+// Gradient check: for every differentiable op of core/ir/ops.def, reverse mode
 // (jit(value_and_grad(loss))) against central finite differences, all in float64.
 //
 // Each case is a function of a few inputs; its loss is sum(w * f(inputs)) with fixed

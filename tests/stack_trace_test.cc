@@ -1,4 +1,4 @@
-// Stack capture and symbolization (checks/stack_trace.h): captures taken in named functions of
+// Stack capture and symbolization (core/trace/stack_trace.h): captures taken in named functions of
 // this file must come back with their names, this file and the right lines; fjit-internal and
 // runtime frames must be dropped from what users see; concurrent use must be safe.
 #include "core/trace/stack_trace.h"

@@ -2,7 +2,7 @@
 //
 // The pass pipeline is fixed and ordered: algebraic simplification, constant folding,
 // simplification again, dead-code elimination. Lowering then fuses groups of nodes into single
-// instructions (core/passes/fusion.h) and plans the arena (core/memory_plan.h). With
+// instructions (core/compile/passes/fusion.h) and plans the arena (core/compile/memory_plan.h). With
 // FJIT_DUMP_DIR set (or
 // CompileOptions::dump_dir), the graph before and after the passes is written as .txt and .dot
 // and the plan as .plan.txt, named <name>.<n>.*.

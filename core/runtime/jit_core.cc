@@ -84,7 +84,7 @@ void set_default_check_policy(CheckPolicy policy) { g_policy.store(static_cast<i
 
 JitOptions JitOptions::resolved() const {
   JitOptions o = *this;
-  // Strict (core/env.h): a malformed value throws here, when the jit or pmap is constructed.
+  // Strict (core/runtime/env.h): a malformed value throws here, when the jit or pmap is constructed.
   if (o.recompile_warn_threshold < 0) o.recompile_warn_threshold = env_count("FJIT_RECOMPILE_WARN", 8, 1 << 30);
   if (o.large_constant_bytes < 0) o.large_constant_bytes = env_count("FJIT_LARGE_CONSTANT_BYTES", 1 << 20, 1 << 30);
   return o;

@@ -37,7 +37,7 @@ struct JitOptions {
   std::vector<std::string> axis_names;
   int num_replicas = 1;
   // Resolves every unset field from the environment (JitCore's constructor calls it). The
-  // integer variables are read strictly (core/env.h): an integer from 1 to 2^30, unset or
+  // integer variables are read strictly (core/runtime/env.h): an integer from 1 to 2^30, unset or
   // empty for the default; anything else throws std::invalid_argument naming the variable.
   JitOptions resolved() const;
 };

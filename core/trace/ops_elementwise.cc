@@ -1,4 +1,4 @@
-// Builders for sources and elementwise ops (see core/ops.h).
+// Builders for sources and elementwise ops (see core/trace/ops.h).
 #include "core/trace/ops.h"
 
 namespace fjit {

@@ -1,4 +1,4 @@
-// Builders for matmul, reductions, layout and indexing ops (see core/ops.h).
+// Builders for matmul, reductions, layout and indexing ops (see core/trace/ops.h).
 #include <algorithm>
 
 #include "core/trace/ops.h"

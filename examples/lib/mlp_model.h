@@ -27,7 +27,7 @@ namespace fjit::examples {
 inline const std::vector<int64_t> kFashionMnistLayers = {784, 512, 256, 10};
 
 // Parameters "w1", "b1", ..., "wL", "bL" for layer sizes {in, h1, ..., out}: He-normal
-// weights, zero biases, drawn from `seed` (core/init.h).
+// weights, zero biases, drawn from `seed` (core/lib/initializers.h).
 ArrayDict init_mlp(const std::vector<int64_t>& sizes, uint64_t seed);
 
 // Logits [batch, classes] of x [batch, in]: ReLU after every layer but the last.
