@@ -79,6 +79,7 @@ run train_step_bench "$B/train_step_bench" --benchmark_min_time="$MIN_TIME" "${G
 run train_step_interleaved env FJIT_BENCH_INTERLEAVED=1 "$B/train_step_bench" --benchmark_filter=none
 run train_step_2_threads env OMP_NUM_THREADS=2 FJIT_BENCH_INTERLEAVED=1 "$B/train_step_bench" --benchmark_filter=none
 run checks_bench "$B/checks_bench" --benchmark_min_time="$MIN_TIME" "${G[@]}"
+run train_step_timeline env FJIT_BENCH_TIMELINE=1 "$B/train_step_bench" --benchmark_filter=none
 run checks_interleaved env FJIT_BENCH_INTERLEAVED=1 "$B/checks_bench" --benchmark_filter=none
 run allreduce_bench "${MPIEXEC[@]}" "$B/allreduce_bench" 7
 if [ -x "$B/scaling_bench" ]; then

@@ -18,10 +18,12 @@
 #include <cstdlib>
 #include <ctime>
 #include <map>
+#include <string>
 
 #include "bench/mlp_reference.h"
 #include "parallel/fjit.h"
 #include "core/lib/initializers.h"
+#include "core/runtime/timeline.h"
 #include "examples/lib/mlp_model.h"
 
 using namespace fjit;
@@ -184,6 +186,46 @@ void profile_plan(const Config& c, const char* title) {
 // Alternates one fjit step and one hand-written step, timing each by thread CPU time, and
 // prints the medians and their ratio: on a shared machine, interleaving exposes both sides to
 // the same background load, which back-to-back benchmark runs do not.
+// What recording a timeline costs (core/runtime/timeline.h): rounds of a block of steps with
+// the timeline off, then a block with it on (started before, written and stopped after, both
+// untimed); the per-round ratio on/off, median and range.
+void timeline_cost(const Config& c, const char* title, int rounds, int block) {
+  ArrayDict p = mlp_params(c.sizes, 1);
+  Data d = make_data(c);
+  auto step = make_step();
+  std::tuple<ArrayDict, Array> out;
+  step.run_into(out, p, d.x, d.y);
+  auto cpu_ns = [] {
+    timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return ts.tv_sec * 1e9 + ts.tv_nsec;
+  };
+  auto run_block = [&] {
+    const double t0 = cpu_ns();
+    for (int i = 0; i < block; ++i) {
+      step.run_into(out, p, d.x, d.y);
+      std::swap(p, std::get<0>(out));
+    }
+    return (cpu_ns() - t0) / block;
+  };
+  const std::string path = "/tmp/fjit_timeline_bench.json";
+  std::vector<double> ratios, off_us;
+  for (int r = 0; r < rounds; ++r) {
+    const double off = run_block();
+    timeline::start(path);
+    const double on = run_block();
+    timeline::stop();
+    ratios.push_back(on / off);
+    off_us.push_back(off / 1e3);
+  }
+  std::remove(path.c_str());
+  std::sort(ratios.begin(), ratios.end());
+  std::sort(off_us.begin(), off_us.end());
+  std::printf("%-44s timeline on/off ratio %.3f (range %.3f-%.3f; off %.1f us; median of %d rounds of %d steps)\n",
+              title, ratios[ratios.size() / 2], ratios.front(), ratios.back(),
+              off_us[off_us.size() / 2], rounds, block);
+}
+
 void interleaved(const Config& c, const char* title, int steps) {
   ArrayDict p = mlp_params(c.sizes, 1);
   Data d = make_data(c);
@@ -241,6 +283,10 @@ int main(int argc, char** argv) {
   if (const char* env = std::getenv("FJIT_BENCH_INTERLEAVED"); env && *env && *env != '0') {
     interleaved(kLarge, "MLP 784-512-512-10, batch 128", 300);
     interleaved(kSmall, "MLP 64-128-10, batch 64", 20000);
+  }
+  if (const char* env = std::getenv("FJIT_BENCH_TIMELINE"); env && *env && *env != '0') {
+    timeline_cost(kLarge, "MLP 784-512-512-10, batch 128", 15, 20);
+    timeline_cost(kSmall, "MLP 64-128-10, batch 64", 15, 1000);
   }
   if (const char* env = std::getenv("FJIT_PROFILE_PLAN"); env && *env && *env != '0') {
     profile_plan(kLarge, "fjit step, MLP 784-512-512-10, batch 128");
