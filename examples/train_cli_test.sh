@@ -31,7 +31,7 @@ epoch_lines() { grep '^== epoch' "$1" | sed -e 's/ (eval.*//'; }
 
 if [ "$mode" = mpi ]; then
   "$bin" "${small[@]}" --replicas 2 > "$work/threads.out" 2>&1 || fail "thread run exited $?"
-  "$@" "$bin" "${small[@]}" > "$work/mpi.out" 2>&1 || { cat "$work/mpi.out"; fail "mpi run exited $?"; }
+  "$@" "$bin" "${small[@]}" > "$work/mpi.out" 2>&1 || { rc=$?; cat "$work/mpi.out"; fail "mpi run exited $rc"; }
   grep -q 'replica(s) (MPI ranks)' "$work/mpi.out" || fail "the MPI run did not use MPI ranks"
   [ "$(epoch_lines "$work/mpi.out" | wc -l)" -eq 3 ] || fail "the MPI run printed no 3 epoch lines"
   diff <(epoch_lines "$work/threads.out") <(epoch_lines "$work/mpi.out") ||
@@ -41,11 +41,11 @@ if [ "$mode" = mpi ]; then
   # and the final checkpoint equals the uninterrupted thread run's byte for byte.
   "$bin" "${small[@]}" --replicas 2 --checkpoint-dir "$work/full" > /dev/null 2>&1 || fail "thread run exited $?"
   "$@" "$bin" "${small[@]}" --checkpoint-dir "$work/split" --max-steps 3 > "$work/first.out" 2>&1 ||
-    { cat "$work/first.out"; fail "first half under MPI exited $?"; }
+    { rc=$?; cat "$work/first.out"; fail "first half under MPI exited $rc"; }
   launcher=("$1" --allow-run-as-root --oversubscribe --bind-to none)
   "${launcher[@]}" -n 1 "$bin" "${small[@]}" --checkpoint-dir "$work/split" --resume \
     : -n 1 "$bin" "${small[@]}" --checkpoint-dir "$work/nowhere" --resume > "$work/second.out" 2>&1 ||
-    { cat "$work/second.out"; fail "resumed MPI run exited $?"; }
+    { rc=$?; cat "$work/second.out"; fail "resumed MPI run exited $rc"; }
   grep -q 'resumed from .*ckpt-3.safetensors' "$work/second.out" || fail "the MPI run did not resume from step 3"
   cmp -s "$work/full/ckpt-6.safetensors" "$work/split/ckpt-6.safetensors" ||
     fail "the resumed MPI run's final checkpoint differs from the uninterrupted thread run's"

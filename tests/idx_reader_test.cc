@@ -186,6 +186,15 @@ TEST_F(IdxTest, HugeHeaderIsRejectedBeforeAllocating) {
   EXPECT_NE(msg.find("malformed header"), std::string::npos) << msg;
 }
 
+// No images, but images of 2^32-1 x 2^32-1 pixels: the header's item size alone is too large
+// (it once overflowed into a negative extent reported without the file's name).
+TEST_F(IdxTest, HugeItemsOfAnEmptyFileAreRejected) {
+  write_file(tmp("empty-huge"), idx_bytes(kIdxImagesMagic, {0, 0xffffffff, 0xffffffff}, ""));
+  std::string msg = error_of([&] { load_images(tmp("empty-huge")); });
+  EXPECT_NE(msg.find(tmp("empty-huge")), std::string::npos) << msg;
+  EXPECT_NE(msg.find("malformed header"), std::string::npos) << msg;
+}
+
 TEST_F(IdxTest, MissingFile) {
   std::string msg = error_of([&] { load_images(tmp("absent.gz")); });
   EXPECT_EQ(msg, tmp("absent.gz") + ": cannot open: No such file or directory");

@@ -128,15 +128,20 @@ IdxFile read_idx(const std::string& path, uint32_t expected_magic) {
     fail(path, "truncated: header promises " + std::to_string(ndims) + " dimensions (" +
                    std::to_string(header_bytes) + "-byte header), file holds " +
                    std::to_string(4 + got) + " bytes" + in.end_reason());
-  uint64_t count = 1;
+  // The whole file's elements, and one item's (every extent but the first): an item size
+  // must fit even when the item count is 0, or the shape built from it would overflow.
+  uint64_t count = 1, item = 1;
+  // Saturates just past the limit instead of letting the product wrap around.
+  auto times = [](uint64_t a, uint32_t extent) {
+    return extent != 0 && a > kMaxElements / extent ? kMaxElements + 1 : a * extent;
+  };
   for (size_t d = 0; d < ndims; ++d) {
     uint32_t extent = big_endian32(&dim_bytes[4 * d]);
     out.dims.push_back(extent);
-    // Saturate just past the limit instead of letting the product wrap around.
-    if (extent != 0 && count > kMaxElements / extent) count = kMaxElements + 1;
-    else count *= extent;
+    count = times(count, extent);
+    if (d > 0) item = times(item, extent);
   }
-  if (count > kMaxElements)
+  if (count > kMaxElements || item > kMaxElements)
     fail(path, "malformed header: extents " + shape_str(out.dims) + " claim more than 2^40 bytes");
 
   // Grow as data arrives instead of trusting the header with one big allocation.
