@@ -178,8 +178,9 @@ void PmapCore::check_divergence(const CompiledEntry& entry, std::vector<std::vec
       for (size_t i = 0; i < k; ++i) j += t.leaf_dict[i] == t.leaf_dict[k];
       name = "'" + t.dict_names[t.leaf_dict[k]][j] + "' (output " + std::to_string(k) + ")";
     }
+    // steps_ already counts the step just run; steps are numbered from 0 as in check reports.
     std::string msg = "pmap '" + jit_.options().name + "': replicas diverged at step " +
-                      std::to_string(steps_) + ": first diverging tensor " + name +
+                      std::to_string(steps_ - 1) + ": first diverging tensor " + name +
                       " differs from replica 0 on replica(s) " + bad;
     log().error("{}", msg);
     throw ReplicaMismatchError(msg);
