@@ -2,7 +2,7 @@
 BUILD ?= build
 JOBS ?= 2
 DEBIAN_PACKAGES := cmake g++ make pkg-config libeigen3-dev libabsl-dev libspdlog-dev libfmt-dev \
-  libopenmpi-dev openmpi-bin libgtest-dev libbenchmark-dev zlib1g-dev libdw-dev nlohmann-json3-dev \
+  libopenmpi-dev openmpi-bin libgtest-dev libbenchmark-dev zlib1g-dev libdw-dev nlohmann-json3-dev libcli11-dev \
   dataset-fashion-mnist
 
 .PHONY: deps configure build test demo bench clean

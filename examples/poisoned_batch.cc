@@ -27,7 +27,6 @@
 #include <sstream>
 #include <vector>
 
-#include "lib/idx_reader.h"
 #include "lib/train_loop.h"
 
 using namespace fjit;
@@ -41,12 +40,15 @@ struct PoisonOptions {
   int replica = 1;
 };
 
-// Copies `b` and poisons the rows that replica `replica` of `replicas` receives.
-io::Batch poison(const io::Batch& b, const PoisonOptions& p, int replicas) {
-  io::Batch out{b.images.clone(), b.labels.clone(), b.epoch, b.index};
-  auto [begin, end] = Mesh::shard_range(out.images.shape()[0], replicas, p.replica);
-  if (p.kind == "nan") out.images.data<float>()[begin * out.images.shape()[1] + 400] = NAN;
-  else out.labels.data<int32_t>()[begin] = 42;
+// Copies `b` and poisons the first row that replica `p.replica` receives (when this process
+// feeds that replica).
+io::Batch poison(const io::Batch& b, const PoisonOptions& p, const Mesh& mesh) {
+  io::Batch out = b.clone();
+  const int64_t row = first_row_of_replica(mesh, out, p.replica);
+  if (row < 0) return out;
+  Array& images = out.columns["images"];
+  if (p.kind == "nan") images.data<float>()[row * images.shape()[1] + 400] = NAN;
+  else out.columns["labels"].data<int32_t>()[row] = 42;
   return out;
 }
 
@@ -67,7 +69,7 @@ RunResult train(Trainer& t, const PoisonOptions& p, bool poisoned, const char* n
       progress.note(fmt::format("step {}: not executed (the clean run never sees this batch)", step + 1));
       continue;
     }
-    StepStats s = step == p.step ? t.train_on(poison(*b, p, t.mesh().size())) : t.train_on(*b);
+    StepStats s = step == p.step ? t.train_on(poison(*b, p, t.mesh())) : t.train_on(*b);
     if (s.skipped) r.skipped_steps.push_back(s.step);
     progress.on_step(s);
   }

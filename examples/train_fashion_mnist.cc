@@ -17,7 +17,6 @@
 #include <exception>
 #include <optional>
 
-#include "lib/idx_reader.h"
 #include "lib/train_loop.h"
 
 using namespace fjit;
@@ -35,8 +34,8 @@ int train(Mesh& mesh, TrainOptions options) {
     std::printf("fjit train_fashion_mnist: %d replica(s) (%s) | %lld train / %lld test examples from %s "
                 "(loaded in %.1fs)\n%s\n",
                 mesh.size(), mesh.description().c_str(),
-                static_cast<long long>(train_set.images.shape()[0]),
-                static_cast<long long>(test_set.images.shape()[0]), dir.c_str(), (now_ns() - t0) * 1e-9,
+                static_cast<long long>(train_set.size()),
+                static_cast<long long>(test_set.size()), dir.c_str(), (now_ns() - t0) * 1e-9,
                 describe(options).c_str());
   Trainer trainer(mesh, std::move(options), std::move(train_set), std::move(test_set));
   const int64_t start = now_ns();

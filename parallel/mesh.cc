@@ -86,9 +86,7 @@ ArrayDict Mesh::replicate(const ArrayDict& values) const {
 }
 
 std::pair<int64_t, int64_t> Mesh::shard_range(int64_t rows, int parts, int r) {
-  const int64_t base = rows / parts, extra = rows % parts;
-  const int64_t begin = r * base + std::min<int64_t>(r, extra);
-  return {begin, begin + base + (r < extra ? 1 : 0)};
+  return io::split_rows(rows, parts, r);
 }
 
 std::vector<Array> Mesh::shard(const Array& batch) const {

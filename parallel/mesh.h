@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "core/ir/array.h"
+#include "core/lib/data.h"
 #include "core/runtime/communicator.h"
 #include "core/trace/dict.h"
 #include "parallel/replica_pool.h"
@@ -87,8 +88,11 @@ class Mesh {
   // means stay exact). A process with one replica (an MPI rank) already holds its shard and
   // gets it back unchanged.
   std::vector<Array> shard(const Array& batch) const;
-  // Shard r's [begin, end) rows of a batch of `rows` over `parts` parts.
+  // Shard r's [begin, end) rows of a batch of `rows` over `parts` parts (io::split_rows).
   static std::pair<int64_t, int64_t> shard_range(int64_t rows, int parts, int r);
+  // The replicas this process feeds, for io::BatchIterator: each process then reads only
+  // its replicas' rows of every global batch (all of them for thread replicas).
+  io::Shard data_shard() const { return {first_replica(), local_size(), size()}; }
 
  private:
   struct State;

@@ -109,6 +109,8 @@ std::vector<GradCase> cases() {
   unary("sqrt", Op::Sqrt, Dom::positive, sqrt);
   unary("rsqrt", Op::Rsqrt, Dom::positive, rsqrt);
   unary("tanh", Op::Tanh, Dom::any, tanh);
+  unary("sin", Op::Sin, Dom::any, sin);
+  unary("cos", Op::Cos, Dom::any, cos);
   unary("sigmoid", Op::Sigmoid, Dom::any, sigmoid);
   unary("relu", Op::Relu, Dom::away_from_zero, relu);
   // Through f32: central differences need a step far above f32's rounding.

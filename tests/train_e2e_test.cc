@@ -10,11 +10,13 @@
 #include <filesystem>
 #include <unistd.h>
 
-#include "lib/idx_reader.h"
 #include "lib/train_loop.h"
+#include "tests/test_util.h"
 
 namespace fjit::examples {
 namespace {
+
+using fjit::testing::error_of;
 
 std::string data_dir() {
   const char* env = std::getenv("FJIT_TEST_DATA");
@@ -136,24 +138,90 @@ TEST(TrainE2e, RunResumesFromLatestCheckpoint) {
   expect_bit_equal(second.params(), straight.params(), "param");
   expect_bit_equal(second.optimizer_state(), straight.optimizer_state(), "optimizer state");
 
-  // A checkpoint of another model is refused with the first difference named.
+  // A checkpoint of another model is refused with the difference named, and the file.
+  const std::string last = io::checkpoint_path(o.checkpoint_dir, 6);
   TrainOptions wide = small_options();
   wide.layers = {784, 64, 10};
   Trainer other(Mesh::threads(2), wide, fixture());
-  try {
-    other.load(io::checkpoint_path(o.checkpoint_dir, 6));
-    ADD_FAILURE() << "loading a 784-512-256-10 checkpoint into a 784-64-10 model succeeded";
-  } catch (const std::runtime_error& e) {
-    EXPECT_NE(std::string(e.what()).find("params/w1"), std::string::npos) << e.what();
-  }
+  std::string error = error_of([&] { other.load(last); });
+  EXPECT_NE(error.find(last + ": this run's configuration differs"), std::string::npos) << error;
+  EXPECT_NE(error.find("layers: checkpoint 784,512,256,10, now 784,64,10"), std::string::npos) << error;
+  EXPECT_NE(error.find("--allow-config-change"), std::string::npos) << error;
+  // Overriding the configuration check cannot make the tensors fit.
+  wide.allow_config_change = true;
+  Trainer forced(Mesh::threads(2), wide, fixture());
+  error = error_of([&] { forced.load(last); });
+  EXPECT_NE(error.find(last + ": incompatible checkpoint"), std::string::npos) << error;
+  EXPECT_NE(error.find("params/w1 f32[784,512], model expects f32[784,64]"), std::string::npos) << error;
   std::filesystem::remove_all(dir);
 }
 
-io::Batch poisoned(const io::Batch& b, int replica, int replicas, bool nan) {
-  io::Batch out{b.images.clone(), b.labels.clone(), b.epoch, b.index};
-  const int64_t row = Mesh::shard_range(out.images.shape()[0], replicas, replica).first;
-  if (nan) out.images.data<float>()[row * 784 + 100] = NAN;
-  else out.labels.data<int32_t>()[row] = -3;
+TEST(TrainE2e, ResumeWithOtherOptimizerSettingsIsRefusedUnlessAllowed) {
+  const auto dir = fresh_dir("config");
+  const std::string path = (dir / "ckpt.safetensors").string();
+  TrainOptions o = small_options();
+  {
+    Trainer first(Mesh::threads(2), o, fixture());
+    train_steps(first, 2);
+    first.save(path);
+  }
+  TrainOptions changed = o;
+  changed.lr = 5e-3;
+  changed.lr_schedule = "constant";
+  Trainer refused(Mesh::threads(2), changed, fixture());
+  const std::string error = error_of([&] { refused.load(path); });
+  EXPECT_NE(error.find(path), std::string::npos) << error;
+  EXPECT_NE(error.find("optimizer: checkpoint AdamW lr 0.001 weight decay 0.0001, now AdamW lr 0.005"),
+            std::string::npos) << error;
+  EXPECT_NE(error.find("lr_schedule: checkpoint cosine, now constant"), std::string::npos) << error;
+  EXPECT_EQ(refused.steps_done(), 0) << "a refused resume leaves the trainer as it was";
+
+  changed.allow_config_change = true;
+  Trainer allowed(Mesh::threads(2), changed, fixture());
+  allowed.load(path);
+  EXPECT_EQ(allowed.steps_done(), 2);
+  EXPECT_DOUBLE_EQ(allowed.learning_rate(2), 5e-3);
+  std::filesystem::remove_all(dir);
+}
+
+// Gradient accumulation: 2 micro-batches per replica shard train as one batch does, up to
+// float32 rounding of the summation order.
+TEST(TrainE2e, MicroBatchesTrainAsTheWholeBatch) {
+  TrainOptions o = small_options();
+  o.divergence_check_every = 0;
+  Trainer whole(Mesh::threads(2), o, fixture());
+  o.micro_batches = 2;
+  Trainer split(Mesh::threads(2), o, fixture());
+  const std::vector<float> a = train_steps(whole, 6), b = train_steps(split, 6);
+  ASSERT_EQ(a.size(), 6u);
+  ASSERT_EQ(b.size(), 6u);
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 1e-4 * std::abs(a[i])) << "step " << i;
+  // Adam normalizes each coordinate's step to about lr, so where a gradient is near zero its
+  // rounding can move a weight by up to lr a step; on the whole the weights agree closely.
+  double diff = 0;
+  int64_t count = 0;
+  for (size_t i = 0; i < whole.params().size(); ++i) {
+    const std::vector<float> p = whole.params().value(i).to_vector<float>();
+    const std::vector<float> q = split.params().value(i).to_vector<float>();
+    for (size_t k = 0; k < p.size(); ++k) {
+      ASSERT_LE(std::abs(p[k] - q[k]), 2 * 6 * o.lr) << whole.params().name(i) << "[" << k << "]";
+      diff += std::abs(p[k] - q[k]);
+      ++count;
+    }
+  }
+  EXPECT_LT(diff / count, 1e-6) << "mean absolute difference of the weights";
+  EXPECT_FALSE(whole.params().value(0).bit_equal(split.params().value(0)))
+      << "the split step sums in another order, so some bits should differ";
+  o.micro_batches = 5;  // 4 rows per replica cannot make 5 micro-batches
+  EXPECT_NE(error_of<std::invalid_argument>([&] { Trainer t(Mesh::threads(2), o, fixture()); }).find("micro-batches"),
+            std::string::npos);
+}
+
+io::Batch poisoned(const Mesh& mesh, const io::Batch& b, int replica, bool nan) {
+  io::Batch out = b.clone();
+  const int64_t row = first_row_of_replica(mesh, out, replica);
+  if (nan) out.columns["images"].data<float>()[row * 784 + 100] = NAN;
+  else out.columns["labels"].data<int32_t>()[row] = -3;
   return out;
 }
 
@@ -162,7 +230,7 @@ void run_with_poison(Trainer& t, int64_t bad, bool poison, bool nan, std::vector
   while (std::optional<io::Batch> b = t.next_batch()) {
     const int64_t step = t.steps_done() - 1;
     if (step == bad && !poison) continue;
-    StepStats s = step == bad ? t.train_on(poisoned(*b, 1, 2, nan)) : t.train_on(*b);
+    StepStats s = step == bad ? t.train_on(poisoned(t.mesh(), *b, 1, nan)) : t.train_on(*b);
     if (s.skipped) skipped->push_back(s.step);
   }
 }
@@ -195,7 +263,7 @@ TEST(TrainE2e, ThrowPolicyStopsAtThePoisonedBatchWithStateIntact) {
   std::optional<io::Batch> b = t.next_batch();
   ASSERT_TRUE(b.has_value());
   try {
-    t.train_on(poisoned(*b, 1, 2, false));
+    t.train_on(poisoned(t.mesh(), *b, 1, false));
     ADD_FAILURE() << "a label out of range passed the check";
   } catch (const CheckError& e) {
     const std::string report = e.what();
@@ -253,9 +321,23 @@ TEST(TrainOptionsParser, ParsesEveryKindOfValue) {
   EXPECT_EQ(p.options.checkpoint_dir, "/tmp/x");
   EXPECT_EQ(p.options.checkpoint_every, 50);
   EXPECT_EQ(p.options.replicas, 2);
-  EXPECT_FALSE(p.options.cosine_schedule);
+  EXPECT_EQ(p.options.lr_schedule, "constant");
   EXPECT_EQ(p.options.layers, (std::vector<int64_t>{784, 32, 10}));
   EXPECT_TRUE(parse({"--help"}).help);
+  ParsedOptions more = parse({"--micro-batches", "4", "--warmup-steps=10", "--allow-config-change",
+                              "--lr-schedule", "step"});
+  ASSERT_TRUE(more.error.empty()) << more.error;
+  EXPECT_EQ(more.options.micro_batches, 4);
+  EXPECT_EQ(more.options.warmup_steps, 10);
+  EXPECT_TRUE(more.options.allow_config_change);
+  // The run's schedule: warm-up to the peak, then a step decay over the rest.
+  const Schedule lr = learning_rate_schedule(more.options, 310);
+  EXPECT_DOUBLE_EQ(lr(5), 0.5 * more.options.lr);
+  EXPECT_DOUBLE_EQ(lr(10), more.options.lr);
+  EXPECT_NEAR(lr(10 + 100), 0.1 * more.options.lr, 1e-15);
+  const std::string usage = train_usage("train");
+  for (const char* option : {"--epochs", "--micro-batches", "--allow-config-change", "--lr-schedule"})
+    EXPECT_NE(usage.find(option), std::string::npos) << option << " missing from --help";
 }
 
 TEST(TrainOptionsParser, RejectsBadInput) {
@@ -267,8 +349,12 @@ TEST(TrainOptionsParser, RejectsBadInput) {
   EXPECT_NE(parse({"--batch-size", "-4"}).error.find("--batch-size"), std::string::npos);
   EXPECT_NE(parse({"--seed", "-1"}).error.find("unsigned"), std::string::npos);
   EXPECT_NE(parse({"--replicas", "0"}).error.find("--replicas"), std::string::npos);
-  EXPECT_NE(parse({"--bogus"}).error.find("unknown option"), std::string::npos);
+  EXPECT_NE(parse({"--bogus"}).error.find("unknown option '--bogus'"), std::string::npos);
   EXPECT_NE(parse({"--epochs"}).error.find("needs a value"), std::string::npos);
+  EXPECT_NE(parse({"--epochs", "1e3"}).error.find("'1e3' is not an integer >= 1"), std::string::npos);
+  EXPECT_NE(parse({"--lr", "0.1x"}).error.find("'0.1x'"), std::string::npos);
+  EXPECT_NE(parse({"--lr-schedule", "linear"}).error.find("cosine, constant or step"),
+            std::string::npos);
   EXPECT_NE(parse({"--resume"}).error.find("--checkpoint-dir"), std::string::npos);
   EXPECT_FALSE(parse({"--layers", "784"}).error.empty());
 }

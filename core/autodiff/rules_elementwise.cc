@@ -51,6 +51,8 @@ Cts rule_sqrt(const VjpArgs& a) { return {div(a.ct * 0.5, a.out)}; }
 // d/dx x^(-1/2) = -1/2 x^(-3/2) = -1/2 y^3, from the output so no pow is needed.
 Cts rule_rsqrt(const VjpArgs& a) { return {mul(a.ct * -0.5, a.out * a.out * a.out)}; }
 Cts rule_tanh(const VjpArgs& a) { return {mul(a.ct, 1.0 - a.out * a.out)}; }
+Cts rule_sin(const VjpArgs& a) { return {mul(a.ct, cos(a.ins[0]))}; }
+Cts rule_cos(const VjpArgs& a) { return {mul(a.ct, neg(sin(a.ins[0])))}; }
 Cts rule_sigmoid(const VjpArgs& a) { return {mul(a.ct, a.out * (1.0 - a.out))}; }
 // relu'(0) = 0, as in JAX and PyTorch. The mask comes from the output (y > 0 iff x > 0), so
 // the pre-activation need not stay alive for the backward pass and relu can run in place.

@@ -55,6 +55,8 @@ struct LogE { template <class X> static auto eval(const X& x) { return x.log(); 
 struct Log1pE { template <class X> static auto eval(const X& x) { return x.log1p(); } };
 struct RsqrtE { template <class X> static auto eval(const X& x) { return x.rsqrt(); } };
 struct TanhE { template <class X> static auto eval(const X& x) { return x.tanh(); } };
+struct SinE { template <class X> static auto eval(const X& x) { return x.sin(); } };
+struct CosE { template <class X> static auto eval(const X& x) { return x.cos(); } };
 // Stable for large |x|: Eigen's f32 logistic is exp(x) below -9 and saturates to 1 above
 // ~15.7; its f64 one is 1/(1+exp(-x)), which gives 1/inf = 0 for x << 0, never NaN.
 struct SigmoidE { template <class X> static auto eval(const X& x) { return x.logistic(); } };
@@ -261,6 +263,8 @@ bool select_unary(Instr& instr) {
     case Op::Sqrt: instr.fn = float_unary<SqrtE>(t); break;
     case Op::Rsqrt: instr.fn = float_unary<RsqrtE>(t); break;
     case Op::Tanh: instr.fn = float_unary<TanhE>(t); break;
+    case Op::Sin: instr.fn = float_unary<SinE>(t); break;
+    case Op::Cos: instr.fn = float_unary<CosE>(t); break;
     case Op::Sigmoid: instr.fn = float_unary<SigmoidE>(t); break;
     case Op::LogicalNot:
       if (t == DType::boolean) instr.fn = &unary_loop<NotL, uint8_t, uint8_t>;

@@ -73,6 +73,8 @@ T unary_value(Op op, T x) {
       case Op::Sqrt: return std::sqrt(x);
       case Op::Rsqrt: return T(1) / std::sqrt(x);
       case Op::Tanh: return std::tanh(x);
+      case Op::Sin: return std::sin(x);
+      case Op::Cos: return std::cos(x);
       case Op::Sigmoid:
         return x >= 0 ? T(1) / (T(1) + std::exp(-x)) : std::exp(x) / (T(1) + std::exp(x));
       case Op::Relu: return std::isnan(x) ? x : x > 0 ? x : T(0);

@@ -7,8 +7,11 @@
 //   check: the local loss is finite (so a report names the replica whose data was bad),
 //   pmean of the gradients (one fused all-reduce of the whole TensorDict) and of the loss,
 //   check: the global norm of the averaged gradient is finite and below a bound,
-//   AdamW update with the learning rate given as an f32 scalar argument (replicated, not
-//   sharded), so a schedule changes it every step without recompiling.
+//   AdamW update with the learning rate of the step's schedule (core/lib/schedules.h),
+//   computed inside the step from the step counter, an i32 scalar argument (replicated, not
+//   sharded), so it changes every step without recompiling.
+// With micro_batches > 1 the gradients of each replica's shard are accumulated over that many
+// slices (core/lib/accumulate.h) before the one all-reduce.
 // It returns {params', state', mean loss, mean accuracy, gradient norm}. Params and state
 // mirror the inputs, so under the skip_step policy a step whose checks fail keeps them.
 #pragma once
@@ -38,14 +41,16 @@ Tensor mlp_logits(const Params& p, const Tensor& x);
 std::tuple<Tensor, Tensor> mlp_loss(const Params& p, const Tensor& x, const Tensor& y);
 
 // The traced training step (see the top of this file). A named type so that the pmap'd step
-// has a type callers can hold. optimizer.lr is ignored: the step's `lr` argument is used.
+// has a type callers can hold. optimizer.lr is ignored: schedule(step) is used.
 struct TrainStepFn {
   AdamW optimizer;
+  Schedule schedule = Schedule::constant(1e-3);
+  int micro_batches = 1;
   double max_grad_norm = 1e3;
   std::string axis = "batch";
   std::tuple<TensorDict, TensorDict, Tensor, Tensor, Tensor> operator()(
       const Params& params, const Params& state, const Tensor& x, const Tensor& y,
-      const Tensor& lr) const;
+      const Tensor& step) const;
 };
 using TrainStep = Pmapped<TrainStepFn>;
 // Host values of one step's outputs: {params, state, loss, accuracy, grad norm}.
@@ -62,19 +67,10 @@ using EvalStep = Pmapped<CorrectCountFn>;
 TrainStep make_train_step(const Mesh& mesh, TrainStepFn fn, PmapOptions options);
 EvalStep make_eval_step(const Mesh& mesh, PmapOptions options);
 
-// Rows [begin, end) of `src` (rank >= 1) copied into `dst`, which is (re)allocated only when
-// its type differs. For handing an MPI rank its shard of a global batch without allocating.
-void copy_rows(const Array& src, int64_t begin, int64_t end, Array& dst);
-
-// The part of a global batch this process feeds to a pmap: the whole batch for thread
-// replicas (pmap shards it), this rank's Mesh::shard_range rows under MPI (copied into
-// `buffer`, which the result then shares).
-const Array& local_part(const Mesh& mesh, const Array& global, Array& buffer);
-
-// Fraction of `images`/`labels` the model classifies correctly, evaluated data-parallel in
-// batches of `batch_size` (the last one may be smaller: at most two compiled shapes).
-// Every replica must call it (it runs collectives).
+// Fraction of `data`'s examples ("images", "labels") the model classifies correctly,
+// evaluated data-parallel in batches of `batch_size` (the last one may be smaller: at most
+// two compiled shapes). Every replica must call it (it runs collectives).
 double evaluate_accuracy(EvalStep& eval, const Mesh& mesh, const ArrayDict& params,
-                         const Array& images, const Array& labels, int64_t batch_size = 1000);
+                         const io::Dataset& data, int64_t batch_size = 1000);
 
 }  // namespace fjit::examples

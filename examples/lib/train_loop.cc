@@ -13,12 +13,6 @@ namespace {
 
 constexpr const char* kFormat = "fjit-mlp-classifier-v1";
 
-std::string join(const std::vector<int64_t>& v) {
-  std::string s;
-  for (int64_t x : v) s += (s.empty() ? "" : ",") + std::to_string(x);
-  return s;
-}
-
 // Replica 0's `s` on every MPI rank.
 // Process 0's string on every process (the replicas of one process share it already).
 void broadcast_string(const Mesh& mesh, std::string& s) {
@@ -57,10 +51,9 @@ std::string metadata_str(const io::Checkpoint& ck, const std::string& key) {
   return it == ck.metadata.end() ? std::string() : it->second;
 }
 
-io::BatchIterator make_batches(const io::Dataset& train, const TrainOptions& o) {
-  return io::BatchIterator(train.images, train.labels,
-                           io::BatchOptions{.batch_size = o.batch_size, .seed = o.seed,
-                                            .shuffle = true, .drop_last = true});
+io::BatchIterator make_batches(const io::Dataset& train, const TrainOptions& o, const Mesh& mesh) {
+  return io::BatchIterator(train, {.batch_size = o.batch_size, .seed = o.seed, .shuffle = true,
+                                   .drop_last = true, .shard = mesh.data_shard()});
 }
 
 }  // namespace
@@ -71,6 +64,13 @@ Mesh mesh_from_command_line(int argc, char** argv) {
   std::vector<char*> mesh_argv(argv, argv + argc);
   mesh_argv.push_back(nullptr);
   return Mesh::from_environment(argc, mesh_argv.data());
+}
+
+int64_t first_row_of_replica(const Mesh& mesh, const io::Batch& batch, int replica) {
+  const io::Shard shard = mesh.data_shard();
+  if (replica < shard.first || replica >= shard.first + shard.count) return -1;
+  return io::split_rows(batch.global_rows, shard.of, replica).first -
+         shard.rows(batch.global_rows).first;
 }
 
 io::NamedArrays checkpoint_tensors(const ArrayDict& params, const ArrayDict& state) {
@@ -94,10 +94,15 @@ Trainer::Trainer(Mesh mesh, TrainOptions options, io::Dataset train, io::Dataset
       options_(std::move(options)),
       train_(std::move(train)),
       test_(std::move(test)),
-      batches_(make_batches(train_, options_)),
+      batches_(make_batches(train_, options_, mesh_)),
+      // The schedule spans every epoch, so a run cut short by max_steps (and resumed) sees
+      // the learning rates of the whole run.
+      schedule_(learning_rate_schedule(options_, options_.epochs * batches_.batches_per_epoch())),
       train_step_(make_train_step(
           mesh_,
           TrainStepFn{.optimizer = AdamW{.lr = options_.lr, .weight_decay = options_.weight_decay},
+                      .schedule = schedule_,
+                      .micro_batches = options_.micro_batches,
                       .max_grad_norm = options_.max_grad_norm},
           pmap_options("train_step"))),
       eval_step_(make_eval_step(mesh_, [this] {
@@ -105,14 +110,16 @@ Trainer::Trainer(Mesh mesh, TrainOptions options, io::Dataset train, io::Dataset
         o.divergence_check_every = 0;
         return o;
       }())) {
-  const int64_t features = train_.images.rank() == 2 ? train_.images.shape()[1] : -1;
+  const Array& images = train_["images"];
+  const int64_t features = images.rank() == 2 ? images.shape()[1] : -1;
   if (options_.layers.size() < 2 || features != options_.layers.front())
     throw std::invalid_argument(fmt::format("Trainer: images {} do not fit the first layer ({} inputs)",
-                                            type_str(train_.images.dtype(), train_.images.shape()),
+                                            type_str(images.dtype(), images.shape()),
                                             options_.layers.empty() ? 0 : options_.layers.front()));
-  if (options_.batch_size < mesh_.size())
-    throw std::invalid_argument(fmt::format("Trainer: a global batch of {} cannot feed {} replicas",
-                                            options_.batch_size, mesh_.size()));
+  if (options_.batch_size < mesh_.size() * int64_t{options_.micro_batches})
+    throw std::invalid_argument(fmt::format("Trainer: a global batch of {} cannot feed {} replicas "
+                                            "with {} micro-batches each", options_.batch_size,
+                                            mesh_.size(), options_.micro_batches));
   if (batches_.batches_per_epoch() == 0)
     throw std::invalid_argument(fmt::format("Trainer: {} training examples make no batch of {}",
                                             batches_.num_examples(), options_.batch_size));
@@ -120,15 +127,10 @@ Trainer::Trainer(Mesh mesh, TrainOptions options, io::Dataset train, io::Dataset
   AdamW opt{.lr = options_.lr, .weight_decay = options_.weight_decay};
   ArrayDict state = opt.init_state(params);
   buffers_[0] = TrainStepOut{std::move(params), std::move(state), Array(), Array(), Array()};
-  lr_ = Array(DType::f32, {});
+  step_ = Array(DType::i32, {});
 }
 
-double Trainer::learning_rate(int64_t step) const {
-  if (!options_.cosine_schedule) return options_.lr;
-  const double all = static_cast<double>(options_.epochs * batches_.batches_per_epoch());
-  const double t = std::min(1.0, static_cast<double>(step) / all);
-  return options_.lr * 0.5 * (1.0 + std::cos(3.141592653589793 * t));
-}
+double Trainer::learning_rate(int64_t step) const { return schedule_(step); }
 
 int64_t Trainer::total_steps() const {
   const int64_t all = options_.epochs * batches_.batches_per_epoch();
@@ -152,13 +154,12 @@ std::optional<io::Batch> Trainer::next_batch() {
 }
 
 StepStats Trainer::train_on(const io::Batch& batch) {
-  const Array& x = local_part(mesh_, batch.images, x_part_);
-  const Array& y = local_part(mesh_, batch.labels, y_part_);
   TrainStepOut& in = buffers_[current_];
   TrainStepOut& out = buffers_[1 - current_];
   const int64_t step = steps_done_ - 1;
-  lr_.data<float>()[0] = static_cast<float>(learning_rate(step));
-  StepResult r = train_step_.run_into(out, std::get<0>(in), std::get<1>(in), x, y, lr_);
+  step_.data<int32_t>()[0] = static_cast<int32_t>(step);
+  StepResult r = train_step_.run_into(out, std::get<0>(in), std::get<1>(in), batch["images"],
+                                      batch["labels"], step_);
   current_ = 1 - current_;
   if (!buffers_conformed_) {
     // The buffer the next step writes must list its arrays in the step's output order.
@@ -168,13 +169,12 @@ StepStats Trainer::train_on(const io::Batch& batch) {
   }
   StepStats s;
   s.step = step;
-  s.lr = lr_.data<float>()[0];
+  s.lr = static_cast<float>(learning_rate(step));
   s.epoch = batch.epoch;
   s.batch = batch.index;
   s.skipped = r.skipped;
   s.loss = std::get<2>(out).item<float>();
-  s.accuracy = std::get<3>(out).item<float>();
-  s.grad_norm = std::get<4>(out).item<float>();
+  s.metrics = {{"train acc", std::get<3>(out).item<float>(), true}};
   return s;
 }
 
@@ -185,9 +185,8 @@ std::optional<StepStats> Trainer::step() {
 }
 
 double Trainer::evaluate() {
-  if (!test_.images.defined() || test_.images.shape()[0] == 0) return -1;
-  return evaluate_accuracy(eval_step_, mesh_, params(), test_.images, test_.labels,
-                           options_.eval_batch_size);
+  if (test_.size() == 0) return -1;
+  return evaluate_accuracy(eval_step_, mesh_, params(), test_, options_.eval_batch_size);
 }
 
 void Trainer::save(const std::string& path) {
@@ -205,10 +204,8 @@ void Trainer::save(const std::string& path) {
                      {"batch_in_epoch", std::to_string(batch_in_epoch_)},
                      {"seed", std::to_string(options_.seed)},
                      {"batch_size", std::to_string(options_.batch_size)},
-                     {"layers", join(options_.layers)},
-                     {"lr", fmt::format("{}", options_.lr)},
-                     {"lr_schedule", options_.cosine_schedule ? "cosine" : "constant"},
-                     {"weight_decay", fmt::format("{}", options_.weight_decay)}};
+                     {"lr_schedule", schedule_.describe()}};
+      io::set_config(ck, run_config(options_));
       io::save_checkpoint(path, ck);
     } catch (const std::exception& e) {
       failed = 1;
@@ -236,6 +233,9 @@ void Trainer::load(const std::string& path) {
       if (metadata_str(ck, "format") != kFormat)
         throw std::runtime_error(path + ": not a checkpoint of this trainer (format '" +
                                  metadata_str(ck, "format") + "', expected '" + kFormat + "')");
+      if (!options_.allow_config_change)
+        io::check_config(ck, run_config(options_),
+                         "pass --allow-config-change to resume with this run's settings anyway");
       io::check_compatible(ck, checkpoint_tensors(params, state));
       const int64_t batch_size = metadata_int(ck, path, "batch_size");
       if (batch_size != options_.batch_size)
@@ -274,7 +274,7 @@ void Trainer::load(const std::string& path) {
   const uint64_t seed = position[3];
   if (seed != options_.seed) {
     options_.seed = seed;
-    batches_ = make_batches(train_, options_);
+    batches_ = make_batches(train_, options_, mesh_);
   }
   buffers_[current_] = TrainStepOut{std::move(params), std::move(state), Array(), Array(), Array()};
   buffers_conformed_ = false;
@@ -285,8 +285,9 @@ void Trainer::load(const std::string& path) {
 }
 
 Progress Trainer::make_progress() const {
-  return Progress(mesh_.is_primary(), steps_done_, total_steps(), batches_.batches_per_epoch(),
-                  options_.batch_size, options_.log_every);
+  return Progress({.enabled = mesh_.is_primary(), .first_step = steps_done_,
+                   .total_steps = total_steps(), .global_batch = options_.batch_size,
+                   .log_every = options_.log_every});
 }
 
 void Trainer::save_at_step() {
@@ -323,7 +324,9 @@ double Trainer::run() {
       const int64_t t0 = now_ns();
       accuracy = evaluate();
       evaluated_at = steps_done_;
-      progress.on_epoch_end(s->epoch, accuracy, (now_ns() - t0) * 1e-9);
+      std::vector<Metric> eval;
+      if (accuracy >= 0) eval.push_back({"test acc", accuracy, true});
+      progress.on_epoch_end(s->epoch, eval, (now_ns() - t0) * 1e-9);
     }
   }
   if (checkpoints && saved_at != steps_done_) save_at_step();

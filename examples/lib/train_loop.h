@@ -12,19 +12,20 @@
 //  - Steps allocate no parameter memory: params/state are double-buffered and the step writes
 //    into the buffer it did not read (pmap's run_into).
 //  - Every replica (thread or MPI rank) runs the same sequence of calls; under MPI every rank
-//    holds the whole data set and takes its Mesh::shard_range rows of each global batch.
+//    holds the whole data set and reads its replicas' rows of each global batch
+//    (io::BatchIterator with Mesh::data_shard()).
+//  - A checkpoint records the run's configuration (run_config); resuming with a different
+//    model, optimizer or schedule is refused with the differences listed, unless
+//    allow_config_change.
 #pragma once
 
 #include <cstdint>
 #include <optional>
 #include <string>
 
-#include "lib/batch_iterator.h"
-#include "lib/checkpoint.h"
-#include "lib/idx_reader.h"
+#include "fjit.h"
 #include "lib/mlp_model.h"
 #include "lib/train_options.h"
-#include "lib/train_progress.h"
 
 namespace fjit::examples {
 
@@ -34,11 +35,11 @@ class Trainer {
   // fit the model (image size vs. first layer) or the global batch is smaller than the mesh.
   Trainer(Mesh mesh, TrainOptions options, io::Dataset train, io::Dataset test = {});
 
-  // The global batch at the current position, advancing it (to the next epoch when one is
-  // done); nullopt once every epoch is done. The arrays are the iterator's buffers: valid
-  // until the next call.
+  // This process's rows of the global batch at the current position, advancing it (to the
+  // next epoch when one is done); nullopt once every epoch is done. The arrays are the
+  // iterator's buffers: valid until the next call.
   std::optional<io::Batch> next_batch();
-  // One training step on a global batch (this process passes its part to the pmap). May throw
+  // One training step on a batch from next_batch() (or a changed copy of one). May throw
   // CheckError (throw policy) or ReplicaMismatchError (divergence check).
   StepStats train_on(const io::Batch& batch);
   // next_batch() + train_on(); nullopt when the run is over (epochs or max_steps).
@@ -89,14 +90,14 @@ class Trainer {
   TrainOptions options_;
   io::Dataset train_, test_;
   io::BatchIterator batches_;
+  Schedule schedule_;
   TrainStep train_step_;
   EvalStep eval_step_;
   // Double buffer: step k reads buffers_[current_] and writes buffers_[1 - current_].
   TrainStepOut buffers_[2];
   int current_ = 0;
   bool buffers_conformed_ = false;
-  Array x_part_, y_part_;        // this rank's rows of the batch (MPI)
-  Array lr_;                     // f32 scalar argument of the step
+  Array step_;                   // i32 scalar argument of the step: its index in the run
   int64_t steps_done_ = 0;       // batches consumed, skipped ones included
   int64_t epoch_ = 0;            // of the next batch
   int64_t batch_in_epoch_ = 0;   // of the next batch
@@ -106,6 +107,10 @@ class Trainer {
 // Mesh::from_environment ("--replicas N" or "--replicas=N") that leaves argv as it is, for
 // the examples' own option parser.
 Mesh mesh_from_command_line(int argc, char** argv);
+
+// The row of `batch` (this process's rows of a global batch, from Trainer::next_batch) where
+// replica `replica`'s shard begins, or -1 when another process feeds that replica.
+int64_t first_row_of_replica(const Mesh& mesh, const io::Batch& batch, int replica);
 
 // The checkpoint's tensors: "params/<name>" and "opt/<name>".
 io::NamedArrays checkpoint_tensors(const ArrayDict& params, const ArrayDict& state);

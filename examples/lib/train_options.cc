@@ -1,17 +1,24 @@
 #include "lib/train_options.h"
 
+#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
 #include <charconv>
-#include <cstring>
 #include <functional>
-#include <map>
+#include <memory>
+#include <stdexcept>
 
 #include "core/runtime/jit_core.h"
 
 namespace fjit::examples {
 namespace {
 
+// A value the option does not accept; the message is the whole error.
+struct BadValue : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// The whole string as a T, or false (CLI11's own conversions accept more than we want).
 template <class T>
 bool parse_number(const std::string& s, T& out) {
   const char* end = s.data() + s.size();
@@ -33,149 +40,154 @@ bool parse_layers(const std::string& s, std::vector<int64_t>& out) {
   return out.size() >= 2;
 }
 
+// Builds the CLI11 app over `o`. Every value goes through a strict parser of ours.
+void add_options(CLI::App& app, TrainOptions& o) {
+  auto value = [&app](const std::string& name, const std::string& type, const std::string& help,
+                      std::function<bool(const std::string&)> parse, const std::string& want) {
+    app.add_option_function<std::string>(
+           name,
+           [name, parse, want](const std::string& v) {
+             if (!parse(v)) throw BadValue("option " + name + ": '" + v + "' is not " + want);
+           },
+           help)
+        ->type_name(type)
+        ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // the last one given wins
+  };
+  auto integer = [&](const std::string& name, auto& field, int64_t min, const std::string& help) {
+    value(name, "N", fmt::format("{} ({})", help, field),
+          [&field, min](const std::string& v) { return parse_number(v, field) && field >= min; },
+          "an integer >= " + std::to_string(min));
+  };
+  auto real = [&](const std::string& name, double& field, const std::string& help) {
+    value(name, "X", fmt::format("{} ({})", help, field),
+          [&field](const std::string& v) { return parse_number(v, field) && field >= 0; }, "a number >= 0");
+  };
+  auto choice = [&](const std::string& name, const std::string& type, const std::string& help,
+                    std::function<bool(const std::string&)> set, const std::string& want) {
+    value(name, type, help, std::move(set), want);
+  };
+  integer("--epochs", o.epochs, 1, "epochs to train");
+  integer("--batch-size", o.batch_size, 1, "global batch, split over the replicas");
+  integer("--micro-batches", o.micro_batches, 1, "gradient accumulation: micro-batches per step");
+  real("--lr", o.lr, "AdamW (peak) learning rate");
+  choice("--lr-schedule", "S", "cosine (decays to 0 over the run), constant, or step (x0.1 after each third of the run)",
+         [&o](const std::string& v) {
+           o.lr_schedule = v;
+           return v == "cosine" || v == "constant" || v == "step";
+         }, "cosine, constant or step");
+  integer("--warmup-steps", o.warmup_steps, 0, "linear learning-rate warm-up before the schedule");
+  real("--weight-decay", o.weight_decay, "AdamW decoupled weight decay");
+  real("--max-grad-norm", o.max_grad_norm, "a gradient norm at or above this fails a check");
+  value("--seed", "N", fmt::format("seed of the initial parameters and the data order ({})", o.seed),
+        [&o](const std::string& v) { return parse_number(v, o.seed); }, "an unsigned integer");
+  integer("--replicas", o.replicas, 1, "thread replicas without mpirun (FJIT_REPLICAS)");
+  value("--data-dir", "DIR", "{train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz] files "
+        "(default /usr/share/datasets/fashion-mnist)",
+        [&o](const std::string& v) { o.data_dir = v; return true; }, "");
+  value("--layers", "A,B,...", "layer sizes (" + join(o.layers) + ")",
+        [&o](const std::string& v) { return parse_layers(v, o.layers); }, "sizes like 784,512,256,10");
+  value("--checkpoint-dir", "DIR", "write checkpoints here (none)",
+        [&o](const std::string& v) { o.checkpoint_dir = v; return true; }, "");
+  integer("--checkpoint-every", o.checkpoint_every, 0, "steps between checkpoints; 0 = at the end only");
+  app.add_flag("--resume", o.resume, "continue from the latest checkpoint in --checkpoint-dir");
+  app.add_flag("--allow-config-change", o.allow_config_change,
+               "resume even if the model, optimizer or schedule differ from the checkpoint's");
+  choice("--checks", "off|user|all", "checks compiled into the step (FJIT_CHECKS, else user)",
+         [&o](const std::string& v) {
+           if (v == "off") o.checks = CheckMode::off;
+           else if (v == "user") o.checks = CheckMode::user;
+           else if (v == "all") o.checks = CheckMode::all;
+           else return false;
+           return true;
+         }, "off, user or all");
+  choice("--on-check-failure", "throw|skip_step|log",
+         "what a failed check does (FJIT_ON_CHECK_FAILURE, else throw)",
+         [&o](const std::string& v) {
+           if (v == "throw") o.on_check_failure = CheckPolicy::throw_error;
+           else if (v == "skip_step") o.on_check_failure = CheckPolicy::skip_step;
+           else if (v == "log") o.on_check_failure = CheckPolicy::log;
+           else return false;
+           return true;
+         }, "throw, skip_step or log");
+  integer("--log-every", o.log_every, 0, "steps between progress lines; 0 = per epoch only");
+  integer("--max-steps", o.max_steps, 0, "stop after N steps in all");
+  integer("--eval-batch-size", o.eval_batch_size, 1, "test-set evaluation batch");
+  integer("--divergence-check-every", o.divergence_check_every, 0,
+          "compare replicas' parameters every K steps (0 = off)");
+}
+
+std::unique_ptr<CLI::App> make_app(const std::string& program, TrainOptions& o) {
+  auto app = std::make_unique<CLI::App>("Trains an MLP classifier on Fashion-MNIST, data-parallel over the replicas.\n"
+               "  mpirun -np N " + program + " [options]   (one replica per rank)", program);
+  app->footer("Environment: FJIT_LOG_LEVEL, FJIT_CHECKS, FJIT_ON_CHECK_FAILURE, FJIT_DUMP_DIR, "
+             "FJIT_TIMELINE, ...");
+  app->allow_windows_style_options(false);
+  add_options(*app, o);
+  return app;
+}
+
+}  // namespace
+
 std::string join(const std::vector<int64_t>& v) {
   std::string s;
   for (int64_t x : v) s += (s.empty() ? "" : ",") + std::to_string(x);
   return s;
 }
 
-}  // namespace
-
 ParsedOptions parse_train_options(int argc, char** argv, TrainOptions defaults) {
   ParsedOptions r;
   r.options = std::move(defaults);
-  TrainOptions& o = r.options;
-  // Each handler parses the value; returns "" or what a valid value looks like.
-  using Handler = std::function<std::string(const std::string&)>;
-  auto positive = [](int64_t& field, int64_t min) {
-    return [&field, min](const std::string& v) -> std::string {
-      return parse_number(v, field) && field >= min ? "" : "an integer >= " + std::to_string(min);
-    };
-  };
-  auto real = [](double& field) {
-    return [&field](const std::string& v) -> std::string {
-      return parse_number(v, field) && field >= 0 ? "" : "a number >= 0";
-    };
-  };
-  auto text = [](std::string& field) {
-    return [&field](const std::string& v) -> std::string { field = v; return ""; };
-  };
-  const std::map<std::string, Handler> handlers = {
-      {"--epochs", positive(o.epochs, 1)},
-      {"--batch-size", positive(o.batch_size, 1)},
-      {"--lr", real(o.lr)},
-      {"--weight-decay", real(o.weight_decay)},
-      {"--lr-schedule", [&](const std::string& v) -> std::string {
-         if (v != "cosine" && v != "constant") return "cosine or constant";
-         o.cosine_schedule = v == "cosine";
-         return "";
-       }},
-      {"--max-grad-norm", real(o.max_grad_norm)},
-      {"--seed", [&](const std::string& v) -> std::string {
-         return parse_number(v, o.seed) ? "" : "an unsigned integer";
-       }},
-      {"--replicas", [&](const std::string& v) -> std::string {
-         return parse_number(v, o.replicas) && o.replicas >= 1 ? "" : "an integer >= 1";
-       }},
-      {"--data-dir", text(o.data_dir)},
-      {"--checkpoint-dir", text(o.checkpoint_dir)},
-      {"--checkpoint-every", positive(o.checkpoint_every, 0)},
-      {"--checks", [&](const std::string& v) -> std::string {
-         if (v == "off") o.checks = CheckMode::off;
-         else if (v == "user") o.checks = CheckMode::user;
-         else if (v == "all") o.checks = CheckMode::all;
-         else return "off, user or all";
-         return "";
-       }},
-      {"--on-check-failure", [&](const std::string& v) -> std::string {
-         if (v == "throw") o.on_check_failure = CheckPolicy::throw_error;
-         else if (v == "skip_step") o.on_check_failure = CheckPolicy::skip_step;
-         else if (v == "log") o.on_check_failure = CheckPolicy::log;
-         else return "throw, skip_step or log";
-         return "";
-       }},
-      {"--log-every", positive(o.log_every, 0)},
-      {"--max-steps", positive(o.max_steps, 0)},
-      {"--eval-batch-size", positive(o.eval_batch_size, 1)},
-      {"--divergence-check-every", [&](const std::string& v) -> std::string {
-         return parse_number(v, o.divergence_check_every) && o.divergence_check_every >= 0
-                    ? "" : "an integer >= 0";
-       }},
-      {"--layers", [&](const std::string& v) -> std::string {
-         return parse_layers(v, o.layers) ? "" : "sizes like 784,512,256,10";
-       }},
-  };
-  for (int i = 1; i < argc; ++i) {
-    std::string arg = argv[i], value;
-    if (arg == "--help" || arg == "-h") { r.help = true; continue; }
-    if (arg == "--resume") { o.resume = true; continue; }
-    bool has_value = false;
-    if (size_t eq = arg.find('='); arg.rfind("--", 0) == 0 && eq != std::string::npos) {
-      value = arg.substr(eq + 1);
-      arg = arg.substr(0, eq);
-      has_value = true;
-    }
-    auto it = handlers.find(arg);
-    if (it == handlers.end()) {
-      r.error = "unknown option '" + arg + "' (see --help)";
-      return r;
-    }
-    if (!has_value) {
-      if (i + 1 >= argc) {
-        r.error = "option " + arg + " needs a value";
-        return r;
-      }
-      value = argv[++i];
-    }
-    if (std::string want = it->second(value); !want.empty()) {
-      r.error = "option " + arg + ": '" + value + "' is not " + want;
-      return r;
-    }
+  std::unique_ptr<CLI::App> app = make_app(argc > 0 ? argv[0] : "train", r.options);
+  try {
+    app->parse(argc, argv);
+  } catch (const CLI::CallForHelp&) {
+    r.help = true;
+  } catch (const BadValue& e) {
+    r.error = e.what();
+  } catch (const CLI::ExtrasError& e) {
+    r.error = "unknown option '" + app->remaining().front() + "' (see --help)";
+  } catch (const CLI::ArgumentMismatch& e) {
+    r.error = std::string(e.what()) + ": the option needs a value";
+  } catch (const CLI::ParseError& e) {
+    r.error = e.what();
   }
-  if (o.resume && o.checkpoint_dir.empty()) r.error = "--resume needs --checkpoint-dir";
+  if (r.error.empty() && !r.help && r.options.resume && r.options.checkpoint_dir.empty())
+    r.error = "--resume needs --checkpoint-dir";
   return r;
 }
 
 std::string train_usage(const char* program, const TrainOptions& d) {
-  return fmt::format(
-      "usage: {0} [options]\n"
-      "       mpirun -np N {0} [options]   (one replica per rank)\n\n"
-      "Trains an MLP classifier on Fashion-MNIST, data-parallel over the replicas.\n\n"
-      "  --epochs N                 epochs to train ({1})\n"
-      "  --batch-size N             global batch, split over the replicas ({2})\n"
-      "  --lr X                     AdamW (peak) learning rate ({3})\n"
-      "  --lr-schedule S            cosine (decays to 0 over all epochs) or constant (cosine)\n"
-      "  --weight-decay X           AdamW decoupled weight decay ({4})\n"
-      "  --max-grad-norm X          a gradient norm at or above this fails a check ({5})\n"
-      "  --seed N                   seed of the initial parameters and the data order ({6})\n"
-      "  --replicas N               thread replicas without mpirun (1; FJIT_REPLICAS)\n"
-      "  --data-dir DIR             {{train,t10k}}-{{images-idx3,labels-idx1}}-ubyte[.gz] files\n"
-      "                             (default /usr/share/datasets/fashion-mnist)\n"
-      "  --layers A,B,...           layer sizes ({7})\n"
-      "  --checkpoint-dir DIR       write checkpoints here (none)\n"
-      "  --checkpoint-every N       steps between checkpoints; 0 = at the end only ({8})\n"
-      "  --resume                   continue from the latest checkpoint in --checkpoint-dir\n"
-      "  --checks off|user|all      checks compiled into the step (FJIT_CHECKS, else user)\n"
-      "  --on-check-failure throw|skip_step|log   what a failed check does\n"
-      "                             (FJIT_ON_CHECK_FAILURE, else throw)\n"
-      "  --log-every N              steps between progress lines; 0 = per epoch only ({9})\n"
-      "  --max-steps N              stop after N steps in all (no limit)\n"
-      "  --eval-batch-size N        test-set evaluation batch ({10})\n"
-      "  --divergence-check-every K compare replicas' parameters every K steps (0 = off)\n"
-      "  --help                     this text\n\n"
-      "Environment: FJIT_LOG_LEVEL, FJIT_CHECKS, FJIT_ON_CHECK_FAILURE, FJIT_DUMP_DIR, ...\n",
-      program, d.epochs, d.batch_size, d.lr, d.weight_decay, d.max_grad_norm, d.seed,
-      join(d.layers), d.checkpoint_every, d.log_every,
-      d.eval_batch_size);
+  TrainOptions shown = d;
+  return make_app(program, shown)->help();
 }
 
 std::string describe(const TrainOptions& o) {
-  return fmt::format("layers {} | epochs {} | global batch {} | AdamW lr {} ({}) wd {} | seed {} | "
+  return fmt::format("layers {} | epochs {} | global batch {}{} | AdamW lr {} ({}{}) wd {} | seed {} | "
                      "checks {} on failure {}",
-                     join(o.layers), o.epochs, o.batch_size, o.lr,
-                     o.cosine_schedule ? "cosine" : "constant", o.weight_decay, o.seed,
+                     join(o.layers), o.epochs, o.batch_size,
+                     o.micro_batches > 1 ? fmt::format(" in {} micro-batches", o.micro_batches) : "",
+                     o.lr, o.lr_schedule,
+                     o.warmup_steps > 0 ? fmt::format(", {} warm-up steps", o.warmup_steps) : "",
+                     o.weight_decay, o.seed,
                      check_mode_name(o.checks.value_or(default_check_mode())),
                      check_policy_name(o.on_check_failure.value_or(default_check_policy())));
+}
+
+Schedule learning_rate_schedule(const TrainOptions& o, int64_t total_steps) {
+  const int64_t after = std::max<int64_t>(1, total_steps - o.warmup_steps);
+  Schedule s = o.lr_schedule == "cosine" ? Schedule::cosine(o.lr, after)
+               : o.lr_schedule == "step" ? Schedule::step_decay(o.lr, std::max<int64_t>(1, after / 3), 0.1)
+                                         : Schedule::constant(o.lr);
+  return o.warmup_steps > 0 ? Schedule::warmup(o.warmup_steps, s) : s;
+}
+
+io::RunConfig run_config(const TrainOptions& o) {
+  return {{"layers", join(o.layers)},
+          {"optimizer", fmt::format("AdamW lr {} weight decay {}", o.lr, o.weight_decay)},
+          {"lr_schedule", o.lr_schedule},
+          {"warmup_steps", std::to_string(o.warmup_steps)},
+          {"epochs", std::to_string(o.epochs)},
+          {"micro_batches", std::to_string(o.micro_batches)}};
 }
 
 }  // namespace fjit::examples

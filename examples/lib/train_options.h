@@ -1,8 +1,10 @@
-// Command-line options of the training examples, and their small parser.
+// Command-line options of the training examples, parsed with CLI11.
 //
-// Every option takes a value ("--epochs 10" or "--epochs=10") except --resume and --help.
-// parse_train_options never exits: it returns what to do, and the program prints the usage or
-// the error and picks the exit code.
+// Every option takes a value ("--epochs 10" or "--epochs=10") except the flags --resume,
+// --allow-config-change and --help. Numbers are parsed strictly (the whole value, no
+// trailing text, no silent wrap-around: "-1" is not an unsigned seed). parse_train_options
+// never exits: it returns what to do, and the program prints the usage or the error and
+// picks the exit code (2 for a bad command line).
 #pragma once
 
 #include <cstdint>
@@ -11,14 +13,18 @@
 #include <vector>
 
 #include "core/ir/check_site.h"
+#include "core/lib/checkpoint.h"
+#include "core/lib/schedules.h"
 
 namespace fjit::examples {
 
 struct TrainOptions {
   int64_t epochs = 10;
   int64_t batch_size = 128;          // global: split over every replica of the mesh
+  int micro_batches = 1;             // gradient accumulation: micro-batches per step
   double lr = 1e-3;                  // peak learning rate
-  bool cosine_schedule = true;       // lr * (1 + cos(pi * step / all steps)) / 2; else constant
+  std::string lr_schedule = "cosine";  // cosine (to 0 over the run), constant, or step
+  int64_t warmup_steps = 0;          // linear warm-up before the schedule
   double weight_decay = 1e-4;
   double max_grad_norm = 1e3;        // a step whose gradient norm reaches this fails its check
   uint64_t seed = 0;
@@ -27,6 +33,7 @@ struct TrainOptions {
   std::string checkpoint_dir;        // empty: no checkpoints
   int64_t checkpoint_every = 0;      // steps between checkpoints; 0: only at the end
   bool resume = false;               // start from the latest checkpoint in checkpoint_dir
+  bool allow_config_change = false;  // resume even if the configuration differs
   // Unset: fjit's process defaults (FJIT_CHECKS, else user; FJIT_ON_CHECK_FAILURE, else throw).
   std::optional<CheckMode> checks;
   std::optional<CheckPolicy> on_check_failure;
@@ -51,5 +58,14 @@ std::string train_usage(const char* program, const TrainOptions& defaults = {});
 
 // A one-line summary of the options that shape the run (for the log).
 std::string describe(const TrainOptions& o);
+
+// The learning-rate schedule of a run of `total_steps` steps.
+Schedule learning_rate_schedule(const TrainOptions& o, int64_t total_steps);
+
+// What a checkpoint records of the options and a resumed run must match (unless
+// allow_config_change): the model, the optimizer and the schedule.
+io::RunConfig run_config(const TrainOptions& o);
+
+std::string join(const std::vector<int64_t>& v);
 
 }  // namespace fjit::examples

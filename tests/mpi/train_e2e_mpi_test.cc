@@ -10,7 +10,6 @@
 #include <cstring>
 #include <filesystem>
 
-#include "lib/idx_reader.h"
 #include "lib/train_loop.h"
 
 namespace fjit::examples {

@@ -20,7 +20,10 @@
 //  - load_checkpoint validates everything before trusting it — header length against the
 //    file size, JSON syntax, dtype names, shapes against data_offsets, offsets against each
 //    other and the file size, bool bytes being 0/1, the checksum — and throws
-//    std::runtime_error "<path>: <problem>" on the first failure.
+//    std::runtime_error "<path>: <problem>" on the first failure. The header is parsed by
+//    nlohmann-json; a name given twice in one JSON object is refused, as the format requires.
+//  - Every error about a checkpoint, from loading or from comparing it with a model or a
+//    run's configuration, starts with the file's path.
 //
 // Testing hook: when the environment variable FJIT_TEST_FAIL_SAVE_AFTER_BYTES=K is set,
 // save_checkpoint fails as a full disk would once K bytes of the temporary file are written.
@@ -40,9 +43,13 @@ inline constexpr const char* kChecksumKey = "fjit.crc32";
 
 using NamedArrays = std::vector<std::pair<std::string, Array>>;
 
+// What a run was configured with, as strings: {"lr": "0.001", "layers": "784,512,10"}.
+using RunConfig = std::map<std::string, std::string>;
+
 struct Checkpoint {
   NamedArrays tensors;                          // in the header's order
   std::map<std::string, std::string> metadata;  // e.g. {"step": "1200", "seed": "7"}
+  std::string path;                             // the file it was loaded from ("" if none)
 
   // The tensor called `name`, or nullptr.
   const Array* find(const std::string& name) const;
@@ -55,11 +62,24 @@ void save_checkpoint(const std::string& path, const Checkpoint& ckpt);
 // The returned metadata includes "fjit.crc32" when the file has one.
 Checkpoint load_checkpoint(const std::string& path);
 
-// Throws std::runtime_error naming the first difference between the checkpoint and the
-// tensors a model expects: a tensor the model expects that the checkpoint lacks, one whose
-// dtype or shape differs ("checkpoint has w1 f32[784,512], model expects f32[784,256]"),
-// or one in the checkpoint the model does not expect. Only names, dtypes and shapes count.
+// Throws std::runtime_error naming the file and every difference between the checkpoint and
+// the tensors a model expects: a tensor the model expects that the checkpoint lacks, one
+// whose dtype or shape differs ("checkpoint has w1 f32[784,512], model expects
+// f32[784,256]"), one in the checkpoint the model does not expect. Only names, dtypes and
+// shapes count.
 void check_compatible(const Checkpoint& ckpt, const NamedArrays& expected);
+
+// Records `config` in the metadata as "config.<key>" entries (replacing earlier ones).
+void set_config(Checkpoint& ckpt, const RunConfig& config);
+// The "config.<key>" entries of the metadata, keys without the prefix.
+RunConfig config_of(const Checkpoint& ckpt);
+// One line per key whose value differs between the checkpoint's configuration and
+// `current`, or that only one of them has: "lr: checkpoint 0.001, now 0.002".
+std::vector<std::string> config_differences(const Checkpoint& ckpt, const RunConfig& current);
+// Throws std::runtime_error "<path>: this run's configuration differs from the checkpoint's:
+// <differences>; <override_hint>" when config_differences is not empty.
+void check_config(const Checkpoint& ckpt, const RunConfig& current,
+                  const std::string& override_hint);
 
 // Naming scheme for periodic checkpoints: "<dir>/ckpt-<step>.safetensors".
 std::string checkpoint_path(const std::string& dir, int64_t step);

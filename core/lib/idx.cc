@@ -1,4 +1,4 @@
-#include "lib/idx_reader.h"
+#include "core/lib/idx.h"
 
 #include <zlib.h>
 
@@ -188,13 +188,13 @@ Array load_labels(const std::string& path) {
 }
 
 Dataset load_dataset(const std::string& images_path, const std::string& labels_path) {
-  Dataset ds{load_images(images_path), load_labels(labels_path)};
-  if (ds.images.shape()[0] != ds.labels.shape()[0])
-    throw std::runtime_error(images_path + " holds " + std::to_string(ds.images.shape()[0]) +
+  Array images = load_images(images_path), labels = load_labels(labels_path);
+  if (images.shape()[0] != labels.shape()[0])
+    throw std::runtime_error(images_path + " holds " + std::to_string(images.shape()[0]) +
                              " images but " + labels_path + " holds " +
-                             std::to_string(ds.labels.shape()[0]) +
+                             std::to_string(labels.shape()[0]) +
                              " labels: the counts must match");
-  return ds;
+  return Dataset({{"images", std::move(images)}, {"labels", std::move(labels)}});
 }
 
 Dataset load_fashion_mnist(const std::string& dir, const std::string& split) {
@@ -220,8 +220,9 @@ Dataset load_fashion_mnist(const std::string& dir, const std::string& split) {
   }
   std::string labels_path = pick(split + "-labels-idx1-ubyte");
   Dataset ds = load_dataset(pick(split + "-images-idx3-ubyte"), labels_path);
-  const int32_t* y = ds.labels.data<int32_t>();
-  for (int64_t i = 0; i < ds.labels.size(); ++i)
+  const Array& labels = ds["labels"];
+  const int32_t* y = labels.data<int32_t>();
+  for (int64_t i = 0; i < labels.size(); ++i)
     if (y[i] < 0 || y[i] > 9)
       throw std::runtime_error(labels_path + ": label " + std::to_string(y[i]) + " at index " +
                                std::to_string(i) + " is not a Fashion-MNIST class (expected 0..9)");

@@ -1,6 +1,7 @@
-#include "lib/atomic_file.h"
+#include "core/lib/atomic_file.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -10,6 +11,7 @@
 #include <cstring>
 #include <filesystem>
 #include <stdexcept>
+#include <string_view>
 
 namespace fjit::io {
 namespace {
@@ -33,14 +35,58 @@ std::string parent_dir(const std::string& path) {
   return dir.empty() ? "." : dir;
 }
 
+// This host's name (it may hold '-': temporary names are parsed from the right).
+std::string host_name() {
+  char buf[256] = {0};
+  if (::gethostname(buf, sizeof buf - 1) != 0) return "localhost";
+  return buf;
+}
+
+bool all_digits(std::string_view s) {
+  return !s.empty() && s.size() <= 18 &&
+         s.find_first_not_of("0123456789") == std::string_view::npos;
+}
+
+// True for "<anything>.tmp-<host>-<pid>-<n>" where <host> is this host and <pid> no longer
+// runs. A pid of a live process, or a name this scheme did not make, is never stale.
+bool is_stale_temporary(std::string_view name, const std::string& host) {
+  const size_t tmp = name.rfind(".tmp-");
+  if (tmp == std::string_view::npos) return false;
+  std::string_view rest = name.substr(tmp + 5);  // <host>-<pid>-<n>
+  const size_t last = rest.rfind('-');
+  if (last == std::string_view::npos || !all_digits(rest.substr(last + 1))) return false;
+  const size_t mid = rest.rfind('-', last - 1);
+  if (mid == std::string_view::npos || last == 0) return false;
+  const std::string_view pid = rest.substr(mid + 1, last - mid - 1);
+  if (!all_digits(pid) || rest.substr(0, mid) != host) return false;
+  const long long p = std::stoll(std::string(pid));
+  return p > 0 && ::kill(static_cast<pid_t>(p), 0) != 0 && errno == ESRCH;
+}
+
 }  // namespace
+
+int remove_stale_temporaries(const std::string& dir) {
+  namespace fs = std::filesystem;
+  const std::string host = host_name();
+  std::error_code ec;
+  int removed = 0;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    std::error_code ignored;
+    if (is_stale_temporary(it->path().filename().string(), host) &&
+        it->is_regular_file(ignored) && fs::remove(it->path(), ignored))
+      ++removed;
+  }
+  return removed;
+}
 
 AtomicFile::AtomicFile(std::string target)
     : target_(std::move(target)), fail_after_(fail_after_from_env()) {
+  remove_stale_temporaries(parent_dir(target_));
+  const std::string host = host_name();
   // O_EXCL never reuses a file: a leftover from a crashed process with a recycled pid
   // makes us try the next name instead of writing into someone else's file.
   for (int attempt = 0; attempt < 100; ++attempt) {
-    temp_ = target_ + ".tmp-" + std::to_string(::getpid()) + "-" +
+    temp_ = target_ + ".tmp-" + host + "-" + std::to_string(::getpid()) + "-" +
             std::to_string(g_temp_counter.fetch_add(1));
     fd_ = ::open(temp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     if (fd_ >= 0) return;

@@ -8,6 +8,12 @@
 //
 // Every failure throws std::runtime_error "<target>: <what failed>: <strerror>".
 //
+// Temporary files are named "<target>.tmp-<host>-<pid>-<n>". A process killed mid-save
+// leaves its temporary file behind; the next AtomicFile in the same directory removes such
+// leftovers, but only those written on this host by a process that no longer exists, so a
+// save in progress elsewhere (another process, or another host on a shared file system) is
+// never touched.
+//
 // Testing hook: with FJIT_TEST_FAIL_SAVE_AFTER_BYTES=K in the environment, write() stores
 // the first K bytes and then fails as a full disk would (ENOSPC), so tests can check that
 // a failed save leaves the previous file intact and no temporary file behind.
@@ -22,7 +28,8 @@ namespace fjit::io {
 
 class AtomicFile {
  public:
-  // Creates the temporary file "<target>.tmp-<pid>-<n>" with mode 0644 (less the umask).
+  // Removes stale temporary files of this directory (see above), then creates this one with
+  // mode 0644 (less the umask).
   explicit AtomicFile(std::string target);
   ~AtomicFile();
   AtomicFile(const AtomicFile&) = delete;
@@ -45,5 +52,9 @@ class AtomicFile {
   std::optional<uint64_t> fail_after_;  // from FJIT_TEST_FAIL_SAVE_AFTER_BYTES
   bool committed_ = false;
 };
+
+// Removes the temporary files in `dir` that a process of this host, now dead, left behind;
+// returns how many. Never throws (a file it cannot remove is left where it is).
+int remove_stale_temporaries(const std::string& dir);
 
 }  // namespace fjit::io

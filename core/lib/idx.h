@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "core/ir/array.h"
+#include "core/lib/data.h"
 
 namespace fjit::io {
 
@@ -42,12 +43,8 @@ Array load_images(const std::string& path);
 // i32 [N], the label bytes as they are.
 Array load_labels(const std::string& path);
 
-struct Dataset {
-  Array images;  // f32 [N, rows*cols] in [0, 1]
-  Array labels;  // i32 [N]
-};
-
-// Loads a pair of files and checks they hold the same number of examples.
+// Loads a pair of files and checks they hold the same number of examples. The data set's
+// columns are "images" (f32 [N, rows*cols] in [0, 1]) and "labels" (i32 [N]).
 Dataset load_dataset(const std::string& images_path, const std::string& labels_path);
 
 // Loads `<dir>/<split>-images-idx3-ubyte.gz` and `<dir>/<split>-labels-idx1-ubyte.gz`

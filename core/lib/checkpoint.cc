@@ -1,4 +1,4 @@
-#include "lib/checkpoint.h"
+#include "core/lib/checkpoint.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -15,11 +15,15 @@
 #include <stdexcept>
 #include <tuple>
 
-#include "lib/atomic_file.h"
-#include "lib/json_lite.h"
+#include <nlohmann/json.hpp>
+
+#include "core/lib/atomic_file.h"
 
 namespace fjit::io {
 namespace {
+
+// ordered_json keeps the header's order, which load_checkpoint gives back.
+using Json = nlohmann::ordered_json;
 
 // Arrays are written and read as raw memory; safetensors data is little-endian.
 static_assert(std::endian::native == std::endian::little,
@@ -93,39 +97,39 @@ struct TensorSpec {
 
 // Validates one header entry against the safetensors schema; `data_bytes` is the size of
 // the data section, so offsets that point past the file are caught here.
-TensorSpec parse_spec(const std::string& path, const std::string& name, const json::Value& v,
+TensorSpec parse_spec(const std::string& path, const std::string& name, const Json& v,
                       uint64_t data_bytes) {
   const std::string where = "tensor \"" + name + "\": ";
-  if (!v.is(json::Value::Kind::object))
-    fail(path, where + "expected an object, found " + json::kind_name(v.kind));
-  for (const auto& [key, _] : v.members)
+  if (!v.is_object()) fail(path, where + "expected an object, found " + v.type_name());
+  for (const auto& [key, _] : v.items())
     if (key != "dtype" && key != "shape" && key != "data_offsets")
       fail(path, where + "unexpected key \"" + key + "\" (expected dtype, shape, data_offsets)");
-  const json::Value* dtype = v.find("dtype");
-  const json::Value* shape = v.find("shape");
-  const json::Value* offsets = v.find("data_offsets");
-  if (!dtype || !dtype->is(json::Value::Kind::string))
-    fail(path, where + "needs \"dtype\" as a string");
-  if (!shape || !shape->is(json::Value::Kind::array))
-    fail(path, where + "needs \"shape\" as an array of extents");
-  if (!offsets || !offsets->is(json::Value::Kind::array) || offsets->items.size() != 2 ||
-      !offsets->items[0].is(json::Value::Kind::integer) ||
-      !offsets->items[1].is(json::Value::Kind::integer))
+  auto member = [&](const char* key) { return v.contains(key) ? &v.at(key) : nullptr; };
+  const Json* dtype = member("dtype");
+  const Json* shape = member("shape");
+  const Json* offsets = member("data_offsets");
+  if (!dtype || !dtype->is_string()) fail(path, where + "needs \"dtype\" as a string");
+  if (!shape || !shape->is_array()) fail(path, where + "needs \"shape\" as an array of extents");
+  if (!offsets || !offsets->is_array() || offsets->size() != 2 ||
+      !(*offsets)[0].is_number_integer() || !(*offsets)[1].is_number_integer())
     fail(path, where + "needs \"data_offsets\" as [begin, end]");
 
   TensorSpec t{name, DType::f32, {}, 0, 0, 0};
-  if (!dtype_from_safetensors(dtype->string, &t.dtype))
-    fail(path, where + "dtype \"" + dtype->string +
+  const std::string dtype_name = dtype->get<std::string>();
+  if (!dtype_from_safetensors(dtype_name, &t.dtype))
+    fail(path, where + "dtype \"" + dtype_name +
                    "\" is not supported (fjit reads F32, F64, I32, BOOL)");
   // Capping the byte count at 2^62 keeps it (and Array's int64 element count) from
   // overflowing on a hostile shape; any zero extent makes the tensor empty regardless.
   uint64_t nbytes = static_cast<uint64_t>(dtype_size(t.dtype));
   bool empty = false;
-  for (const json::Value& d : shape->items) {
-    if (!d.is(json::Value::Kind::integer) || d.integer < 0)
+  for (const Json& d : *shape) {
+    // Extents beyond int64 parse as unsigned; Array's extents are int64.
+    if (!d.is_number_integer() || (d.is_number_unsigned() && d.get<uint64_t>() > INT64_MAX) ||
+        d.get<int64_t>() < 0)
       fail(path, where + "shape must hold non-negative integers");
-    t.shape.push_back(d.integer);
-    uint64_t e = static_cast<uint64_t>(d.integer);
+    t.shape.push_back(d.get<int64_t>());
+    uint64_t e = static_cast<uint64_t>(t.shape.back());
     if (e == 0) {
       empty = true;
       continue;
@@ -135,7 +139,11 @@ TensorSpec parse_spec(const std::string& path, const std::string& name, const js
     nbytes *= e;
   }
   if (empty) nbytes = 0;
-  int64_t b = offsets->items[0].integer, e = offsets->items[1].integer;
+  auto offset = [&](const Json& o) -> int64_t {
+    if (o.is_number_unsigned() && o.get<uint64_t>() > INT64_MAX) return -1;
+    return o.get<int64_t>();
+  };
+  int64_t b = offset((*offsets)[0]), e = offset((*offsets)[1]);
   const std::string range = "[" + std::to_string(b) + ", " + std::to_string(e) + "]";
   if (b < 0 || e < b) fail(path, where + "data_offsets " + range + " is not a valid range");
   t.begin = static_cast<uint64_t>(b);
@@ -187,27 +195,19 @@ void save_checkpoint(const std::string& path, const Checkpoint& ckpt) {
     crc = crc_of(crc, t[i].second);
   }
 
-  json::Value meta = json::Value::object();
+  Json root = Json::object();
+  Json& meta = root["__metadata__"] = Json::object();
   for (const auto& [k, v] : ckpt.metadata)
-    if (k != kChecksumKey) meta.members.emplace_back(k, json::Value::of_string(v));
-  meta.members.emplace_back(kChecksumKey, json::Value::of_string(hex8(crc)));
-  json::Value root = json::Value::object();
-  root.members.emplace_back("__metadata__", std::move(meta));
+    if (k != kChecksumKey) meta[k] = v;
+  meta[kChecksumKey] = hex8(crc);
   // Header members keep the caller's order, which load_checkpoint gives back.
   for (size_t i = 0; i < t.size(); ++i) {
     const auto& [name, a] = t[i];
-    json::Value spec = json::Value::object();
-    spec.members.emplace_back("dtype", json::Value::of_string(safetensors_dtype(a.dtype())));
-    json::Value shape = json::Value::array();
-    for (int64_t d : a.shape()) shape.items.push_back(json::Value::of_int(d));
-    spec.members.emplace_back("shape", std::move(shape));
-    json::Value range = json::Value::array();
-    range.items.push_back(json::Value::of_int(static_cast<int64_t>(begin[i])));
-    range.items.push_back(json::Value::of_int(static_cast<int64_t>(begin[i] + a.nbytes())));
-    spec.members.emplace_back("data_offsets", std::move(range));
-    root.members.emplace_back(name, std::move(spec));
+    root[name] = Json{{"dtype", safetensors_dtype(a.dtype())},
+                      {"shape", a.shape()},
+                      {"data_offsets", {begin[i], begin[i] + a.nbytes()}}};
   }
-  std::string header = json::dump(root);
+  std::string header = root.dump();
   // Spaces are JSON whitespace; padding to 8 keeps every f64 tensor 8-byte aligned in a
   // memory-mapped file, as the reference writer does.
   header.append((8 - header.size() % 8) % 8, ' ');
@@ -244,30 +244,39 @@ Checkpoint load_checkpoint(const std::string& path) {
   pread_all(path, f.fd, header.data(), header.size(), 8);
   if (header.empty() || header[0] != '{')
     fail(path, "malformed header: the JSON header must start with '{'");
-  json::Value root;
+  // The parser keeps the last of two equal names in an object; a callback sees each name
+  // and the object it is in, so duplicates are refused instead of silently dropped.
+  std::vector<std::set<std::string>> open_objects;
+  std::string duplicate;
+  auto watch = [&](int, Json::parse_event_t event, Json& parsed) {
+    if (event == Json::parse_event_t::object_start) open_objects.emplace_back();
+    else if (event == Json::parse_event_t::object_end && !open_objects.empty()) open_objects.pop_back();
+    else if (event == Json::parse_event_t::key && !open_objects.empty() && duplicate.empty() &&
+             !open_objects.back().insert(parsed.get<std::string>()).second)
+      duplicate = parsed.get<std::string>();
+    return true;
+  };
+  Json root;
   try {
-    root = json::parse(header);
-  } catch (const json::ParseError& e) {
+    root = Json::parse(header, watch);
+  } catch (const Json::exception& e) {
     fail(path, std::string("malformed header: ") + e.what());
   }
-  if (!root.is(json::Value::Kind::object))
-    fail(path, "malformed header: expected a JSON object");
+  if (!duplicate.empty()) fail(path, "header names \"" + duplicate + "\" twice");
+  if (!root.is_object()) fail(path, "malformed header: expected a JSON object");
 
   const uint64_t data_bytes = file_size - 8 - header_len;
   Checkpoint out;
+  out.path = path;
   std::vector<TensorSpec> specs;
-  std::set<std::string> seen;
-  for (const auto& [key, value] : root.members) {
-    if (!seen.insert(key).second) fail(path, "header names \"" + key + "\" twice");
+  for (const auto& [key, value] : root.items()) {
     if (key == "__metadata__") {
-      if (!value.is(json::Value::Kind::object))
-        fail(path, "__metadata__ must be an object of strings");
-      for (const auto& [mk, mv] : value.members) {
-        if (!mv.is(json::Value::Kind::string))
+      if (!value.is_object()) fail(path, "__metadata__ must be an object of strings");
+      for (const auto& [mk, mv] : value.items()) {
+        if (!mv.is_string())
           fail(path, "__metadata__ value for \"" + mk + "\" must be a string, found " +
-                         json::kind_name(mv.kind));
-        if (!out.metadata.emplace(mk, mv.string).second)
-          fail(path, "__metadata__ names \"" + mk + "\" twice");
+                         mv.type_name());
+        out.metadata.emplace(mk, mv.get<std::string>());
       }
       continue;
     }
@@ -319,55 +328,6 @@ Checkpoint load_checkpoint(const std::string& path) {
   });
   for (const TensorSpec& t : specs) out.tensors.emplace_back(t.name, std::move(arrays[t.header_index]));
   return out;
-}
-
-void check_compatible(const Checkpoint& ckpt, const NamedArrays& expected) {
-  for (const auto& [name, want] : expected) {
-    const std::string want_type = type_str(want.dtype(), want.shape());
-    const Array* have = ckpt.find(name);
-    if (!have)
-      throw std::runtime_error("incompatible checkpoint: it lacks " + name + ", model expects " +
-                               want_type);
-    if (have->dtype() != want.dtype() || have->shape() != want.shape())
-      throw std::runtime_error("incompatible checkpoint: checkpoint has " + name + " " +
-                               type_str(have->dtype(), have->shape()) + ", model expects " +
-                               want_type);
-  }
-  for (const auto& [name, have] : ckpt.tensors) {
-    bool known = std::any_of(expected.begin(), expected.end(),
-                             [&](const auto& e) { return e.first == name; });
-    if (!known)
-      throw std::runtime_error("incompatible checkpoint: checkpoint has " + name + " " +
-                               type_str(have.dtype(), have.shape()) +
-                               ", which the model does not expect");
-  }
-}
-
-std::string checkpoint_path(const std::string& dir, int64_t step) {
-  return (std::filesystem::path(dir) / ("ckpt-" + std::to_string(step) + ".safetensors")).string();
-}
-
-std::string latest_checkpoint(const std::string& dir) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  std::string best;
-  int64_t best_step = -1;
-  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
-    const std::string name = it->path().filename().string();
-    constexpr std::string_view prefix = "ckpt-", suffix = ".safetensors";
-    if (name.size() <= prefix.size() + suffix.size() || !name.starts_with(prefix) ||
-        !name.ends_with(suffix))
-      continue;
-    std::string digits = name.substr(prefix.size(), name.size() - prefix.size() - suffix.size());
-    if (digits.size() > 18 || !std::all_of(digits.begin(), digits.end(),
-                                                [](char c) { return c >= '0' && c <= '9'; })) continue;
-    int64_t step = std::stoll(digits);
-    if (step > best_step) {
-      best_step = step;
-      best = it->path().string();
-    }
-  }
-  return best;
 }
 
 }  // namespace fjit::io

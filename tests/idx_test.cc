@@ -11,8 +11,8 @@
 #include <fstream>
 #include <set>
 
-#include "lib/batch_iterator.h"
-#include "lib/idx_reader.h"
+#include "core/lib/data.h"
+#include "core/lib/idx.h"
 #include "tests/test_util.h"
 
 namespace fs = std::filesystem;
@@ -82,16 +82,16 @@ using fjit::testing::error_of;
 
 TEST(IdxFixture, ShapesLabelsAndPixels) {
   Dataset ds = load_dataset(fixture_images(), fixture_labels());
-  EXPECT_EQ(ds.images.dtype(), DType::f32);
-  EXPECT_EQ(ds.images.shape(), (Shape{16, 784}));
-  EXPECT_EQ(ds.labels.dtype(), DType::i32);
-  EXPECT_EQ(ds.labels.shape(), (Shape{16}));
-  EXPECT_EQ(ds.labels.to_vector<int32_t>(), kFirst16Labels);
+  EXPECT_EQ(ds["images"].dtype(), DType::f32);
+  EXPECT_EQ(ds["images"].shape(), (Shape{16, 784}));
+  EXPECT_EQ(ds["labels"].dtype(), DType::i32);
+  EXPECT_EQ(ds["labels"].shape(), (Shape{16}));
+  EXPECT_EQ(ds["labels"].to_vector<int32_t>(), kFirst16Labels);
 
-  const float* px = ds.images.data<float>();
+  const float* px = ds["images"].data<float>();
   std::string bytes;
   int64_t sum = 0;
-  for (int64_t i = 0; i < ds.images.size(); ++i) {
+  for (int64_t i = 0; i < ds["images"].size(); ++i) {
     ASSERT_GE(px[i], 0.0f);
     ASSERT_LE(px[i], 1.0f);
     long b = std::lround(px[i] * 255.0f);
@@ -215,7 +215,7 @@ TEST_F(IdxTest, FashionMnistNamingFallbackAndLabelRange) {
   std::string labels(kFirst16Labels.begin(), kFirst16Labels.end());
   write_file(tmp("t10k-labels-idx1-ubyte"), idx_bytes(kIdxLabelsMagic, {16}, labels));
   Dataset ds = load_fashion_mnist(dir_.string(), "t10k");
-  EXPECT_EQ(ds.labels.to_vector<int32_t>(), kFirst16Labels);
+  EXPECT_EQ(ds["labels"].to_vector<int32_t>(), kFirst16Labels);
 
   labels[5] = 12;
   write_file(tmp("t10k-labels-idx1-ubyte"), idx_bytes(kIdxLabelsMagic, {16}, labels));
@@ -236,20 +236,20 @@ TEST(IdxRealData, FullFashionMnistWhenInstalled) {
     GTEST_SKIP() << "dataset-fashion-mnist is not installed at " << kDebianFashionMnistDir;
   Dataset train = load_fashion_mnist(kDebianFashionMnistDir, "train");
   Dataset test = load_fashion_mnist(kDebianFashionMnistDir, "t10k");
-  EXPECT_EQ(train.images.shape(), (Shape{60000, 784}));
-  EXPECT_EQ(train.labels.shape(), (Shape{60000}));
-  EXPECT_EQ(test.images.shape(), (Shape{10000, 784}));
-  EXPECT_EQ(test.labels.shape(), (Shape{10000}));
+  EXPECT_EQ(train["images"].shape(), (Shape{60000, 784}));
+  EXPECT_EQ(train["labels"].shape(), (Shape{60000}));
+  EXPECT_EQ(test["images"].shape(), (Shape{10000, 784}));
+  EXPECT_EQ(test["labels"].shape(), (Shape{10000}));
   // The classes are balanced: 6000 of each in train, 1000 in t10k.
   std::vector<int> train_count(10), test_count(10);
-  for (int32_t y : train.labels.to_vector<int32_t>()) ++train_count[y];
-  for (int32_t y : test.labels.to_vector<int32_t>()) ++test_count[y];
+  for (int32_t y : train["labels"].to_vector<int32_t>()) ++train_count[y];
+  for (int32_t y : test["labels"].to_vector<int32_t>()) ++test_count[y];
   EXPECT_EQ(train_count, std::vector<int>(10, 6000));
   EXPECT_EQ(test_count, std::vector<int>(10, 1000));
   // The fixture is the head of the real training set.
   Dataset head = load_dataset(fixture_images(), fixture_labels());
-  EXPECT_EQ(std::memcmp(train.images.raw(), head.images.raw(), head.images.nbytes()), 0);
-  EXPECT_EQ(std::memcmp(train.labels.raw(), head.labels.raw(), head.labels.nbytes()), 0);
+  EXPECT_EQ(std::memcmp(train["images"].raw(), head["images"].raw(), head["images"].nbytes()), 0);
+  EXPECT_EQ(std::memcmp(train["labels"].raw(), head["labels"].raw(), head["labels"].nbytes()), 0);
 }
 
 // ---- BatchIterator ----
@@ -269,23 +269,23 @@ TEST(BatchOrder, PermutationIsFixedAcrossPlatforms) {
 
 TEST(BatchOrder, BatchesFollowThePermutationIntoReusedBuffers) {
   Dataset ds = load_dataset(fixture_images(), fixture_labels());
-  BatchIterator it(ds.images, ds.labels, {.batch_size = 5, .seed = 11, .shuffle = true, .drop_last = true});
+  BatchIterator it(ds, {.batch_size = 5, .seed = 11, .shuffle = true, .drop_last = true});
   EXPECT_EQ(it.batches_per_epoch(), 3);
   const std::vector<int64_t> perm = it.permutation();
   EXPECT_EQ(perm, epoch_permutation(16, 11, 0));
   Array first_buffer;
   int64_t batches = 0;
   while (auto b = it.next()) {
-    ASSERT_EQ(b->images.shape(), (Shape{5, 784}));
-    ASSERT_EQ(b->labels.shape(), (Shape{5}));
+    ASSERT_EQ((*b)["images"].shape(), (Shape{5, 784}));
+    ASSERT_EQ((*b)["labels"].shape(), (Shape{5}));
     EXPECT_EQ(b->index, batches);
     EXPECT_EQ(b->epoch, 0);
-    if (batches == 0) first_buffer = b->images;
-    EXPECT_TRUE(b->images.shares_storage_with(first_buffer)) << "batches must reuse one buffer";
+    if (batches == 0) first_buffer = (*b)["images"];
+    EXPECT_TRUE((*b)["images"].shares_storage_with(first_buffer)) << "batches must reuse one buffer";
     for (int64_t k = 0; k < 5; ++k) {
       int64_t src = perm[batches * 5 + k];
-      EXPECT_EQ(b->labels.data<int32_t>()[k], kFirst16Labels[src]);
-      EXPECT_EQ(std::memcmp(b->images.data<float>() + k * 784, ds.images.data<float>() + src * 784,
+      EXPECT_EQ((*b)["labels"].data<int32_t>()[k], kFirst16Labels[src]);
+      EXPECT_EQ(std::memcmp((*b)["images"].data<float>() + k * 784, ds["images"].data<float>() + src * 784,
                             784 * sizeof(float)), 0);
     }
     ++batches;
@@ -299,13 +299,13 @@ TEST(BatchOrder, BatchesFollowThePermutationIntoReusedBuffers) {
 
 TEST(BatchOrder, KeepLastCoversEveryExampleOnce) {
   Dataset ds = load_dataset(fixture_images(), fixture_labels());
-  BatchIterator it(ds.images, ds.labels, {.batch_size = 5, .seed = 3, .shuffle = true, .drop_last = false});
+  BatchIterator it(ds, {.batch_size = 5, .seed = 3, .shuffle = true, .drop_last = false});
   EXPECT_EQ(it.batches_per_epoch(), 4);
   std::vector<int32_t> seen;
   std::vector<int64_t> sizes;
   while (auto b = it.next()) {
-    sizes.push_back(b->labels.shape()[0]);
-    for (int32_t y : b->labels.to_vector<int32_t>()) seen.push_back(y);
+    sizes.push_back((*b)["labels"].shape()[0]);
+    for (int32_t y : (*b)["labels"].to_vector<int32_t>()) seen.push_back(y);
   }
   EXPECT_EQ(sizes, (std::vector<int64_t>{5, 5, 5, 1}));
   std::vector<int32_t> expected = kFirst16Labels;
@@ -317,30 +317,35 @@ TEST(BatchOrder, KeepLastCoversEveryExampleOnce) {
 TEST(BatchOrder, SeekResumesWhereARunLeftOff) {
   Dataset ds = load_dataset(fixture_images(), fixture_labels());
   BatchOptions opt{.batch_size = 4, .seed = 99};
-  BatchIterator a(ds.images, ds.labels, opt), b(ds.images, ds.labels, opt);
+  BatchIterator a(ds, opt), b(ds, opt);
   a.set_epoch(2);
   a.next();
   a.next();
-  Array third = a.next()->images.clone();
+  Array third = (*a.next())["images"].clone();
   b.seek(2, 2);
-  EXPECT_TRUE(b.next()->images.bit_equal(third));
+  EXPECT_TRUE((*b.next())["images"].bit_equal(third));
   EXPECT_THROW(b.seek(0, 5), std::invalid_argument);
   EXPECT_THROW(b.seek(-1, 0), std::invalid_argument);
 }
 
 TEST(BatchOrder, NoShuffleKeepsStoredOrder) {
   Dataset ds = load_dataset(fixture_images(), fixture_labels());
-  BatchIterator it(ds.images, ds.labels, {.batch_size = 16, .shuffle = false});
+  BatchIterator it(ds, {.batch_size = 16, .shuffle = false});
   auto b = it.next();
   ASSERT_TRUE(b);
-  EXPECT_TRUE(b->labels.bit_equal(ds.labels));
-  EXPECT_TRUE(b->images.bit_equal(ds.images));
+  EXPECT_TRUE((*b)["labels"].bit_equal(ds["labels"]));
+  EXPECT_TRUE((*b)["images"].bit_equal(ds["images"]));
 }
 
 TEST(BatchOrder, RejectsBadArguments) {
   Array x(DType::f32, {4, 2}), y(DType::i32, {3});
-  EXPECT_THROW(BatchIterator(x, y, {.batch_size = 2}), std::invalid_argument);
-  EXPECT_THROW(BatchIterator(x, Array(DType::i32, {4}), {.batch_size = 0}), std::invalid_argument);
-  EXPECT_THROW(BatchIterator(Array::scalar(1.0f), Array::scalar(1), {.batch_size = 1}),
+  const std::string mismatch = error_of<std::invalid_argument>([&] { Dataset({{"x", x}, {"y", y}}); });
+  EXPECT_EQ(mismatch, "Dataset: columns differ in their number of examples (x f32[4,2], y i32[3])");
+  const Dataset ok({{"x", x}, {"y", Array(DType::i32, {4})}});
+  EXPECT_THROW(BatchIterator(ok, {.batch_size = 0}), std::invalid_argument);
+  EXPECT_THROW(Dataset({{"x", Array::scalar(1.0f)}}), std::invalid_argument);
+  EXPECT_THROW(BatchIterator(Dataset(), {.batch_size = 1}), std::invalid_argument);
+  EXPECT_THROW(BatchIterator(ok, {.batch_size = 2, .shard = {.first = 1, .count = 2, .of = 2}}),
                std::invalid_argument);
+  EXPECT_NE(error_of<std::out_of_range>([&] { (void)ok["labels"]; }).find("have: x, y"), std::string::npos);
 }
