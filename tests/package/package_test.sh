@@ -26,12 +26,12 @@ case "$mode" in
       -DCMAKE_PREFIX_PATH="$work/prefix" -DFJIT_CONSUME=find_package "${launcher[@]}" > "$work/cfg.log" \
       || { cat "$work/cfg.log"; exit 1; }
     cmake --build "$work/consumer" -j 2 > "$work/build.log" || { cat "$work/build.log"; exit 1; }
-    "$work/consumer/consumer"
+    (cd "$work" && "$work/consumer/consumer")
     pcdir=$(dirname "$(find "$work/prefix" -name fjit.pc | head -n 1)")
     flags=$(PKG_CONFIG_PATH="$pcdir" pkg-config --cflags --libs fjit)
     # shellcheck disable=SC2086
     g++ -O1 "$here/consumer/main.cc" -o "$work/pc_consumer" $flags
-    "$work/pc_consumer"
+    (cd "$work" && "$work/pc_consumer")
     echo "find_package and pkg-config consumers: ok"
     ;;
   fetchcontent)
@@ -40,7 +40,7 @@ case "$mode" in
       -DFJIT_CONSUME=fetchcontent -DFJIT_SOURCE="$src" "${launcher[@]}" > "$work/cfg.log" \
       || { cat "$work/cfg.log"; exit 1; }
     cmake --build "$work/consumer" -j 2 > "$work/build.log" || { tail -50 "$work/build.log"; exit 1; }
-    "$work/consumer/consumer"
+    (cd "$work" && "$work/consumer/consumer")
     echo "FetchContent consumer: ok"
     ;;
   *) echo "usage: $0 install BUILD SOURCE | fetchcontent SOURCE" >&2; exit 2 ;;

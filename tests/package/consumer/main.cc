@@ -1,5 +1,6 @@
 // A downstream program: one jitted function with a gradient and a check, run on one replica
-// and on two thread replicas under pmap. Exits non-zero on a wrong result.
+// and on two thread replicas under pmap, and the training toolkit (a traced schedule, a
+// checkpoint written and read back). Exits non-zero on a wrong result.
 #include <cmath>
 #include <cstdio>
 
@@ -40,6 +41,25 @@ int main() {
     std::fprintf(stderr, "psum over 2 replicas: %g, want 10\n", s);
     return 1;
   }
-  std::printf("fjit %s consumer: gradient and psum ok\n", FJIT_VERSION_STRING);
+  // The toolkit: a schedule evaluated in a trace, batches of a data set, a checkpoint.
+  const Schedule lr = Schedule::warmup(2, Schedule::cosine(1.0, 4));
+  auto traced_lr = jit([lr](const Tensor& t) { return lr(t); });
+  if (traced_lr(Array::scalar(1)).item<float>() != 0.5f || lr(4) != 0.5) {
+    std::fprintf(stderr, "schedule: %g traced, %g host\n", traced_lr(Array::scalar(1)).item<float>(), lr(4));
+    return 1;
+  }
+  io::BatchIterator batches(io::Dataset({{"x", rows}}), {.batch_size = 2, .shuffle = false});
+  if (batches.batches_per_epoch() != 2 || (*batches.next())["x"].data<float>()[1] != 2.0f) {
+    std::fprintf(stderr, "batches of a data set: wrong order\n");
+    return 1;
+  }
+  io::Checkpoint ck;
+  ck.tensors = {{"w", w}};
+  io::save_checkpoint("consumer.safetensors", ck);
+  if (!io::load_checkpoint("consumer.safetensors").find("w")->bit_equal(w)) {
+    std::fprintf(stderr, "checkpoint: w did not come back\n");
+    return 1;
+  }
+  std::printf("fjit %s consumer: gradient, psum and toolkit ok\n", FJIT_VERSION_STRING);
   return 0;
 }
