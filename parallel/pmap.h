@@ -106,7 +106,7 @@ class Pmapped {
       flat_[r].clear();
       int arg = 0;
       (add_arg(args, arg++, r), ...);
-      if (!weights_[r].defined()) weights_[r] = Array(DType::f32, {});
+      if (!weights_[r].defined()) weights_[r] = Array(DType::f64, {});
       flat_[r].leaves.push_back(&weights_[r]);
       flat_[r].arg_of_leaf.push_back(static_cast<int>(sizeof...(A)));
       flat_[r].structure_hash = detail::mix_hash(flat_[r].structure_hash, 0x77);
@@ -124,7 +124,8 @@ class Pmapped {
           traced_ = [&]<size_t... I>(std::index_sequence<I...>) {
             return std::make_shared<Tuple>(Tuple{make_traced(args, ctx, static_cast<int>(I), paths)...});
           }(std::index_sequence_for<A...>{});
-          ctx.parameter(DType::f32, {}, "__replica_weight");
+          // f64, so that a float64 pmean over uneven shards is exact to float64 rounding.
+          ctx.parameter(DType::f64, {}, "__replica_weight");
           paths.push_back("__replica_weight");
           // pmean's f32 scale (weight / n), built before the user's ops, so that every later
           // pmean finds this node (graphs are hash-consed) and a gradient's matmul can take it

@@ -206,8 +206,8 @@ StepResult PmapCore::step(std::vector<FlatArgs>& args, std::vector<Array>& weigh
   const int first = mesh_.first_replica();
   for (int r = 0; r < local; ++r) {
     const int64_t mine = rows[first + r];
-    weights[r].data<float>()[0] =
-        total > 0 ? static_cast<float>(static_cast<double>(mine) * mesh_.size() / static_cast<double>(total)) : 1.0f;
+    weights[r].data<double>()[0] =
+        total > 0 ? static_cast<double>(mine) * mesh_.size() / static_cast<double>(total) : 1.0;
   }
   std::vector<StepResult> results(local);
   std::vector<std::exception_ptr> errors(local);

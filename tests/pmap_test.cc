@@ -90,6 +90,28 @@ TEST(Pmap, UnevenBatchGivesTheExactMean) {
   EXPECT_EQ(f.jit_core().trace_count(), 2);  // one plan per shard shape (4 and 3 rows)
 }
 
+// float64 over uneven shards: the shard weights are float64 too, so the averaged gradient
+// agrees with one replica's to float64 rounding (an f32 weight would cost 8 digits).
+TEST(Pmap, UnevenFloat64MeanIsExactToFloat64Rounding) {
+  std::vector<double> xs(10 * 3), ys(10);
+  for (size_t i = 0; i < xs.size(); ++i) xs[i] = std::sin(0.9 * static_cast<double>(i) + 0.2);
+  for (size_t i = 0; i < ys.size(); ++i) ys[i] = std::cos(1.7 * static_cast<double>(i));
+  const Array x = Array::from_vector<double>(xs, {10, 3}), y = Array::from_vector<double>(ys, {10, 1});
+  const ArrayDict p{{"w", Array::from_vector<double>({0.3, -0.7, 0.2}, {3, 1})}};
+  auto grad_of = [](int replicas) {
+    return pmap(Mesh::threads(replicas), "b", [](const Params& q, const Tensor& a, const Tensor& b) {
+      auto [loss, g] = value_and_grad([](const Params& w, const Tensor& a2, const Tensor& b2) {
+        return mean(square(matmul(a2, w["w"]) - b2));
+      })(q, a, b);
+      return pmean(g, "b");
+    });
+  };
+  auto one = grad_of(1), three = grad_of(3);  // 3 replicas: shards of 4, 3 and 3 rows
+  const std::vector<double> a = one(p, x, y)["w"].to_vector<double>();
+  const std::vector<double> b = three(p, x, y)["w"].to_vector<double>();
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(b[i], a[i], 1e-15 * (1 + std::abs(a[i]))) << i;
+}
+
 TEST(Pmap, ReplicasStayBitwiseEqualOverManySteps) {
   Mesh mesh = Mesh::threads(3);
   PmapOptions o;

@@ -106,3 +106,30 @@ TEST(TraceErrors, WrongNumberOfDictEntriesIsAnErrorNotACrash) {
 
 }  // namespace
 }  // namespace fjit
+
+namespace fjit {
+namespace {
+
+// A composite op (built from others) is named in errors as the user called it, with the
+// inner op that failed given after.
+TEST(TraceErrors, CompositeOpsNameTheOpTheUserCalled) {
+  const int line = __LINE__ + 1;
+  std::string m = trace_error([](const Tensor& x, const Tensor&) { return log_softmax(x, 5); });
+  expect_has(m, {"fjit: log_softmax(f32[2,3]): axis 5 is out of range for rank 2 (in its max)",
+                 ("trace_errors_test.cc:" + std::to_string(line)).c_str()});
+  m = trace_error([](const Tensor& x, const Tensor&) { return softmax(x, -3); });
+  expect_has(m, {"fjit: softmax(f32[2,3]): axis -3 is out of range for rank 2 (in its max)"});
+  m = trace_error([](const Tensor& x, const Tensor&) {
+    return gather(x, full(DType::i32, {2}, 0), 4);
+  });
+  expect_has(m, {"fjit: gather(f32[2,3], i32[2]): axis 4 is out of range for rank 2 (in its take)"});
+  // The op called directly is named as itself, with no "in its".
+  m = trace_error([](const Tensor& x, const Tensor&) { return max(x, {7}); });
+  EXPECT_EQ(m.find("in its"), std::string::npos) << m;
+  // After a composite has failed, later errors are not attributed to it.
+  m = trace_error([](const Tensor& x, const Tensor& y) { return add(x, concat({y, y}, 0)); });
+  expect_has(m, {"fjit: add(f32[2,3], f32[6])"});
+}
+
+}  // namespace
+}  // namespace fjit

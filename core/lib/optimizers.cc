@@ -49,6 +49,11 @@ OptimizerUpdate adam_update(const char* api, const Scalar& lr, double b1, double
   if (step.dtype() != DType::i32 || step.rank() != 0)
     detail::fail(api, {step}, "state 'step' must be an i32 scalar", &loc);
   Tensor t_next = step + 1.0;
+  // The bias corrections in float64 whatever the parameters' dtype, rounded once: in f32,
+  // b2^t for t in the thousands loses most of 1 - b2^t's digits.
+  const Tensor t64 = cast(t_next, DType::f64);
+  const Tensor bc1 = 1.0 - pow(scalar(DType::f64, b1), t64);
+  const Tensor bc2 = 1.0 - pow(scalar(DType::f64, b2), t64);
   TensorDict new_params, new_state;
   for (const auto& [name, p] : params) {
     const Tensor& g0 = grad_of(api, grads, name, p, loc);
@@ -56,12 +61,9 @@ OptimizerUpdate adam_update(const char* api, const Scalar& lr, double b1, double
     const Tensor& v = entry(api, state, "v." + name, "the optimizer state", loc);
     const DType dt = p.dtype();
     // Per-dtype scalars; hash-consing shares them between parameters of one dtype.
-    Tensor t = cast(t_next, dt);
-    Tensor bc1 = 1.0 - pow(scalar(dt, b1), t);
-    Tensor bc2 = 1.0 - pow(scalar(dt, b2), t);
     Tensor lr_t = lr.as(dt);
-    Tensor step_size = lr_t / bc1;
-    Tensor inv_sqrt_bc2 = rsqrt(bc2);
+    Tensor step_size = cast(lr.as(DType::f64) / bc1, dt);
+    Tensor inv_sqrt_bc2 = cast(rsqrt(bc2), dt);
 
     Tensor g = g0, base = p;
     if (weight_decay != 0.0) {

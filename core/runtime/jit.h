@@ -58,6 +58,43 @@ template <> struct ArgTraits<ArrayDict> {
   }
 };
 
+// A host argument jit accepts: one with an ArgTraits (Array, ArrayDict).
+template <class A>
+concept HostArgument = requires { typename ArgTraits<A>::Traced; };
+
+// Compile-time check of a call: on a mismatch, the error states fjit's rule, and the
+// compiler's "required from" note beside it names F (a lambda's parameter list included)
+// and the argument types A given.
+template <class F, class... A>
+constexpr bool check_jit_call() {
+  static_assert((HostArgument<A> && ...),
+                "fjit::jit: every argument of a jitted call must be an fjit::Array or an "
+                "fjit::ArrayDict (the 'required from' note names the types given: A = {...})");
+  if constexpr ((HostArgument<A> && ...)) {
+    static_assert(std::is_invocable_v<F, typename ArgTraits<A>::Traced...>,
+                  "fjit::jit: the function cannot be called with these arguments: each Array "
+                  "argument becomes a Tensor and each ArrayDict a TensorDict (Params); check the "
+                  "number and kinds of the parameters of F against the types A given (the "
+                  "'required from' note names both)");
+  }
+  return true;
+}
+
+// The traced result type of F called with the traced forms of A; void when the call is not
+// valid (check_jit_call has already said why), so no second, deeper error follows.
+template <class F, class... A>
+struct TracedResult {
+  using type = void;
+};
+template <class F, class... A>
+  requires(HostArgument<A> && ...) && std::is_invocable_v<F, typename ArgTraits<A>::Traced...>
+struct TracedResult<F, A...> {
+  using type = std::decay_t<std::invoke_result_t<F, typename ArgTraits<A>::Traced...>>;
+};
+
+template <class F, class... A>
+inline constexpr bool kJitCallOk = !std::is_void_v<typename TracedResult<F, A...>::type>;
+
 // Traced result -> host result.
 template <class R> struct OutTraits;
 template <> struct OutTraits<Tensor> {
@@ -109,14 +146,17 @@ class Jitted {
 
   template <class... A>
   auto operator()(const A&... args) {
-    using R = std::decay_t<std::invoke_result_t<F, typename detail::ArgTraits<A>::Traced...>>;
-    auto entry = prepare(args...);
-    thread_local std::vector<Array> outs;
-    outs.clear();
-    outs.resize(entry->exe->output_types.size());
-    core_->run(*entry, flat(), outs);
-    size_t pos = 0, dict = 0;
-    return detail::OutTraits<R>::unflatten(outs, pos, entry->out, dict);
+    static_assert(detail::check_jit_call<F, A...>());
+    if constexpr (detail::kJitCallOk<F, A...>) {
+      using R = typename detail::TracedResult<F, A...>::type;
+      auto entry = prepare(args...);
+      thread_local std::vector<Array> outs;
+      outs.clear();
+      outs.resize(entry->exe->output_types.size());
+      core_->run(*entry, flat(), outs);
+      size_t pos = 0, dict = 0;
+      return detail::OutTraits<R>::unflatten(outs, pos, entry->out, dict);
+    }
   }
 
   // Writes the results into `out` (a host value of the result type), reusing its Arrays when
@@ -124,27 +164,32 @@ class Jitted {
   // step was skipped by the check policy.
   template <class Out, class... A>
   StepResult run_into(Out& out, const A&... args) {
-    using R = std::decay_t<std::invoke_result_t<F, typename detail::ArgTraits<A>::Traced...>>;
-    static_assert(std::is_same_v<Out, typename detail::OutTraits<R>::Host>,
-                  "run_into: `out` must have the function's host result type");
-    auto entry = prepare(args...);
-    thread_local std::vector<Array*> ptrs;
-    thread_local std::vector<Array> tmp;
-    ptrs.clear();
-    bind(out, ptrs);
-    if (ptrs.size() != entry->exe->output_types.size()) {  // first use: build the structure
-      tmp.clear();
-      tmp.resize(entry->exe->output_types.size());
+    static_assert(detail::check_jit_call<F, A...>());
+    if constexpr (!detail::kJitCallOk<F, A...>) {
+      return StepResult{};
+    } else {
+      using R = typename detail::TracedResult<F, A...>::type;
+      static_assert(std::is_same_v<Out, typename detail::OutTraits<R>::Host>,
+                    "run_into: `out` must have the function's host result type");
+      auto entry = prepare(args...);
+      thread_local std::vector<Array*> ptrs;
+      thread_local std::vector<Array> tmp;
+      ptrs.clear();
+      bind(out, ptrs);
+      if (ptrs.size() != entry->exe->output_types.size()) {  // first use: build the structure
+        tmp.clear();
+        tmp.resize(entry->exe->output_types.size());
+        StepResult r = core_->run(*entry, flat(), tmp);
+        size_t pos = 0, dict = 0;
+        out = detail::OutTraits<R>::unflatten(tmp, pos, entry->out, dict);
+        return r;
+      }
+      tmp.resize(ptrs.size());
+      for (size_t k = 0; k < ptrs.size(); ++k) tmp[k] = std::move(*ptrs[k]);
       StepResult r = core_->run(*entry, flat(), tmp);
-      size_t pos = 0, dict = 0;
-      out = detail::OutTraits<R>::unflatten(tmp, pos, entry->out, dict);
+      for (size_t k = 0; k < ptrs.size(); ++k) *ptrs[k] = std::move(tmp[k]);
       return r;
     }
-    tmp.resize(ptrs.size());
-    for (size_t k = 0; k < ptrs.size(); ++k) tmp[k] = std::move(*ptrs[k]);
-    StepResult r = core_->run(*entry, flat(), tmp);
-    for (size_t k = 0; k < ptrs.size(); ++k) *ptrs[k] = std::move(tmp[k]);
-    return r;
   }
 
   JitCore& core() { return *core_; }

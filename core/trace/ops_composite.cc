@@ -4,6 +4,7 @@
 namespace fjit {
 
 Tensor one_hot(const Tensor& labels, int64_t depth, DType dtype, Loc loc) {
+  detail::CompositeScope scope("one_hot", {labels});
   if (!labels.defined() || labels.dtype() != DType::i32)
     detail::fail("one_hot", {labels}, "expects i32 labels", &loc);
   if (depth <= 0) detail::fail("one_hot", {labels}, "depth must be positive", &loc);
@@ -14,6 +15,7 @@ Tensor one_hot(const Tensor& labels, int64_t depth, DType dtype, Loc loc) {
 }
 
 Tensor log_softmax(const Tensor& x, int64_t axis, Loc loc) {
+  detail::CompositeScope scope("log_softmax", {x});
   if (!x.defined() || !is_floating(x.dtype()))
     detail::fail("log_softmax", {x}, "expects floating-point logits", &loc);
   Tensor shifted = sub(x, max(x, {axis}, true, loc), loc);
@@ -21,6 +23,7 @@ Tensor log_softmax(const Tensor& x, int64_t axis, Loc loc) {
 }
 
 Tensor softmax(const Tensor& x, int64_t axis, Loc loc) {
+  detail::CompositeScope scope("softmax", {x});
   if (!x.defined() || !is_floating(x.dtype()))
     detail::fail("softmax", {x}, "expects floating-point logits", &loc);
   Tensor e = exp(sub(x, max(x, {axis}, true, loc), loc), loc);
@@ -28,6 +31,7 @@ Tensor softmax(const Tensor& x, int64_t axis, Loc loc) {
 }
 
 Tensor softmax_cross_entropy(const Tensor& logits, const Tensor& labels, Loc loc) {
+  detail::CompositeScope scope("softmax_cross_entropy", {logits, labels});
   if (!logits.defined() || !labels.defined() || logits.rank() < 1)
     detail::fail("softmax_cross_entropy", {logits, labels}, "expects logits [..., C]", &loc);
   if (labels.dtype() != DType::i32)

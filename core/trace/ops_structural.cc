@@ -168,6 +168,7 @@ Tensor take(const Tensor& x, const Tensor& indices, int64_t axis, Loc loc) {
   return detail::build("take", Op::Gather, {x, indices}, std::move(a), no_hint(), &loc);
 }
 Tensor gather(const Tensor& x, const Tensor& indices, int64_t axis, Loc loc) {
+  detail::CompositeScope scope("gather", {x, indices});
   return take(x, indices, axis, loc);
 }
 

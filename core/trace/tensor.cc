@@ -88,11 +88,32 @@ std::string call_site(const Loc* loc) {
   return user_call_site(StackTrace::capture(1));
 }
 
+namespace {
+thread_local CompositeScope* g_composite = nullptr;  // the innermost one alive
+}  // namespace
+
+CompositeScope::CompositeScope(const char* name, std::initializer_list<Tensor> inputs)
+    : name_(name), inputs_(inputs), outer_(g_composite) {
+  g_composite = this;
+}
+
+CompositeScope::~CompositeScope() { g_composite = outer_; }
+
 void fail(const char* name, const std::vector<Tensor>& inputs, const std::string& what,
           const Loc* loc) {
-  std::string msg = std::string("fjit: ") + name;
-  if (!inputs.empty()) msg += "(" + operand_list(inputs) + ")";
-  msg += ": " + what + " (at " + call_site(loc) + ")";
+  const CompositeScope* outermost = g_composite;
+  while (outermost && outermost->outer_) outermost = outermost->outer_;
+  std::string msg = "fjit: ";
+  auto op = [&](const char* n, const std::vector<Tensor>& ins) {
+    std::string s = n;
+    if (!ins.empty()) s += "(" + operand_list(ins) + ")";
+    return s;
+  };
+  if (outermost && std::string(outermost->name_) != name)
+    msg += op(outermost->name_, outermost->inputs_) + ": " + what + " (in its " + name + ")";
+  else
+    msg += op(name, inputs) + ": " + what;
+  msg += " (at " + call_site(loc) + ")";
   throw TraceError(msg);
 }
 

@@ -106,6 +106,23 @@ Tensor build(const char* name, Op op, const std::vector<Tensor>& inputs, Attrs a
                        const Loc* loc);
 // The user call site of the op being built: `loc` if known, else found on the stack.
 std::string call_site(const Loc* loc);
+
+// Marks the building of a composite op (log_softmax, gather, ...) out of others: while one
+// is alive on this thread, a TraceError from any op built inside names the outermost
+// composite and its operands, the op the user called, and says which inner op failed.
+class CompositeScope {
+ public:
+  CompositeScope(const char* name, std::initializer_list<Tensor> inputs);
+  ~CompositeScope();
+  CompositeScope(const CompositeScope&) = delete;
+  CompositeScope& operator=(const CompositeScope&) = delete;
+
+ private:
+  const char* name_;
+  std::vector<Tensor> inputs_;
+  CompositeScope* outer_;
+  friend void fail(const char*, const std::vector<Tensor>&, const std::string&, const Loc*);
+};
 }  // namespace detail
 
 }  // namespace fjit
