@@ -13,11 +13,11 @@ cd "$work/src"
 export CCACHE_DISABLE=1
 now() { date +%s.%N; }
 t0=$(now)
-cmake -S . -B b -DCMAKE_BUILD_TYPE=Release > "$work/configure.log"
+cmake -S . -B b -DCMAKE_BUILD_TYPE=Release > "$work/configure.log" 2>&1
 t1=$(now)
-cmake --build b -j 2 --target fjit_parallel > "$work/library.log"
+cmake --build b -j 2 --target fjit_parallel > "$work/library.log" 2>&1
 t2=$(now)
-cmake --build b -j 2 --target train_fashion_mnist > "$work/demo.log"
+cmake --build b -j 2 --target train_fashion_mnist > "$work/demo.log" 2>&1
 t3=$(now)
 # The demo's first progress line, as `make demo` would print it after its build.
 first=""
@@ -25,7 +25,7 @@ while read -r line; do
   if [[ "$line" == epoch*step* ]]; then first=$(now); break; fi
 done < <(timeout 120 stdbuf -oL b/examples/train_fashion_mnist --replicas 2 2>&1)
 t4=$(now)
-cmake --build b -j 2 > "$work/all.log"
+cmake --build b -j 2 > "$work/all.log" 2>&1
 t5=$(now)
 python3 - "$t0" "$t1" "$t2" "$t3" "${first:-0}" "$t4" "$t5" <<'PY'
 import sys

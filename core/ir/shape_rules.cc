@@ -23,13 +23,6 @@ void require_dtype(const ValueType& t, bool ok, const char* what) {
   if (!ok) fail(std::string("expects ") + what + ", got " + type_str(t.dtype, t.shape));
 }
 
-int64_t positive_axis(int64_t axis, int rank, const char* what) {
-  if (axis < -rank || axis >= std::max(rank, 1) || (rank == 0 && axis != 0 && axis != -1))
-    fail(std::string(what) + " " + std::to_string(axis) + " is out of range for rank " +
-         std::to_string(rank));
-  return axis < 0 ? axis + rank : axis;
-}
-
 ValueType matmul_type(const Attrs& a, std::span<const ValueType> ins) {
   const ValueType &x = ins[0], &y = ins[1];
   require_same_dtype(ins);
