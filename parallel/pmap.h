@@ -114,8 +114,14 @@ class Pmapped {
     std::vector<int64_t> rows(local, 0);
     if (rows_source_ >= 0)
       for (int r = 0; r < local; ++r) rows[r] = shards_[rows_source_][r].shape()[0];
+    // Which leaves are split along axis 0: those of the sharded Array arguments.
+    sharded_.resize(flat_[0].leaves.size());
+    for (size_t i = 0; i < sharded_.size(); ++i) {
+      const int arg = flat_[0].arg_of_leaf[i];
+      sharded_[i] = arg < static_cast<int>(sizeof...(A)) && !shards_[arg].empty();
+    }
     return core_->step(
-        flat_, weights_, outs_, rows,
+        flat_, weights_, outs_, rows, sharded_,
         [&](TraceContext& ctx, int replica) {
           lookup_replica_ = replica;
           std::vector<std::string> paths;
@@ -169,6 +175,7 @@ class Pmapped {
   std::vector<int> replicated_;
   std::vector<FlatArgs> flat_;
   std::vector<Array> weights_;
+  std::vector<uint8_t> sharded_;  // per leaf of flat_[0]: split along axis 0
   std::vector<std::vector<Array>> outs_;
   std::vector<std::vector<Array>> shards_;
   int rows_source_ = -1;

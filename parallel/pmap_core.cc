@@ -39,11 +39,19 @@ int divergence_check_every_from_env() {
 // over one row for a one-row shard only, so replicas that legitimately run the same program
 // can end up with different node lists. A replica computing something else between the same
 // collectives does not hang anyone; the divergence check catches what it computes.
-uint64_t program_fingerprint(const CompiledEntry& entry) {
+uint64_t program_fingerprint(const CompiledEntry& entry, const std::vector<uint8_t>& sharded) {
   uint64_t h = 1469598103934665603ull;
   for (const auto* types : {&entry.exe->input_types, &entry.exe->output_types}) {
     h = mix(h, types->size());
     for (const ValueType& t : *types) h = mix(h, static_cast<uint64_t>(t.dtype) * 131 + t.shape.size());
+  }
+  // Input extents: replicas feeding 32 and 33 features to a model that reduces over them
+  // first trace equal graphs otherwise, and would train on silently.
+  const auto& inputs = entry.exe->input_types;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const bool split = i < sharded.size() && sharded[i];
+    for (size_t d = split ? 1 : 0; d < inputs[i].shape.size(); ++d)
+      h = mix(h, static_cast<uint64_t>(inputs[i].shape[d]) * 31 + d);
   }
   for (const Node& n : entry.exe->graph->nodes()) {
     if (op_kind(n.op) != OpKind::kCollective) continue;
@@ -111,12 +119,13 @@ std::vector<int64_t> PmapCore::gather_job(const std::vector<int64_t>& local_word
   return all;
 }
 
-void PmapCore::compare_programs(const std::vector<const CompiledEntry*>& entries, std::vector<int64_t>& rows) {
+void PmapCore::compare_programs(const std::vector<const CompiledEntry*>& entries, std::vector<int64_t>& rows,
+                                const std::vector<uint8_t>& sharded) {
   const int local = mesh_.local_size(), n = mesh_.size();
   // One gather carries every replica's fingerprint, shard size and workspace size.
   std::vector<int64_t> mine(3 * local);
   for (int r = 0; r < local; ++r) {
-    mine[3 * r] = static_cast<int64_t>(program_fingerprint(*entries[r]));
+    mine[3 * r] = static_cast<int64_t>(program_fingerprint(*entries[r], sharded));
     mine[3 * r + 1] = rows[r];
     mine[3 * r + 2] = static_cast<int64_t>(entries[r]->exe->workspace_bytes());
   }
@@ -189,6 +198,7 @@ void PmapCore::check_divergence(const CompiledEntry& entry, std::vector<std::vec
 
 StepResult PmapCore::step(std::vector<FlatArgs>& args, std::vector<Array>& weights,
                           std::vector<std::vector<Array>>& outs, std::vector<int64_t> rows,
+                          const std::vector<uint8_t>& sharded,
                           const std::function<std::vector<std::string>(TraceContext&, int)>& params,
                           const TraceFn& trace) {
   const int local = mesh_.local_size();
@@ -200,7 +210,7 @@ StepResult PmapCore::step(std::vector<FlatArgs>& args, std::vector<Array>& weigh
     // JitCore::run writes one Array per plan output (existing ones are reused when they fit).
     outs[r].resize(entries_[r]->exe->output_types.size());
   }
-  compare_programs(entries_, rows);  // rows: from this process's replicas' to the job's
+  compare_programs(entries_, rows, sharded);  // rows: from this process's replicas' to the job's
   int64_t total = 0;
   for (int64_t n : rows) total += n;
   const int first = mesh_.first_replica();

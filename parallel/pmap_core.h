@@ -43,8 +43,11 @@ class PmapCore {
   // scalar weight (filled here). outs[r] receive replica r's outputs. `params`/`trace` are as
   // for JitCore::lookup and are only called on a cache miss, on the calling thread.
   // rows[r] is the number of examples in replica r's shard (0 when nothing is sharded).
+  // sharded[i] says whether leaf i is split along axis 0 (its leading extent may differ
+  // between replicas; every other extent of every input must agree).
   StepResult step(std::vector<FlatArgs>& args, std::vector<Array>& weights,
                   std::vector<std::vector<Array>>& outs, std::vector<int64_t> rows,
+                  const std::vector<uint8_t>& sharded,
                   const std::function<std::vector<std::string>(TraceContext&, int replica)>& params,
                   const TraceFn& trace);
 
@@ -55,7 +58,8 @@ class PmapCore {
 
  private:
   std::vector<int64_t> gather_job(const std::vector<int64_t>& local_words) const;
-  void compare_programs(const std::vector<const CompiledEntry*>& entries, std::vector<int64_t>& rows);
+  void compare_programs(const std::vector<const CompiledEntry*>& entries, std::vector<int64_t>& rows,
+                        const std::vector<uint8_t>& sharded);
   void check_divergence(const CompiledEntry& entry, std::vector<std::vector<Array>>& outs);
 
   Mesh mesh_;
@@ -67,7 +71,9 @@ class PmapCore {
 };
 
 // The fingerprint of a compiled program that replicas must agree on, and its description.
-uint64_t program_fingerprint(const CompiledEntry& entry);
+// `sharded` (by input leaf; shorter means unsharded) leaves out the split axis of those
+// inputs; every other extent, dtype and rank of every input counts.
+uint64_t program_fingerprint(const CompiledEntry& entry, const std::vector<uint8_t>& sharded = {});
 std::string program_description(const CompiledEntry& entry);
 // A fast fingerprint of an array's bytes (for divergence checks).
 uint64_t data_fingerprint(const Array& a);

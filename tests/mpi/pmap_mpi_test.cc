@@ -140,6 +140,25 @@ TEST(PmapMpi, RanksTracingDifferentProgramsFailTogether) {
   EXPECT_EQ(one, mesh().size());
 }
 
+// A model that reduces over the features first traces the same graph for 32 and 33 features;
+// the input shapes (all but the split axis) still make the programs differ, on every rank.
+TEST(PmapMpi, RanksFeedingDifferentFeatureCountsFailTogether) {
+  const int rank = mesh().first_replica();
+  auto f = pmap(mesh(), "batch", [](const Tensor& x) { return pmean(mean(sum(x, {1})), "batch"); });
+  const int64_t features = rank == 1 ? 33 : 32;
+  try {
+    f(random_f32({4 + rank, features}, 3));  // uneven rows are fine; the features are not
+    FAIL() << "expected ReplicaMismatchError on rank " << rank;
+  } catch (const ReplicaMismatchError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("replicas traced different programs"), std::string::npos) << m;
+    EXPECT_NE(m.find(",33]"), std::string::npos) << m;
+    EXPECT_NE(m.find(",32]"), std::string::npos) << m;
+  }
+  // Equal features with uneven rows are one program.
+  EXPECT_NO_THROW(f(random_f32({4 + rank, 32}, 4)));
+}
+
 }  // namespace
 }  // namespace fjit
 
