@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <climits>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
@@ -16,6 +17,7 @@ namespace fjit {
 namespace {
 uint64_t mix(uint64_t h, uint64_t v) { return (h ^ (v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2))); }
 constexpr size_t kDescBytes = 1024;
+constexpr const char* kTraceFailedText = "tracing failed: ";
 
 // FJIT_DIVERGENCE_CHECK_EVERY: unset, empty or "0" is off, else a count (strictly: a typo
 // throws here, in the PmapCore constructor, on the thread constructing the pmap).
@@ -122,12 +124,14 @@ std::vector<int64_t> PmapCore::gather_job(const std::vector<int64_t>& local_word
 void PmapCore::compare_programs(const std::vector<const CompiledEntry*>& entries, std::vector<int64_t>& rows,
                                 const std::vector<uint8_t>& sharded) {
   const int local = mesh_.local_size(), n = mesh_.size();
-  // One gather carries every replica's fingerprint, shard size and workspace size.
+  // One gather carries every replica's fingerprint, shard size and workspace size. A replica
+  // whose tracing failed (no entry) sends a fingerprint no program has.
+  constexpr int64_t kTraceFailed = INT64_MIN;
   std::vector<int64_t> mine(3 * local);
   for (int r = 0; r < local; ++r) {
-    mine[3 * r] = static_cast<int64_t>(program_fingerprint(*entries[r], sharded));
+    mine[3 * r] = entries[r] ? static_cast<int64_t>(program_fingerprint(*entries[r], sharded)) : kTraceFailed;
     mine[3 * r + 1] = rows[r];
-    mine[3 * r + 2] = static_cast<int64_t>(entries[r]->exe->workspace_bytes());
+    mine[3 * r + 2] = entries[r] ? static_cast<int64_t>(entries[r]->exe->workspace_bytes()) : 0;
   }
   const std::vector<int64_t> all = gather_job(mine);
   rows.assign(n, 0);
@@ -149,7 +153,7 @@ void PmapCore::compare_programs(const std::vector<const CompiledEntry*>& entries
     constexpr size_t kWords = kDescBytes / sizeof(int64_t);
     std::vector<int64_t> text(kWords * local, 0);
     for (int r = 0; r < local; ++r) {
-      std::string d = program_description(*entries[r]);
+      std::string d = entries[r] ? program_description(*entries[r]) : kTraceFailedText + trace_error_;
       d.resize(kDescBytes - 1, ' ');
       std::memcpy(text.data() + kWords * r, d.data(), d.size());
     }
@@ -160,6 +164,16 @@ void PmapCore::compare_programs(const std::vector<const CompiledEntry*>& entries
       descs.push_back(d);
     }
   }
+  trace_error_.clear();
+  for (int r = 0; r < n && !same; ++r)
+    if (all[3 * r] == kTraceFailed) {
+      // The first failing replica's error, raised by every process alike.
+      std::string msg = "pmap '" + jit_.options().name + "': tracing failed on replica " +
+                        std::to_string(r) + " of " + std::to_string(n) + ": " +
+                        descs[r].substr(std::string(kTraceFailedText).size());
+      log().error("{}", msg);
+      throw TraceError(msg);
+    }
   if (!same) {
     std::string msg = "pmap '" + jit_.options().name + "': replicas traced different programs:";
     for (size_t r = 0; r < descs.size(); ++r) msg += "\n  replica " + std::to_string(r) + ": " + descs[r];
@@ -205,10 +219,19 @@ StepResult PmapCore::step(std::vector<FlatArgs>& args, std::vector<Array>& weigh
   entries_.resize(local);
   for (int r = 0; r < local; ++r) {
     entries_[r] = jit_.find(args[r]);  // no std::function or tracing on a hit
-    if (!entries_[r])
-      entries_[r] = jit_.lookup(args[r], [&](TraceContext& ctx) { return params(ctx, r); }, trace).get();
+    if (!entries_[r]) {
+      try {
+        entries_[r] = jit_.lookup(args[r], [&](TraceContext& ctx) { return params(ctx, r); }, trace).get();
+      } catch (const TraceError& e) {
+        // One process alone: the error is the caller's at once. Across processes the others
+        // are about to wait for this one in the program comparison: it goes there instead,
+        // so that every process raises it.
+        if (mesh_.process_comm() == nullptr) throw;
+        if (trace_error_.empty()) trace_error_ = e.what();
+      }
+    }
     // JitCore::run writes one Array per plan output (existing ones are reused when they fit).
-    outs[r].resize(entries_[r]->exe->output_types.size());
+    if (entries_[r]) outs[r].resize(entries_[r]->exe->output_types.size());
   }
   compare_programs(entries_, rows, sharded);  // rows: from this process's replicas' to the job's
   int64_t total = 0;

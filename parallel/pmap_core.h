@@ -58,6 +58,8 @@ class PmapCore {
 
  private:
   std::vector<int64_t> gather_job(const std::vector<int64_t>& local_words) const;
+  // This process's first tracing error of the current step (MPI: reported by every rank).
+  std::string trace_error_;
   void compare_programs(const std::vector<const CompiledEntry*>& entries, std::vector<int64_t>& rows,
                         const std::vector<uint8_t>& sharded);
   void check_divergence(const CompiledEntry& entry, std::vector<std::vector<Array>>& outs);

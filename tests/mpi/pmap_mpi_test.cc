@@ -159,6 +159,28 @@ TEST(PmapMpi, RanksFeedingDifferentFeatureCountsFailTogether) {
   EXPECT_NO_THROW(f(random_f32({4 + rank, 32}, 4)));
 }
 
+// A trace error on one rank only (its input does not fit the model) reaches every rank as
+// the same error naming that rank, instead of leaving the others waiting until an abort.
+TEST(PmapMpi, ATraceErrorOnOneRankIsRaisedOnEveryRank) {
+  const int rank = mesh().first_replica();
+  auto f = pmap(mesh(), "batch", [](const Params& p, const Tensor& x) {
+    return pmean(mean(matmul(x, p["w"])), "batch");
+  });
+  ArrayDict p{{"w", random_f32({32, 3}, 1)}};
+  const int64_t features = rank == 1 ? 33 : 32;
+  try {
+    f(p, random_f32({4, features}, 2));
+    FAIL() << "expected a TraceError on rank " << rank;
+  } catch (const TraceError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("tracing failed on replica 1 of " + std::to_string(mesh().size())), std::string::npos) << m;
+    EXPECT_NE(m.find("matmul(f32[4,33], f32[32,3])"), std::string::npos) << m;
+    EXPECT_NE(m.find("pmap_mpi_test.cc"), std::string::npos) << m;
+  }
+  // Every rank goes on: the next call with fitting inputs runs.
+  EXPECT_NO_THROW(f(p, random_f32({4, 32}, 3)));
+}
+
 }  // namespace
 }  // namespace fjit
 
