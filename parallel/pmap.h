@@ -42,7 +42,7 @@ class Pmapped {
     using R = std::decay_t<std::invoke_result_t<F, typename detail::ArgTraits<A>::Traced...>>;
     step(args...);
     size_t pos = 0, dict = 0;
-    return detail::OutTraits<R>::unflatten(outs_[0], pos, core_->last_entry()->out, dict);
+    return detail::OutTraits<R>::unflatten(outs_[0], pos, core_->entry(0).out, dict);
   }
 
   // Writes this process's first replica's outputs into `out` (reusing its Arrays; they must
@@ -58,7 +58,7 @@ class Pmapped {
     using R = std::decay_t<std::invoke_result_t<F, typename detail::ArgTraits<A>::Traced...>>;
     if (ptrs.size() != outs_[0].size()) {
       size_t pos = 0, dict = 0;
-      out = detail::OutTraits<R>::unflatten(outs_[0], pos, core_->last_entry()->out, dict);
+      out = detail::OutTraits<R>::unflatten(outs_[0], pos, core_->entry(0).out, dict);
     } else {
       for (size_t k = 0; k < ptrs.size(); ++k) *ptrs[k] = std::move(outs_[0][k]);
     }

@@ -55,6 +55,8 @@ class PmapCore {
   JitCore& jit() { return jit_; }
   const std::string& axis() const { return axis_; }
   std::shared_ptr<const CompiledEntry> last_entry() const { return jit_.last_entry(); }
+  // The plan local replica `local` ran in the last step (its outputs' structure).
+  const CompiledEntry& entry(int local) const { return *entries_[local]; }
 
  private:
   std::vector<int64_t> gather_job(const std::vector<int64_t>& local_words) const;
