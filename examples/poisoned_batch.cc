@@ -63,7 +63,7 @@ RunResult train(Trainer& t, const PoisonOptions& p, bool poisoned, const char* n
   RunResult r;
   Progress progress = t.make_progress();
   progress.note(std::string("--- run ") + name);
-  while (std::optional<io::Batch> b = t.next_batch()) {
+  while (const io::Batch* b = t.next_batch()) {
     const int64_t step = t.steps_done() - 1;
     if (step == p.step && !poisoned) {
       progress.note(fmt::format("step {}: not executed (the clean run never sees this batch)", step + 1));

@@ -291,10 +291,10 @@ TEST(BatchOrder, BatchesFollowThePermutationIntoReusedBuffers) {
     ++batches;
   }
   EXPECT_EQ(batches, 3);
-  EXPECT_FALSE(it.next().has_value());
+  EXPECT_EQ(it.next(), nullptr);
   it.set_epoch(1);
   EXPECT_NE(it.permutation(), perm);
-  EXPECT_TRUE(it.next().has_value());
+  EXPECT_NE(it.next(), nullptr);
 }
 
 TEST(BatchOrder, KeepLastCoversEveryExampleOnce) {

@@ -92,10 +92,10 @@ BatchIterator::BatchIterator(Dataset data, BatchOptions options)
   const int64_t rest = data_.size() % opt_.batch_size;
   for (const auto& [name, a] : data_.columns()) {
     auto [b, e] = s.rows(opt_.batch_size);
-    full_.set(name, Array(a.dtype(), with_leading(a.shape(), e - b)));
+    full_.columns.set(name, Array(a.dtype(), with_leading(a.shape(), e - b)));
     if (!opt_.drop_last && rest != 0) {
       auto [pb, pe] = s.rows(rest);
-      partial_.set(name, Array(a.dtype(), with_leading(a.shape(), pe - pb)));
+      partial_.columns.set(name, Array(a.dtype(), with_leading(a.shape(), pe - pb)));
     }
   }
   set_epoch(0);
@@ -136,14 +136,17 @@ void BatchIterator::fill(Array& dst, const Array& src, int64_t first, int64_t co
     std::memcpy(out + k * row, in + perm_[first + k] * row, row);
 }
 
-std::optional<Batch> BatchIterator::next() {
-  if (next_index_ >= batches_per_epoch()) return std::nullopt;
+const Batch* BatchIterator::next() {
+  if (next_index_ >= batches_per_epoch()) return nullptr;
   const int64_t first = next_index_ * opt_.batch_size;
   const int64_t count = std::min(opt_.batch_size, data_.size() - first);
-  ArrayDict& buffers = count == opt_.batch_size ? full_ : partial_;
+  Batch& batch = count == opt_.batch_size ? full_ : partial_;
   auto [b, e] = opt_.shard.rows(count);
-  for (auto& [name, dst] : buffers) fill(dst, data_[name], first + b, e - b);
-  return Batch{buffers, epoch_, next_index_++, count};
+  for (auto& [name, dst] : batch.columns) fill(dst, data_[name], first + b, e - b);
+  batch.epoch = epoch_;
+  batch.index = next_index_++;
+  batch.global_rows = count;
+  return &batch;
 }
 
 }  // namespace fjit::io

@@ -2,7 +2,7 @@
 //
 //   io::Dataset train({{"images", images}, {"labels", labels}});   // or io::load_idx_dataset
 //   io::BatchIterator batches(train, {.batch_size = 128, .seed = 7, .shard = mesh.data_shard()});
-//   while (auto b = batches.next()) step(params, (*b)["images"], (*b)["labels"]);
+//   while (const io::Batch* b = batches.next()) step(params, (*b)["images"], (*b)["labels"]);
 //
 // Promises:
 //  - The order of epoch e depends only on (seed, e, number of examples): a Fisher-Yates
@@ -17,8 +17,8 @@
 //    whether its replicas are threads of one process or ranks of several.
 //  - Batches are copied into buffers allocated once, in the constructor: iterating allocates
 //    nothing, and every full batch has the same shape, so a jitted step compiles once. The
-//    Arrays a Batch holds share those buffers: the next call to next() overwrites them
-//    (clone() a batch to keep it).
+//    Batch next() points to, and the Arrays it holds, are the iterator's: the next call to
+//    next() overwrites them (clone() a batch to keep it).
 //  - With drop_last, a final partial batch is skipped (the usual choice for training, as a
 //    smaller last batch means a second signature to compile); without it, the last batch is
 //    smaller and comes from a second set of buffers.
@@ -91,9 +91,9 @@ class BatchIterator {
   // epoch 0, batch 0.
   BatchIterator(Dataset data, BatchOptions options);
 
-  // The next batch of the current epoch, or nullopt when the epoch is done (call
-  // set_epoch to go on).
-  std::optional<Batch> next();
+  // The next batch of the current epoch, or nullptr when the epoch is done (call set_epoch
+  // to go on). Valid until the next call.
+  const Batch* next();
 
   // Moves to the start of `epoch` (>= 0), computing its permutation.
   void set_epoch(int64_t epoch);
@@ -116,7 +116,7 @@ class BatchIterator {
   int64_t epoch_ = 0;
   int64_t next_index_ = 0;
   std::vector<int64_t> perm_;
-  ArrayDict full_, partial_;  // this shard's rows of a full / the final partial batch
+  Batch full_, partial_;  // this shard's rows of a full / the final partial batch
 };
 
 // The permutation of 0..n-1 that BatchIterator uses for (seed, epoch); exposed for tests.

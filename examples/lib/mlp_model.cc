@@ -75,7 +75,7 @@ double evaluate_accuracy(EvalStep& eval, const Mesh& mesh, const ArrayDict& para
                                    .shard = mesh.data_shard()});
   Array correct;
   double total = 0;
-  while (std::optional<io::Batch> b = batches.next()) {
+  while (const io::Batch* b = batches.next()) {
     eval.run_into(correct, params, (*b)["images"], (*b)["labels"]);
     total += correct.item<double>();
   }

@@ -139,13 +139,13 @@ int64_t Trainer::total_steps() const {
 
 bool Trainer::done() const { return steps_done_ >= total_steps(); }
 
-std::optional<io::Batch> Trainer::next_batch() {
-  if (done()) return std::nullopt;
-  std::optional<io::Batch> b = batches_.next();
+const io::Batch* Trainer::next_batch() {
+  if (done()) return nullptr;
+  const io::Batch* b = batches_.next();
   if (!b) {
     batches_.set_epoch(epoch_ + 1);
     b = batches_.next();
-    if (!b) return std::nullopt;
+    if (!b) return nullptr;
   }
   epoch_ = b->epoch;
   batch_in_epoch_ = b->index + 1;
@@ -179,7 +179,7 @@ StepStats Trainer::train_on(const io::Batch& batch) {
 }
 
 std::optional<StepStats> Trainer::step() {
-  std::optional<io::Batch> b = next_batch();
+  const io::Batch* b = next_batch();
   if (!b) return std::nullopt;
   return train_on(*b);
 }

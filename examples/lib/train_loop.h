@@ -36,9 +36,9 @@ class Trainer {
   Trainer(Mesh mesh, TrainOptions options, io::Dataset train, io::Dataset test = {});
 
   // This process's rows of the global batch at the current position, advancing it (to the
-  // next epoch when one is done); nullopt once every epoch is done. The arrays are the
-  // iterator's buffers: valid until the next call.
-  std::optional<io::Batch> next_batch();
+  // next epoch when one is done); nullptr once every epoch is done. The batch is the
+  // iterator's: valid until the next call.
+  const io::Batch* next_batch();
   // One training step on a batch from next_batch() (or a changed copy of one). May throw
   // CheckError (throw policy) or ReplicaMismatchError (divergence check).
   StepStats train_on(const io::Batch& batch);
