@@ -39,23 +39,37 @@ class Pmapped {
 
   template <class... A>
   auto operator()(const A&... args) {
-    using R = std::decay_t<std::invoke_result_t<F, typename detail::ArgTraits<A>::Traced...>>;
-    step(args...);
-    size_t pos = 0, dict = 0;
-    return detail::OutTraits<R>::unflatten(outs_[0], pos, core_->entry(0).out, dict);
+    static_assert(detail::check_jit_call<F, A...>());  // as jit: fjit's message, nothing deeper
+    if constexpr (detail::kJitCallOk<F, A...>) {
+      using R = typename detail::TracedResult<F, A...>::type;
+      step(args...);
+      size_t pos = 0, dict = 0;
+      return detail::OutTraits<R>::unflatten(outs_[0], pos, core_->entry(0).out, dict);
+    }
   }
 
   // Writes this process's first replica's outputs into `out` (reusing its Arrays; they must
   // not share storage with an argument: double-buffer state). No allocation once warm.
   template <class Out, class... A>
   StepResult run_into(Out& out, const A&... args) {
+    static_assert(detail::check_jit_call<F, A...>());
+    if constexpr (!detail::kJitCallOk<F, A...>) return StepResult{};
+    else return run_into_checked(out, args...);
+  }
+
+  PmapCore& core() { return *core_; }
+  JitCore& jit_core() { return core_->jit(); }
+
+ private:
+  template <class Out, class... A>
+  StepResult run_into_checked(Out& out, const A&... args) {
     std::vector<Array*> ptrs;
     bind(out, ptrs);
     if (outs_.empty()) outs_.resize(core_->mesh().local_size());
     outs_[0].resize(ptrs.size());
     for (size_t k = 0; k < ptrs.size(); ++k) outs_[0][k] = std::move(*ptrs[k]);
     StepResult r = step(args...);
-    using R = std::decay_t<std::invoke_result_t<F, typename detail::ArgTraits<A>::Traced...>>;
+    using R = typename detail::TracedResult<F, A...>::type;
     if (ptrs.size() != outs_[0].size()) {
       size_t pos = 0, dict = 0;
       out = detail::OutTraits<R>::unflatten(outs_[0], pos, core_->entry(0).out, dict);
@@ -65,10 +79,6 @@ class Pmapped {
     return r;
   }
 
-  PmapCore& core() { return *core_; }
-  JitCore& jit_core() { return core_->jit(); }
-
- private:
   template <class Out> static void bind(Out& out, std::vector<Array*>& ptrs) {
     if constexpr (std::is_same_v<Out, Array>) ptrs.push_back(&out);
     else if constexpr (std::is_same_v<Out, ArrayDict>) for (auto& kv : out) ptrs.push_back(&kv.second);

@@ -68,11 +68,11 @@ concept HostArgument = requires { typename ArgTraits<A>::Traced; };
 template <class F, class... A>
 constexpr bool check_jit_call() {
   static_assert((HostArgument<A> && ...),
-                "fjit::jit: every argument of a jitted call must be an fjit::Array or an "
+                "fjit::jit/pmap: every argument of a jitted call must be an fjit::Array or an "
                 "fjit::ArrayDict (the 'required from' note names the types given: A = {...})");
   if constexpr ((HostArgument<A> && ...)) {
     static_assert(std::is_invocable_v<F, typename ArgTraits<A>::Traced...>,
-                  "fjit::jit: the function cannot be called with these arguments: each Array "
+                  "fjit::jit/pmap: the function cannot be called with these arguments: each Array "
                   "argument becomes a Tensor and each ArrayDict a TensorDict (Params); check the "
                   "number and kinds of the parameters of F against the types A given (the "
                   "'required from' note names both)");

@@ -10,9 +10,13 @@ int main() {
   f(a);  // one argument for two parameters
 #elif FJIT_CASE == 2
   f(a, 3);  // an int where an Array belongs
-#else
+#elif FJIT_CASE == 3
   fjit::Array out;
   f.run_into(out, a, a, a);  // three for two
+#else
+  auto g = fjit::pmap(fjit::Mesh::threads(2), "b",
+                      [](const fjit::Tensor& x) { return fjit::psum(x, "b"); });
+  g(a, a);  // two for one, through pmap
 #endif
   return 0;
 }
