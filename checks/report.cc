@@ -24,6 +24,8 @@ void push_value(fmt::dynamic_format_arg_store<fmt::format_context>& store, doubl
     case DType::f64: store.push_back(v); break;
     case DType::i32: store.push_back(static_cast<int64_t>(v)); break;
     case DType::boolean: store.push_back(v != 0); break;
+    case DType::u8: case DType::u32: store.push_back(static_cast<int64_t>(v)); break;
+    case DType::f16: case DType::bf16: store.push_back(static_cast<float>(v)); break;
   }
 }
 

@@ -159,6 +159,7 @@ void combine_in_rank_order(const void* const* inputs, int n_inputs, void* const*
       // Booleans stay 0/1: a byte-wise sum could overflow into 2, which is not a boolean.
       if (op == ReduceOp::sum) op = ReduceOp::logical_or;
       return combine_op<uint8_t>(inputs, n_inputs, outputs, n_outputs, begin, count, op);
+    default: break;  // storage dtypes are gathered, never combined (the shape rule)
   }
   std::abort();
 }

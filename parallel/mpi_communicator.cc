@@ -38,7 +38,9 @@ MPI_Datatype mpi_type(DType dtype) {
     case DType::f32: return MPI_FLOAT;
     case DType::f64: return MPI_DOUBLE;
     case DType::i32: return MPI_INT32_T;
-    case DType::boolean: return MPI_UINT8_T;
+    case DType::boolean: case DType::u8: return MPI_UINT8_T;
+    case DType::u32: return MPI_UINT32_T;
+    case DType::f16: case DType::bf16: return MPI_UINT16_T;  // moved, never combined
   }
   return MPI_DATATYPE_NULL;
 }

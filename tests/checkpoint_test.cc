@@ -224,8 +224,9 @@ TEST_F(CheckpointTest, HeaderContentErrors) {
     return error_of([&] { load_checkpoint(path_); });
   };
   const std::string d8(8, '\0');
-  EXPECT_EQ(load_with(R"({"x":{"dtype":"F16","shape":[4],"data_offsets":[0,8]}})", d8),
-            path_ + ": tensor \"x\": dtype \"F16\" is not supported (fjit reads F32, F64, I32, BOOL)");
+  EXPECT_EQ(load_with(R"({"x":{"dtype":"I64","shape":[1],"data_offsets":[0,8]}})", d8),
+            path_ + ": tensor \"x\": dtype \"I64\" is not supported (fjit reads F32, F64, I32, "
+            "BOOL, U8, U32, F16, BF16)");
   EXPECT_EQ(load_with(R"({"x":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", d8),
             path_ + ": tensor \"x\": f32[3] needs 12 bytes but data_offsets [0, 8] span 8");
   EXPECT_EQ(load_with(R"({"x":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"y":{"dtype":"F32","shape":[1],"data_offsets":[2,6]}})", d8),

@@ -113,6 +113,7 @@ std::vector<GradCase> cases() {
   unary("cos", Op::Cos, Dom::any, cos);
   unary("sigmoid", Op::Sigmoid, Dom::any, sigmoid);
   unary("relu", Op::Relu, Dom::away_from_zero, relu);
+  unary("erf", Op::Erf, Dom::any, erf);
   // Through f32: central differences need a step far above f32's rounding.
   cs.push_back({"cast f64->f32->f64", {Op::Cast}, {{{2, 3}}},
                 [](V x) { return cast(cast(x[0], DType::f32) * 3.0, DType::f64); }, 1e-2, 1e-4, 1e-4});
@@ -183,6 +184,31 @@ std::vector<GradCase> cases() {
   cs.push_back({"log_softmax", {}, {{{2, 5}}}, [](V x) { return log_softmax(x[0]); }});
   cs.push_back({"softmax_cross_entropy", {}, {{{3, 4}}},
                 [](V x) { return softmax_cross_entropy(x[0], idx({0, 3, 1})); }});
+  // Window ops, alone and as the layers built on them.
+  const Window strided{{3, 2}, {2, 1}, {1, 2}, Padding::explicit_pads(1, 0, 2, 1)};
+  cs.push_back({"patches strided dilated padded", {Op::Patches}, {{{2, 5, 6, 2}}},
+                [strided](V x) { return patches(x[0], strided); }});
+  cs.push_back({"patches_adjoint", {Op::PatchesAdjoint}, {{{2, 2, 7, 12}}},
+                [strided](V x) { return patches_adjoint(x[0], strided, {2, 5, 6, 2}); }});
+  cs.push_back({"conv2d SAME stride 2", {}, {{{2, 6, 5, 3}}, {{3, 3, 3, 4}}}, [](V x) {
+                  return conv2d(x[0], x[1], {{2, 2}, Padding::same()});
+                }});
+  cs.push_back({"conv2d groups and dilation", {}, {{{1, 7, 7, 4}}, {{2, 2, 2, 6}}}, [](V x) {
+                  return conv2d(x[0], x[1], {{1, 1}, Padding::valid(), {2, 2}, 2});
+                }});
+  cs.push_back({"max_pool SAME", {}, {{{2, 5, 5, 3}}},
+                [](V x) { return max_pool(x[0], {2, 2}, {2, 2}, Padding::same()); }});
+  cs.push_back({"avg_pool SAME", {}, {{{2, 5, 5, 3}}},
+                [](V x) { return avg_pool(x[0], {3, 3}, {2, 2}, Padding::same()); }});
+  cs.push_back({"gelu exact and tanh", {}, {{{2, 3}}},
+                [](V x) { return gelu(x[0]) + gelu(x[0] * 0.7, true); }});
+  cs.push_back({"layer_norm", {}, {{{3, 5}}, {{5}}, {{5}}},
+                [](V x) { return layer_norm(x[0], x[1], x[2]); }});
+  cs.push_back({"batch_norm NHWC", {}, {{{3, 2, 2, 4}}, {{4}}, {{4}}}, [](V x) {
+                  Tensor zero = zeros_like(x[1]), one = ones_like(x[1]);
+                  return batch_norm(x[0], x[1], x[2], zero, one).y;
+                }});
+  // stop_gradient differs from finite differences by design: tests/nn_test.cc.
   return cs;
 }
 

@@ -10,6 +10,7 @@
 #include <random>
 #include <set>
 
+#include "core/ir/convert.h"
 #include "core/kernels/kernel.h"
 
 namespace fjit::sweep {
@@ -56,6 +57,12 @@ inline Array random_array(const ValueType& t, Domain d, std::mt19937& rng) {
         break;
       }
       case DType::boolean: a.data<uint8_t>()[i] = v > 0; break;
+      case DType::u8: case DType::u32: case DType::f16: case DType::bf16:
+        // Storage dtypes: every bit pattern of u8 and u32; half values of the float range.
+        if (t.dtype == DType::u8) a.data<u8_t>()[i] = u8_t{static_cast<uint8_t>(rng())};
+        else if (t.dtype == DType::u32) a.data<uint32_t>()[i] = static_cast<uint32_t>(rng());
+        else set_element_from_double(t.dtype, a.raw(), i, v);
+        break;
     }
   }
   return a;

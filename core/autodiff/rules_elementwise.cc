@@ -53,6 +53,11 @@ Cts rule_rsqrt(const VjpArgs& a) { return {mul(a.ct * -0.5, a.out * a.out * a.ou
 Cts rule_tanh(const VjpArgs& a) { return {mul(a.ct, 1.0 - a.out * a.out)}; }
 Cts rule_sin(const VjpArgs& a) { return {mul(a.ct, cos(a.ins[0]))}; }
 Cts rule_cos(const VjpArgs& a) { return {mul(a.ct, neg(sin(a.ins[0])))}; }
+// erf'(x) = 2/sqrt(pi) exp(-x^2)
+Cts rule_erf(const VjpArgs& a) {
+  const Tensor& x = a.ins[0];
+  return {mul(a.ct, exp(neg(x * x)) * 1.1283791670955126)};
+}
 Cts rule_sigmoid(const VjpArgs& a) { return {mul(a.ct, a.out * (1.0 - a.out))}; }
 // relu'(0) = 0, as in JAX and PyTorch. The mask comes from the output (y > 0 iff x > 0), so
 // the pre-activation need not stay alive for the backward pass and relu can run in place.

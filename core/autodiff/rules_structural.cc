@@ -105,6 +105,22 @@ Cts rule_scatter_add(const VjpArgs& a) {
   return {gather(a.ct, a.ins[1], a.node.attrs.axis), Tensor()};
 }
 
+// patches and patches_adjoint are each other's transpose over the same resolved window;
+// cotangents of padding elements are dropped.
+Cts rule_patches(const VjpArgs& a) {
+  Attrs at;
+  at.window = a.node.attrs.window;
+  return {detail::build("patches_adjoint", Op::PatchesAdjoint, {a.ct}, std::move(at),
+                        ValueType{a.ct.dtype(), a.ins[0].shape()}, nullptr)};
+}
+
+Cts rule_patches_adjoint(const VjpArgs& a) {
+  Attrs at;
+  at.window = a.node.attrs.window;
+  return {detail::build("patches", Op::Patches, {a.ct}, std::move(at),
+                        ValueType{a.ct.dtype(), {}}, nullptr)};
+}
+
 // Every replica's loss depends on every replica's x through the all-reduce, so the cotangent
 // of x is the sum over replicas of the output cotangents. For max/min only the replicas that
 // hold the extremum receive it, split equally among ties.

@@ -1,5 +1,7 @@
 #include "core/ir/array.h"
 
+#include "core/ir/convert.h"
+
 #include <cstdlib>
 #include <sstream>
 
@@ -14,16 +16,6 @@ std::shared_ptr<std::byte> allocate(size_t nbytes) {
   return std::shared_ptr<std::byte>(static_cast<std::byte*>(p), [](std::byte* q) { std::free(q); });
 }
 
-template <class F>
-auto visit_dtype(DType t, const void* p, int64_t i, F f) {
-  switch (t) {
-    case DType::f32: return f(static_cast<const float*>(p)[i]);
-    case DType::f64: return f(static_cast<const double*>(p)[i]);
-    case DType::i32: return f(static_cast<const int32_t*>(p)[i]);
-    case DType::boolean: return f(static_cast<const uint8_t*>(p)[i]);
-  }
-  std::abort();
-}
 }  // namespace
 
 Array::Array(DType dtype, Shape shape)
@@ -35,19 +27,12 @@ Array::Array(DType dtype, Shape shape)
 
 Array Array::full(DType dtype, Shape shape, double value) {
   Array a(dtype, std::move(shape));
-  for (int64_t i = 0; i < a.size_; ++i) {
-    switch (dtype) {
-      case DType::f32: static_cast<float*>(a.raw())[i] = static_cast<float>(value); break;
-      case DType::f64: static_cast<double*>(a.raw())[i] = value; break;
-      case DType::i32: static_cast<int32_t*>(a.raw())[i] = static_cast<int32_t>(value); break;
-      case DType::boolean: static_cast<uint8_t*>(a.raw())[i] = value != 0; break;
-    }
-  }
+  for (int64_t i = 0; i < a.size_; ++i) set_element_from_double(dtype, a.raw(), i, value);
   return a;
 }
 
 double Array::at_as_double(int64_t i) const {
-  return visit_dtype(dtype_, raw(), i, [](auto v) { return static_cast<double>(v); });
+  return element_as_double(dtype_, raw(), i);
 }
 
 double Array::item_as_double() const {

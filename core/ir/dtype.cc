@@ -10,6 +10,10 @@ int dtype_size(DType t) {
     case DType::f64: return 8;
     case DType::i32: return 4;
     case DType::boolean: return 1;
+    case DType::u8: return 1;
+    case DType::u32: return 4;
+    case DType::f16: return 2;
+    case DType::bf16: return 2;
   }
   std::abort();
 }
@@ -20,8 +24,21 @@ const char* dtype_name(DType t) {
     case DType::f64: return "f64";
     case DType::i32: return "i32";
     case DType::boolean: return "bool";
+    case DType::u8: return "u8";
+    case DType::u32: return "u32";
+    case DType::f16: return "f16";
+    case DType::bf16: return "bf16";
   }
   std::abort();
+}
+
+bool dtype_from_name(const std::string& name, DType* out) {
+  for (int i = 0; i < kNumDTypes; ++i)
+    if (name == dtype_name(static_cast<DType>(i))) {
+      *out = static_cast<DType>(i);
+      return true;
+    }
+  return false;
 }
 
 int64_t num_elements(const Shape& s) {

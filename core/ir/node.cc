@@ -18,7 +18,7 @@ std::string Site::str() const {
 }
 
 bool Attrs::operator==(const Attrs& o) const {
-  if (axes != o.axes || starts != o.starts || limits != o.limits || steps != o.steps ||
+  if (axes != o.axes || starts != o.starts || limits != o.limits || steps != o.steps || window != o.window ||
       axis != o.axis || index != o.index || keepdims != o.keepdims || trans_a != o.trans_a ||
       trans_b != o.trans_b || reduce != o.reduce || name != o.name)
     return false;
@@ -32,7 +32,7 @@ bool Attrs::operator==(const Attrs& o) const {
 size_t Attrs::hash() const {
   uint64_t bits;
   std::memcpy(&bits, &scalar, sizeof bits);
-  return absl::HashOf(axes, starts, limits, steps, axis, index, keepdims, trans_a, trans_b,
+  return absl::HashOf(axes, starts, limits, steps, window, axis, index, keepdims, trans_a, trans_b,
                       reduce, name, bits, value ? value->fingerprint() : 0);
 }
 
@@ -50,6 +50,7 @@ std::string Node::to_string(int id) const {
   list("starts", attrs.starts);
   list("limits", attrs.limits);
   list("steps", attrs.steps);
+  list("window", attrs.window);
   switch (op) {
     case Op::Concat: case Op::Gather: case Op::ScatterAdd: case Op::ArgMax: case Op::Iota:
       os << " axis=" << attrs.axis;

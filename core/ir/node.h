@@ -44,9 +44,13 @@ struct Attrs {
   std::vector<int64_t> starts;  // slice
   std::vector<int64_t> limits;  // slice
   std::vector<int64_t> steps;   // slice
-  int64_t axis = 0;             // concat, gather, argmax, iota, scatter_add; check: kind
+  // patches, patches_adjoint: {window_h, window_w, stride_h, stride_w, dilation_h,
+  // dilation_w, pad_top, pad_bottom, pad_left, pad_right}
+  std::vector<int64_t> window;
+  int64_t axis = 0;             // concat, gather, argmax, argmin, iota, scatter_add; check: kind
   int64_t index = 0;            // parameter number, check site id, collective id
-  double scalar = 0;            // constant without value: every element; check: its bound
+  double scalar = 0;            // constant without value: every element; check: its bound;
+                                // patches: the padding's value
   bool keepdims = false;        // reductions
   bool trans_a = false;         // matmul: use A^T without materialising it
   bool trans_b = false;         // matmul: use B^T

@@ -10,7 +10,7 @@ namespace fjit {
 
 enum class OpKind : uint8_t {
   kSource, kUnary, kBinary, kCompare, kLogical, kSelect, kMatMul, kReduce, kLayout, kIndex,
-  kCollective, kEffect
+  kCollective, kRandom, kEffect
 };
 
 // How the result's dtype follows from the operands' (see ops.def).

@@ -26,7 +26,7 @@ void require_dtype(const ValueType& t, bool ok, const char* what) {
 ValueType matmul_type(const Attrs& a, std::span<const ValueType> ins) {
   const ValueType &x = ins[0], &y = ins[1];
   require_same_dtype(ins);
-  require_dtype(x, x.dtype != DType::boolean, "numeric operands");
+  require_dtype(x, is_arithmetic(x.dtype), "numeric operands");
   if (x.shape.size() < 2 || y.shape.size() < 2)
     fail("operands must have rank >= 2, got " + types(ins));
   const size_t rx = x.shape.size(), ry = y.shape.size();
@@ -50,10 +50,11 @@ ValueType reduce_type(Op op, const Attrs& a, const ValueType& x) {
   if (op == Op::ReduceAll || op == Op::ReduceAny)
     require_dtype(x, x.dtype == DType::boolean, "a bool operand");
   else
-    require_dtype(x, x.dtype != DType::boolean, "a numeric operand");
+    require_dtype(x, is_arithmetic(x.dtype), "a numeric operand");
   const int rank = static_cast<int>(x.shape.size());
   std::vector<int64_t> axes = a.axes;
-  if (op == Op::ArgMax) axes = {a.axis};
+  const bool arg = op == Op::ArgMax || op == Op::ArgMin;
+  if (arg) axes = {a.axis};
   for (size_t i = 0; i < axes.size(); ++i) {
     if (axes[i] < 0 || axes[i] >= rank)
       fail("axis " + std::to_string(axes[i]) + " is out of range for " + type_str(x.dtype, x.shape));
@@ -65,12 +66,14 @@ ValueType reduce_type(Op op, const Attrs& a, const ValueType& x) {
     if (!reduced) out.push_back(x.shape[d]);
     else if (a.keepdims) out.push_back(1);
   }
-  if (op == Op::ArgMax) {
-    if (x.shape[a.axis] == 0) fail("argmax over an empty axis");
+  if (arg) {
+    if (x.shape[a.axis] == 0) fail(std::string(op_name(op)) + " over an empty axis");
     return {DType::i32, out};
   }
   return {x.dtype, out};
 }
+
+ValueType patches_type(Op op, const Attrs& a, const ValueType& x, const ValueType& hint);
 
 ValueType layout_type(Op op, const Attrs& a, std::span<const ValueType> ins, const ValueType& hint) {
   const ValueType& x = ins[0];
@@ -126,7 +129,61 @@ ValueType layout_type(Op op, const Attrs& a, std::span<const ValueType> ins, con
       }
       return {x.dtype, out};
     }
+    case Op::Patches: case Op::PatchesAdjoint: return patches_type(op, a, x, hint);
     default: fail("not a layout op");
+  }
+}
+
+// The window geometry of patches(x): x [N, H, W, C] gives [N, OH, OW, KH * KW * C], the
+// window's (kh, kw, c) flattened row-major; patches_adjoint maps the latter back to `hint`.
+ValueType patches_type(Op op, const Attrs& a, const ValueType& x, const ValueType& hint) {
+  const std::vector<int64_t>& w = a.window;
+  if (w.size() != 10) fail("window attributes must have 10 entries");
+  for (int i = 0; i < 6; ++i)
+    if (w[i] < 1) fail("window, strides and dilation must be >= 1");
+  for (int i = 6; i < 10; ++i)
+    if (w[i] < 0) fail("padding must be >= 0");
+  const ValueType& image = op == Op::Patches ? x : hint;
+  if (image.shape.size() != 4)
+    fail("expects an NHWC image of rank 4, got " + type_str(image.dtype, image.shape));
+  const int64_t n = image.shape[0], h = image.shape[1], wd = image.shape[2], c = image.shape[3];
+  const int64_t span_h = (w[0] - 1) * w[4] + 1, span_w = (w[1] - 1) * w[5] + 1;
+  const int64_t ph = h + w[6] + w[7], pw = wd + w[8] + w[9];
+  if (ph < span_h || pw < span_w)
+    fail("window " + std::to_string(span_h) + "x" + std::to_string(span_w) +
+         " (dilated) is larger than the padded image " + std::to_string(ph) + "x" +
+         std::to_string(pw) + " of " + type_str(image.dtype, image.shape));
+  const Shape cols{n, (ph - span_h) / w[2] + 1, (pw - span_w) / w[3] + 1, w[0] * w[1] * c};
+  require_dtype(x, is_arithmetic(x.dtype), "a numeric operand");
+  if (op == Op::Patches) return {x.dtype, cols};
+  if (x.shape != cols || x.dtype != hint.dtype)
+    fail("patches " + type_str(x.dtype, x.shape) + " do not match the windows of " +
+         type_str(hint.dtype, hint.shape) + " (" + type_str(hint.dtype, cols) + ")");
+  return hint;
+}
+
+// random_bits(key u32[2]) -> u32[hint]; fold_in(key u32[2], data i32/u32 scalar) -> u32[2];
+// random_unit(bits u32[...]) -> hint's float dtype, same shape.
+ValueType random_type(Op op, std::span<const ValueType> ins, const ValueType& hint) {
+  auto require_key = [](const ValueType& k) {
+    if (k.dtype != DType::u32 || k.shape != Shape{2})
+      fail("expects a key of type u32[2] (from PRNGKey or split), got " + type_str(k.dtype, k.shape));
+  };
+  switch (op) {
+    case Op::RandomBits:
+      require_key(ins[0]);
+      return {DType::u32, hint.shape};
+    case Op::FoldIn:
+      require_key(ins[0]);
+      if ((ins[1].dtype != DType::i32 && ins[1].dtype != DType::u32) || !ins[1].shape.empty())
+        fail("fold_in data must be an i32 or u32 scalar, got " + type_str(ins[1].dtype, ins[1].shape));
+      return ins[0];
+    case Op::RandomUnit:
+      require_dtype(ins[0], ins[0].dtype == DType::u32, "u32 random bits");
+      if (!is_floating(hint.dtype))
+        fail(std::string("expects a floating-point result dtype, got ") + dtype_name(hint.dtype));
+      return {hint.dtype, ins[0].shape};
+    default: fail("not a random op");
   }
 }
 
@@ -160,10 +217,10 @@ ValueType infer_type(Op op, const Attrs& a, std::span<const ValueType> ins, cons
       switch (op_dtype_rule(op)) {  // the row's dtype rule (core/ir/ops.def)
         case DTypeRule::kGiven: return {hint.dtype, x.shape};
         case DTypeRule::kToBool:
-          require_dtype(x, x.dtype != DType::boolean, "a numeric operand");
+          require_dtype(x, is_arithmetic(x.dtype), "a numeric operand");
           return {DType::boolean, x.shape};
         case DTypeRule::kNumeric:
-          require_dtype(x, x.dtype != DType::boolean, "a numeric operand");
+          require_dtype(x, is_arithmetic(x.dtype), "a numeric operand");
           return x;
         case DTypeRule::kFloat:
           require_dtype(x, is_floating(x.dtype), "a floating-point operand");
@@ -174,10 +231,12 @@ ValueType infer_type(Op op, const Attrs& a, std::span<const ValueType> ins, cons
     }
     case OpKind::kBinary:
       require_same_dtype(ins);
-      require_dtype(ins[0], ins[0].dtype != DType::boolean, "numeric operands");
+      require_dtype(ins[0], is_arithmetic(ins[0].dtype), "numeric operands");
       return {ins[0].dtype, broadcast_shapes(ins[0].shape, ins[1].shape)};
     case OpKind::kCompare:
       require_same_dtype(ins);
+      require_dtype(ins[0], is_arithmetic(ins[0].dtype) || ins[0].dtype == DType::boolean,
+                    "numeric or bool operands");
       return {DType::boolean, broadcast_shapes(ins[0].shape, ins[1].shape)};
     case OpKind::kLogical:
       for (const ValueType& t : ins) require_dtype(t, t.dtype == DType::boolean, "bool operands");
@@ -207,6 +266,7 @@ ValueType infer_type(Op op, const Attrs& a, std::span<const ValueType> ins, cons
       Shape expect(hint.shape.begin(), hint.shape.begin() + a.axis);
       expect.insert(expect.end(), idx.shape.begin(), idx.shape.end());
       expect.insert(expect.end(), hint.shape.begin() + a.axis + 1, hint.shape.end());
+      require_dtype(x, is_arithmetic(x.dtype), "numeric updates");
       if (expect != x.shape || x.dtype != hint.dtype)
         fail("updates " + type_str(x.dtype, x.shape) + " do not match gather of " +
              type_str(hint.dtype, hint.shape) + " by " + type_str(idx.dtype, idx.shape));
@@ -220,7 +280,10 @@ ValueType infer_type(Op op, const Attrs& a, std::span<const ValueType> ins, cons
           fail("all_gather output must stack whole replica shards");
         return {ins[0].dtype, hint.shape};
       }
+      require_dtype(ins[0], is_arithmetic(ins[0].dtype) || ins[0].dtype == DType::boolean,
+                    "a numeric or bool operand (storage dtypes can be gathered, not reduced)");
       return ins[0];
+    case OpKind::kRandom: return random_type(op, ins, hint);
     case OpKind::kEffect:
       if (ins.empty() || ins[0].dtype != DType::boolean || !ins[0].shape.empty())
         fail("check needs a bool scalar predicate, got " + types(ins));

@@ -6,19 +6,14 @@
 #include <cmath>
 
 #include "core/ir/check_payload.h"
+#include "core/ir/convert.h"
 #include "core/kernels/families.h"
 
 namespace fjit::kernels {
 namespace {
 
 double load_as_double(const void* p, DType t, int64_t i = 0) {
-  switch (t) {
-    case DType::f32: return static_cast<const float*>(p)[i];
-    case DType::f64: return static_cast<const double*>(p)[i];
-    case DType::i32: return static_cast<const int32_t*>(p)[i];
-    case DType::boolean: return static_cast<const uint8_t*>(p)[i];
-  }
-  return 0;
+  return element_as_double(t, p, i);
 }
 
 // One pass over the checked tensor; only runs on a failing step.

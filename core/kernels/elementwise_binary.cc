@@ -171,7 +171,7 @@ KernelFn binary_for(DType t, int mask) {
     case DType::f32: return binary_for_mask<F, float>(mask);
     case DType::f64: return binary_for_mask<F, double>(mask);
     case DType::i32: return binary_for_mask<F, int32_t>(mask);
-    case DType::boolean: return nullptr;
+    default: return nullptr;
   }
   return nullptr;
 }

@@ -52,6 +52,7 @@ KernelFn compare_for(DType t, int mask) {
     case DType::f64: return compare_for_mask<F, double>(mask);
     case DType::i32: return compare_for_mask<F, int32_t>(mask);
     case DType::boolean: return compare_for_mask<F, uint8_t>(mask);
+    default: return nullptr;
   }
   return nullptr;
 }
@@ -94,7 +95,9 @@ KernelFn select_for(DType t, int mask) {
     case DType::f32: return select_for_mask<float>(mask);
     case DType::f64: return select_for_mask<double>(mask);
     case DType::i32: return select_for_mask<int32_t>(mask);
-    case DType::boolean: return select_for_mask<uint8_t>(mask);
+    case DType::boolean: case DType::u8: return select_for_mask<uint8_t>(mask);
+    case DType::u32: return select_for_mask<uint32_t>(mask);
+    case DType::f16: case DType::bf16: return select_for_mask<uint16_t>(mask);  // bits
   }
   return nullptr;
 }

@@ -7,6 +7,8 @@
 #include <cstring>
 #include <limits>
 
+#include <unsupported/Eigen/SpecialFunctions>
+
 #include "core/kernels/elementwise_common.h"
 #include "core/kernels/elementwise_scalar.h"
 
@@ -57,6 +59,8 @@ struct RsqrtE { template <class X> static auto eval(const X& x) { return x.rsqrt
 struct TanhE { template <class X> static auto eval(const X& x) { return x.tanh(); } };
 struct SinE { template <class X> static auto eval(const X& x) { return x.sin(); } };
 struct CosE { template <class X> static auto eval(const X& x) { return x.cos(); } };
+// Eigen's erf: a vectorized rational approximation in f32, std::erf per element in f64.
+struct ErfE { template <class X> static auto eval(const X& x) { return x.erf(); } };
 // Stable for large |x|: Eigen's f32 logistic is exp(x) below -9 and saturates to 1 above
 // ~15.7; its f64 one is 1/(1+exp(-x)), which gives 1/inf = 0 for x << 0, never NaN.
 struct SigmoidE { template <class X> static auto eval(const X& x) { return x.logistic(); } };
@@ -133,26 +137,15 @@ void copy_kernel(const Instr& in, const Frame& f) {
   std::memmove(f.bufs[in.out_buf], f.bufs[in.in_bufs[0]], static_cast<size_t>(in.p[1]));
 }
 
-template <class From>
-KernelFn cast_from(DType to) {
-  switch (to) {
-    case DType::f32: return &unary_loop<CastL<float>, float, From>;
-    case DType::f64: return &unary_loop<CastL<double>, double, From>;
-    case DType::i32: return &unary_loop<CastL<int32_t>, int32_t, From>;
-    case DType::boolean: return &unary_loop<CastL<uint8_t>, uint8_t, From>;
-  }
-  return nullptr;
-}
-
 KernelFn cast_kernel(DType from, DType to) {
   if (from == to) return &copy_kernel;
-  switch (from) {
-    case DType::f32: return cast_from<float>(to);
-    case DType::f64: return cast_from<double>(to);
-    case DType::i32: return cast_from<int32_t>(to);
-    case DType::boolean: return cast_from<uint8_t>(to);
-  }
-  return nullptr;
+  return visit_dtype(from, [to](auto from_tag) {
+    return visit_dtype(to, [](auto to_tag) -> KernelFn {
+      using From = decltype(from_tag);
+      using To = decltype(to_tag);
+      return &unary_loop<CastL<To>, To, From>;
+    });
+  });
 }
 
 // --- Sources.
@@ -198,12 +191,7 @@ bool select_source(Instr& instr) {
       instr.fn = v.dtype() == t && v.shape() == instr.out.shape ? &constant_data_kernel : nullptr;
       return true;
     }
-    switch (t) {
-      case DType::f32: instr.fn = prepare_fill<float>(instr); break;
-      case DType::f64: instr.fn = prepare_fill<double>(instr); break;
-      case DType::i32: instr.fn = prepare_fill<int32_t>(instr); break;
-      case DType::boolean: instr.fn = prepare_fill<uint8_t>(instr); break;
-    }
+    instr.fn = visit_dtype(t, [&](auto tag) { return prepare_fill<decltype(tag)>(instr); });
     return true;
   }
   if (instr.op == Op::Iota) {
@@ -218,12 +206,7 @@ bool select_source(Instr& instr) {
     instr.p[0] = outer;
     instr.p[1] = rank == 0 ? 1 : s[axis];
     instr.p[2] = inner;
-    switch (t) {
-      case DType::f32: instr.fn = &iota_kernel<float>; break;
-      case DType::f64: instr.fn = &iota_kernel<double>; break;
-      case DType::i32: instr.fn = &iota_kernel<int32_t>; break;
-      case DType::boolean: instr.fn = &iota_kernel<uint8_t>; break;
-    }
+    instr.fn = visit_dtype(t, [](auto tag) -> KernelFn { return &iota_kernel<decltype(tag)>; });
     return true;
   }
   return false;
@@ -265,6 +248,8 @@ bool select_unary(Instr& instr) {
     case Op::Tanh: instr.fn = float_unary<TanhE>(t); break;
     case Op::Sin: instr.fn = float_unary<SinE>(t); break;
     case Op::Cos: instr.fn = float_unary<CosE>(t); break;
+    case Op::Erf: instr.fn = float_unary<ErfE>(t); break;
+    case Op::StopGradient: instr.fn = &copy_kernel; break;  // the identity; no gradient flows
     case Op::Sigmoid: instr.fn = float_unary<SigmoidE>(t); break;
     case Op::LogicalNot:
       if (t == DType::boolean) instr.fn = &unary_loop<NotL, uint8_t, uint8_t>;

@@ -126,9 +126,8 @@ bool select_matmul(Instr& instr) {
     case DType::f32: instr.fn = narrow(instr, 4) ? pick_narrow<float>(ta, tb) : pick<float>(ta, tb); return true;
     case DType::f64: instr.fn = narrow(instr, 8) ? pick_narrow<double>(ta, tb) : pick<double>(ta, tb); return true;
     case DType::i32: instr.fn = pick<int32_t>(ta, tb); return true;
-    case DType::boolean: return false;
+    default: return false;
   }
-  return false;
 }
 
 }  // namespace fjit::kernels::st

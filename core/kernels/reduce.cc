@@ -239,9 +239,8 @@ template <template <class> class R> bool choose_numeric(Instr& instr) {
     case DType::f32: return choose<float, R<float>>(instr);
     case DType::f64: return choose<double, R<double>>(instr);
     case DType::i32: return choose<int32_t, R<int32_t>>(instr);
-    case DType::boolean: return false;
+    default: return false;
   }
-  return false;
 }
 
 }  // namespace

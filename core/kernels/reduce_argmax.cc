@@ -1,5 +1,5 @@
-// ArgMax along one axis: the first index of the maximum, where a NaN counts as the maximum
-// (so the first NaN wins). Output i32.
+// ArgMax and ArgMin along one axis: the first index of the maximum (minimum), where a NaN
+// counts as the extreme (so the first NaN wins). Output i32.
 //
 // The input is viewed as (outer, n, inner). With inner == 1 each row is scanned; otherwise
 // the scan is vectorised along inner, keeping the running maxima of a tile on the stack.
@@ -11,11 +11,14 @@
 namespace fjit::kernels::st {
 namespace {
 
-// True when v replaces the current best b: b is not NaN and (v is NaN or v > b).
-template <class T> inline bool takes(T v, T b) { return (b == b) & ((v > b) | (v != v)); }
+// True when v replaces the current best b: b is not NaN and (v is NaN or v beats b).
+template <bool Max, class T> inline bool takes(T v, T b) {
+  if constexpr (Max) return (b == b) & ((v > b) | (v != v));
+  else return (b == b) & ((v < b) | (v != v));
+}
 
 // p: [0]=outer [1]=n [2]=inner
-template <class T> void argmax_rows(const Instr& in, const Frame& f) {
+template <bool Max, class T> void arg_rows(const Instr& in, const Frame& f) {
   const T* x = in.in<T>(f, 0);
   int32_t* out = in.output<int32_t>(f);
   const int64_t outer = in.p[0], n = in.p[1];
@@ -24,7 +27,7 @@ template <class T> void argmax_rows(const Instr& in, const Frame& f) {
     int64_t best = 0;
     T bv = row[0];
     for (int64_t i = 1; i < n && bv == bv; ++i) {
-      if (takes(row[i], bv)) {
+      if (takes<Max>(row[i], bv)) {
         bv = row[i];
         best = i;
       }
@@ -33,7 +36,7 @@ template <class T> void argmax_rows(const Instr& in, const Frame& f) {
   }
 }
 
-template <class T> void argmax_inner(const Instr& in, const Frame& f) {
+template <bool Max, class T> void arg_inner(const Instr& in, const Frame& f) {
   constexpr int64_t kTile = 256;
   const T* x = in.in<T>(f, 0);
   int32_t* out = in.output<int32_t>(f);
@@ -51,7 +54,7 @@ template <class T> void argmax_inner(const Instr& in, const Frame& f) {
       for (int64_t i = 1; i < n; ++i) {
         const T* __restrict row = src + i * inner;
         for (int64_t j = 0; j < w; ++j) {
-          const bool t = takes(row[j], best[j]);
+          const bool t = takes<Max>(row[j], best[j]);
           best[j] = t ? row[j] : best[j];
           idx[j] = t ? static_cast<int32_t>(i) : idx[j];
         }
@@ -62,14 +65,15 @@ template <class T> void argmax_inner(const Instr& in, const Frame& f) {
 
 void noop_kernel(const Instr&, const Frame&) {}
 
-template <class T> KernelFn pick(int64_t inner) {
-  return inner == 1 ? argmax_rows<T> : argmax_inner<T>;
+template <class T> KernelFn pick(bool max, int64_t inner) {
+  if (max) return inner == 1 ? arg_rows<true, T> : arg_inner<true, T>;
+  return inner == 1 ? arg_rows<false, T> : arg_inner<false, T>;
 }
 
 }  // namespace
 
 bool select_argmax(Instr& instr) {
-  assert(instr.op == Op::ArgMax && instr.ins.size() == 1 && instr.out.dtype == DType::i32);
+  assert((instr.op == Op::ArgMax || instr.op == Op::ArgMin) && instr.ins.size() == 1 && instr.out.dtype == DType::i32);
   const Shape& s = instr.ins[0].shape;
   const int64_t axis = instr.attrs.axis;
   assert(axis >= 0 && axis < static_cast<int64_t>(s.size()));
@@ -84,13 +88,13 @@ bool select_argmax(Instr& instr) {
     return true;
   }
   assert(s[axis] > 0);  // shape rule: argmax over an empty axis is rejected
+  const bool max = instr.op == Op::ArgMax;
   switch (instr.ins[0].dtype) {
-    case DType::f32: instr.fn = pick<float>(inner); return true;
-    case DType::f64: instr.fn = pick<double>(inner); return true;
-    case DType::i32: instr.fn = pick<int32_t>(inner); return true;
-    case DType::boolean: return false;
+    case DType::f32: instr.fn = pick<float>(max, inner); return true;
+    case DType::f64: instr.fn = pick<double>(max, inner); return true;
+    case DType::i32: instr.fn = pick<int32_t>(max, inner); return true;
+    default: return false;
   }
-  return false;
 }
 
 }  // namespace fjit::kernels::st

@@ -17,12 +17,7 @@ namespace {
 // Calls f(T{}) with T the storage type of t (bool is stored as uint8_t).
 template <class F>
 void with_type(DType t, F&& f) {
-  switch (t) {
-    case DType::f32: f(float{}); return;
-    case DType::f64: f(double{}); return;
-    case DType::i32: f(int32_t{}); return;
-    case DType::boolean: f(uint8_t{}); return;
-  }
+  visit_dtype(t, f);
 }
 
 void unravel(int64_t flat, const Shape& shape, std::vector<int64_t>& idx) {
@@ -55,6 +50,7 @@ void for_each_element(const Shape& out, std::span<const Array> ins, F&& f) {
 
 template <class T>
 T unary_value(Op op, T x) {
+  if (op == Op::StopGradient) return x;
   if constexpr (std::is_same_v<T, int32_t>) {
     switch (op) {
       case Op::Neg: return static_cast<int32_t>(-static_cast<int64_t>(x));
@@ -75,6 +71,7 @@ T unary_value(Op op, T x) {
       case Op::Tanh: return std::tanh(x);
       case Op::Sin: return std::sin(x);
       case Op::Cos: return std::cos(x);
+      case Op::Erf: return std::erf(x);
       case Op::Sigmoid:
         return x >= 0 ? T(1) / (T(1) + std::exp(-x)) : std::exp(x) / (T(1) + std::exp(x));
       case Op::Relu: return std::isnan(x) ? x : x > 0 ? x : T(0);
@@ -161,6 +158,9 @@ void reference_unary(Op op, const Array& x, Array& result) {
         using U = decltype(out_tag);
         for (int64_t i = 0; i < n; ++i) result.data<U>()[i] = convert_element<U>(src[i]);
       });
+    } else if constexpr (kStorageOnlyElement<T>) {
+      throw std::logic_error(std::string("reference: ") + op_name(op) + " on " +
+                             dtype_name(x.dtype()));
     } else if (op == Op::IsFinite) {
       uint8_t* o = result.data<uint8_t>();
       for (int64_t i = 0; i < n; ++i) {
@@ -193,16 +193,21 @@ bool reference_elementwise(Op op, const Attrs& attrs, const ValueType& out,
     case OpKind::kBinary:
       with_type(out.dtype, [&](auto tag) {
         using T = decltype(tag);
+        if constexpr (kStorageOnlyElement<T>) throw std::logic_error("reference: arithmetic on a storage dtype");
+        else {
         const T *a = ins[0].data<T>(), *b = ins[1].data<T>();
         T* o = result.data<T>();
         for_each_element(out.shape, ins, [&](int64_t i, const std::vector<int64_t>& at) {
           o[i] = binary_value<T>(op, a[at[0]], b[at[1]]);
         });
+        }
       });
       return true;
     case OpKind::kCompare:
       with_type(ins[0].dtype(), [&](auto tag) {
         using T = decltype(tag);
+        if constexpr (kStorageOnlyElement<T>) throw std::logic_error("reference: comparison of a storage dtype");
+        else {
         const T *a = ins[0].data<T>(), *b = ins[1].data<T>();
         uint8_t* o = result.data<uint8_t>();
         for_each_element(out.shape, ins, [&](int64_t i, const std::vector<int64_t>& at) {
@@ -210,6 +215,7 @@ bool reference_elementwise(Op op, const Attrs& attrs, const ValueType& out,
           using V = std::conditional_t<std::is_same_v<T, uint8_t>, bool, T>;
           o[i] = compare_value<V>(op, a[at[0]], b[at[1]]);
         });
+        }
       });
       return true;
     case OpKind::kLogical: {

@@ -89,7 +89,8 @@ void reduce(Op op, const Attrs& at, const ValueType& out, const Array& x, Array&
   for (int64_t o = 0; o < result.size(); ++o) set(result, o, acc[o]);
 }
 
-void argmax(const Attrs& at, const ValueType& out, const Array& x, Array& result) {
+// argmax (max) or argmin (!max): the first extreme, a NaN being the most extreme.
+void arg_extreme(bool max, const Attrs& at, const ValueType& out, const Array& x, Array& result) {
   const Shape& xs = x.shape();
   const size_t axis = static_cast<size_t>(at.axis);
   for (int64_t o = 0; o < result.size(); ++o) {
@@ -105,7 +106,8 @@ void argmax(const Attrs& at, const ValueType& out, const Array& x, Array& result
       if (best < 0) {
         best = k;
         best_value = v;
-      } else if (!std::isnan(best_value) && (std::isnan(v) || v > best_value)) {
+      } else if (!std::isnan(best_value) &&
+                 (std::isnan(v) || (max ? v > best_value : v < best_value))) {
         best = k;
         best_value = v;
       }
@@ -128,9 +130,9 @@ bool reference_matmul_reduce(Op op, const Attrs& attrs, const ValueType& out,
       assert(ins.size() == 1);
       reduce(op, attrs, out, ins[0], result);
       return true;
-    case Op::ArgMax:
+    case Op::ArgMax: case Op::ArgMin:
       assert(ins.size() == 1);
-      argmax(attrs, out, ins[0], result);
+      arg_extreme(op == Op::ArgMax, attrs, out, ins[0], result);
       return true;
     default: return false;
   }

@@ -24,6 +24,8 @@ bool select_argmax(Instr& instr);
 bool select_layout(Instr& instr);
 bool select_index(Instr& instr);
 bool select_collective(Instr& instr);
+bool select_patches(Instr& instr);   // patches.cc
+bool select_random(Instr& instr);    // random.cc
 
 // The most dimensions a fast kernel walks with an on-stack odometer after merging
 // contiguous dimensions; select throws std::logic_error beyond it.
@@ -32,6 +34,7 @@ inline constexpr int kMaxKernelRank = 32;
 // Unsigned integer of the given byte size: layout and gather kernels move bits, not values.
 template <int Bytes> struct Word;
 template <> struct Word<1> { using type = uint8_t; };
+template <> struct Word<2> { using type = uint16_t; };
 template <> struct Word<4> { using type = uint32_t; };
 template <> struct Word<8> { using type = uint64_t; };
 
@@ -40,6 +43,7 @@ template <template <class> class Fn>
 KernelFn by_element_size(DType t) {
   switch (dtype_size(t)) {
     case 1: return Fn<uint8_t>::run;
+    case 2: return Fn<uint16_t>::run;
     case 4: return Fn<uint32_t>::run;
     case 8: return Fn<uint64_t>::run;
   }
@@ -52,5 +56,7 @@ bool reference_matmul_reduce(Op op, const Attrs& attrs, const ValueType& out,
                              std::span<const Array> ins, Array& result);
 bool reference_layout_index(Op op, const Attrs& attrs, const ValueType& out,
                             std::span<const Array> ins, const RunContext* ctx, Array& result);
+bool reference_patches(Op op, const Attrs& attrs, std::span<const Array> ins, Array& result);
+bool reference_random(Op op, const Attrs& attrs, std::span<const Array> ins, Array& result);
 
 }  // namespace fjit::kernels::st

@@ -112,6 +112,7 @@ bool select_index(Instr& instr) {
     case DType::f64: instr.fn = scatter_add_kernel<double>; return true;
     case DType::i32: instr.fn = scatter_add_kernel<int32_t>; return true;
     case DType::boolean: instr.fn = scatter_add_kernel<uint8_t>; return true;
+    default: return false;
   }
   return false;
 }

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/ir/array.h"
+#include "core/ir/convert.h"
 
 namespace fjit::kernels::st::ref {
 
@@ -32,12 +33,7 @@ inline double get(const Array& a, int64_t i) { return a.at_as_double(i); }
 
 // Stores v (a value of a's dtype, or any number for bool: nonzero is true) at flat i.
 inline void set(Array& a, int64_t i, double v) {
-  switch (a.dtype()) {
-    case DType::f32: a.data<float>()[i] = static_cast<float>(v); break;
-    case DType::f64: a.data<double>()[i] = v; break;
-    case DType::i32: a.data<int32_t>()[i] = static_cast<int32_t>(v); break;
-    case DType::boolean: a.data<uint8_t>()[i] = v != 0; break;
-  }
+  set_element_from_double(a.dtype(), a.raw(), i, v);
 }
 
 }  // namespace fjit::kernels::st::ref

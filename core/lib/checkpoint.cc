@@ -43,14 +43,18 @@ const char* safetensors_dtype(DType t) {
     case DType::f64: return "F64";
     case DType::i32: return "I32";
     case DType::boolean: return "BOOL";
+    case DType::u8: return "U8";
+    case DType::u32: return "U32";
+    case DType::f16: return "F16";
+    case DType::bf16: return "BF16";
   }
   return "?";
 }
 
 bool dtype_from_safetensors(const std::string& s, DType* out) {
-  for (DType t : {DType::f32, DType::f64, DType::i32, DType::boolean})
-    if (s == safetensors_dtype(t)) {
-      *out = t;
+  for (int i = 0; i < kNumDTypes; ++i)
+    if (s == safetensors_dtype(static_cast<DType>(i))) {
+      *out = static_cast<DType>(i);
       return true;
     }
   return false;
@@ -118,7 +122,7 @@ TensorSpec parse_spec(const std::string& path, const std::string& name, const Js
   const std::string dtype_name = dtype->get<std::string>();
   if (!dtype_from_safetensors(dtype_name, &t.dtype))
     fail(path, where + "dtype \"" + dtype_name +
-                   "\" is not supported (fjit reads F32, F64, I32, BOOL)");
+                   "\" is not supported (fjit reads F32, F64, I32, BOOL, U8, U32, F16, BF16)");
   // Capping the byte count at 2^62 keeps it (and Array's int64 element count) from
   // overflowing on a hostile shape; any zero extent makes the tensor empty regardless.
   uint64_t nbytes = static_cast<uint64_t>(dtype_size(t.dtype));

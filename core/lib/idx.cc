@@ -169,9 +169,17 @@ IdxFile read_idx(const std::string& path, uint32_t expected_magic) {
   return out;
 }
 
-Array load_images(const std::string& path) {
+Array load_images(const std::string& path, DType pixels_dtype) {
   IdxFile f = read_idx(path, kIdxImagesMagic);
   const int64_t n = f.dims[0], pixels = f.dims[1] * f.dims[2];
+  if (pixels_dtype == DType::u8) {
+    Array a(DType::u8, Shape{n, pixels});
+    if (!f.bytes.empty()) std::memcpy(a.raw(), f.bytes.data(), f.bytes.size());
+    return a;
+  }
+  if (pixels_dtype != DType::f32)
+    throw std::invalid_argument(path + ": images load as f32 or u8, not " +
+                                dtype_name(pixels_dtype));
   Array a(DType::f32, Shape{n, pixels});
   float* d = a.data<float>();
   // Dividing (not multiplying by 1/255) keeps byte -> float exact to invert: round(x*255).
@@ -187,8 +195,9 @@ Array load_labels(const std::string& path) {
   return a;
 }
 
-Dataset load_dataset(const std::string& images_path, const std::string& labels_path) {
-  Array images = load_images(images_path), labels = load_labels(labels_path);
+Dataset load_dataset(const std::string& images_path, const std::string& labels_path,
+                     DType pixels_dtype) {
+  Array images = load_images(images_path, pixels_dtype), labels = load_labels(labels_path);
   if (images.shape()[0] != labels.shape()[0])
     throw std::runtime_error(images_path + " holds " + std::to_string(images.shape()[0]) +
                              " images but " + labels_path + " holds " +
@@ -197,7 +206,7 @@ Dataset load_dataset(const std::string& images_path, const std::string& labels_p
   return Dataset({{"images", std::move(images)}, {"labels", std::move(labels)}});
 }
 
-Dataset load_fashion_mnist(const std::string& dir, const std::string& split) {
+Dataset load_fashion_mnist(const std::string& dir, const std::string& split, DType pixels_dtype) {
   if (split != "train" && split != "t10k")
     throw std::invalid_argument("load_fashion_mnist: split must be \"train\" or \"t10k\", got \"" +
                                 split + "\"");
@@ -219,7 +228,7 @@ Dataset load_fashion_mnist(const std::string& dir, const std::string& split) {
                                "them in " + kDebianFashionMnistDir + ")");
   }
   std::string labels_path = pick(split + "-labels-idx1-ubyte");
-  Dataset ds = load_dataset(pick(split + "-images-idx3-ubyte"), labels_path);
+  Dataset ds = load_dataset(pick(split + "-images-idx3-ubyte"), labels_path, pixels_dtype);
   const Array& labels = ds["labels"];
   const int32_t* y = labels.data<int32_t>();
   for (int64_t i = 0; i < labels.size(); ++i)

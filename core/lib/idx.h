@@ -38,18 +38,21 @@ struct IdxFile {
 // (which fixes the element type and the number of dimensions).
 IdxFile read_idx(const std::string& path, uint32_t expected_magic);
 
-// f32 [N, rows*cols], each pixel scaled to [0, 1] (byte / 255).
-Array load_images(const std::string& path);
+// f32 [N, rows*cols], each pixel scaled to [0, 1] (byte / 255); with pixels_dtype u8, the
+// file's bytes as they are (a quarter of the memory; a step casts and scales them).
+Array load_images(const std::string& path, DType pixels_dtype = DType::f32);
 // i32 [N], the label bytes as they are.
 Array load_labels(const std::string& path);
 
 // Loads a pair of files and checks they hold the same number of examples. The data set's
-// columns are "images" (f32 [N, rows*cols] in [0, 1]) and "labels" (i32 [N]).
-Dataset load_dataset(const std::string& images_path, const std::string& labels_path);
+// columns are "images" (as load_images makes them) and "labels" (i32 [N]).
+Dataset load_dataset(const std::string& images_path, const std::string& labels_path,
+                     DType pixels_dtype = DType::f32);
 
 // Loads `<dir>/<split>-images-idx3-ubyte.gz` and `<dir>/<split>-labels-idx1-ubyte.gz`
 // (falling back to the names without .gz when only unpacked files exist). `split` is
 // "train" (60000 examples) or "t10k" (10000). Also checks every label is a class in [0, 9].
-Dataset load_fashion_mnist(const std::string& dir, const std::string& split);
+Dataset load_fashion_mnist(const std::string& dir, const std::string& split,
+                           DType pixels_dtype = DType::f32);
 
 }  // namespace fjit::io

@@ -177,7 +177,10 @@ std::shared_ptr<const CompiledEntry> JitCore::compile_locked(const FlatArgs& arg
   for (size_t i = 0; i < args.leaves.size(); ++i) {
     const Node& p = ctx.graph.node(ctx.graph.parameters[i]);
     if (!same_type(*args.leaves[i], ValueType{p.dtype, p.shape}))
-      throw std::logic_error("jit: parameter types disagree with the arguments");
+      throw std::logic_error("jit: parameter types disagree with the arguments: parameter " +
+                             std::to_string(i) + " is " + type_str(p.dtype, p.shape) +
+                             ", its argument " + type_str(args.leaves[i]->dtype(),
+                                                          args.leaves[i]->shape()));
   }
   traces_.fetch_add(1);
   metrics().traces.fetch_add(1);

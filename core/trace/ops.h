@@ -91,6 +91,8 @@ Tensor min(const Tensor& x, Axes axes = {}, bool keepdims = false, Loc loc = Loc
 Tensor all(const Tensor& x, Axes axes = {}, bool keepdims = false, Loc loc = Loc::current());
 Tensor any(const Tensor& x, Axes axes = {}, bool keepdims = false, Loc loc = Loc::current());
 Tensor argmax(const Tensor& x, int64_t axis, bool keepdims = false, Loc loc = Loc::current());
+// The first index of the smallest element along `axis` (i32); NaN counts as the smallest.
+Tensor argmin(const Tensor& x, int64_t axis, bool keepdims = false, Loc loc = Loc::current());
 
 // Layout. reshape accepts one -1 extent.
 Tensor reshape(const Tensor& x, Shape shape, Loc loc = Loc::current());

@@ -72,6 +72,13 @@ Tensor argmax(const Tensor& x, int64_t axis, bool keepdims, Loc loc) {
   return detail::build("argmax", Op::ArgMax, {x}, std::move(a), no_hint(), &loc);
 }
 
+Tensor argmin(const Tensor& x, int64_t axis, bool keepdims, Loc loc) {
+  Attrs a;
+  a.axis = norm_axis("argmin", x, axis, 0, loc);
+  a.keepdims = keepdims;
+  return detail::build("argmin", Op::ArgMin, {x}, std::move(a), no_hint(), &loc);
+}
+
 Tensor reshape(const Tensor& x, Shape shape, Loc loc) {
   int inferred = -1;
   int64_t known = 1;

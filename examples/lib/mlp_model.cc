@@ -12,17 +12,12 @@ ArrayDict init_mlp(const std::vector<int64_t>& sizes, uint64_t seed) {
 }
 
 Tensor mlp_logits(const Params& p, const Tensor& x) {
-  const size_t layers = p.size() / 2;
-  Tensor h = x;
-  for (size_t k = 1; k <= layers; ++k) {
-    h = matmul(h, p["w" + std::to_string(k)]) + p["b" + std::to_string(k)];
-    if (k < layers) h = relu(h);
-  }
-  return h;
+  return model_logits(ModelSpec{}, p, x, false);
 }
 
-std::tuple<Tensor, Tensor> mlp_loss(const Params& p, const Tensor& x, const Tensor& y) {
-  Tensor logits = mlp_logits(p, x);
+std::tuple<Tensor, Tensor> model_loss(const ModelSpec& model, const Params& p, const Tensor& x,
+                                      const Tensor& y, bool training, const Tensor& key) {
+  Tensor logits = model_logits(model, p, x, training, key);
   const double classes = static_cast<double>(logits.dim(-1));
   // softmax_cross_entropy would silently score a label outside [0, classes) as zero loss.
   check(all((y > -1.0) && (y < classes)), "labels must be classes in [0, {}); batch has min {} max {}",
@@ -33,8 +28,14 @@ std::tuple<Tensor, Tensor> mlp_loss(const Params& p, const Tensor& x, const Tens
 std::tuple<TensorDict, TensorDict, Tensor, Tensor, Tensor> TrainStepFn::operator()(
     const Params& params, const Params& state, const Tensor& x, const Tensor& y,
     const Tensor& step) const {
+  Tensor key;
+  if (model.kind != ModelKind::mlp)
+    key = fold_in(fold_in(PRNGKey(seed), step), axis_index(axis));
+  auto loss_fn = [&](const Params& p, const Tensor& xs, const Tensor& ys) {
+    return model_loss(model, p, xs, ys, true, key);
+  };
   // One micro-batch is plain value_and_grad; more accumulate over slices of the shard.
-  auto [loss, grads, logits] = accumulate_gradients_aux(mlp_loss, micro_batches)(params, x, y);
+  auto [loss, grads, logits] = accumulate_gradients_aux(loss_fn, micro_batches)(params, x, y);
   // Checked before the all-reduce: only the replica with bad data raises, and is named.
   check(isfinite(loss), "loss {} is not finite", loss);
   TensorDict mean_grads = pmean(grads, axis);
@@ -50,7 +51,7 @@ std::tuple<TensorDict, TensorDict, Tensor, Tensor, Tensor> TrainStepFn::operator
 }
 
 Tensor CorrectCountFn::operator()(const Params& params, const Tensor& x, const Tensor& y) const {
-  Tensor correct = sum(cast(eq(argmax(mlp_logits(params, x), -1), y), DType::f32));
+  Tensor correct = sum(cast(eq(argmax(model_logits(model, params, x, false), -1), y), DType::f32));
   return psum(correct, axis);
 }
 
@@ -61,9 +62,9 @@ TrainStep make_train_step(const Mesh& mesh, TrainStepFn fn, PmapOptions options)
   return pmap(mesh, axis, std::move(fn), std::move(options), PmapArgOptions{{4}});
 }
 
-EvalStep make_eval_step(const Mesh& mesh, PmapOptions options) {
+EvalStep make_eval_step(const Mesh& mesh, PmapOptions options, ModelSpec model) {
   if (options.jit.name == "fn") options.jit.name = "eval_step";
-  return pmap(mesh, "batch", CorrectCountFn{"batch"}, std::move(options));
+  return pmap(mesh, "batch", CorrectCountFn{"batch", std::move(model)}, std::move(options));
 }
 
 double evaluate_accuracy(EvalStep& eval, const Mesh& mesh, const ArrayDict& params,

@@ -1,9 +1,10 @@
-// The model the examples train: an MLP classifier (ReLU hidden layers, softmax cross entropy)
-// and its data-parallel training step and evaluation, shared by examples/train_fashion_mnist.cc,
+// The data-parallel training step and evaluation of the examples' classifiers (the MLP, CNN or
+// ViT of lib/models.h, softmax cross entropy), shared by examples/train_*.cc,
 // examples/poisoned_batch.cc and the end-to-end tests.
 //
 // The training step is one pmap'd function of (params, optimizer state, images, labels, lr):
-//   value_and_grad of the loss on this replica's shard,
+//   value_and_grad of the loss on this replica's shard (dropout keyed by the run's seed, the
+//   step and the replica: fold_in(fold_in(PRNGKey(seed), step), axis_index)),
 //   check: the local loss is finite (so a report names the replica whose data was bad),
 //   pmean of the gradients (one fused all-reduce of the whole TensorDict) and of the loss,
 //   check: the global norm of the averaged gradient is finite and below a bound,
@@ -22,6 +23,7 @@
 #include <vector>
 
 #include "fjit.h"
+#include "lib/models.h"
 #include "parallel/pmap.h"
 
 namespace fjit::examples {
@@ -38,7 +40,8 @@ Tensor mlp_logits(const Params& p, const Tensor& x);
 
 // Mean softmax cross entropy of the batch, and the logits (for accuracy). Checks (user
 // check) that every label is a class of the model.
-std::tuple<Tensor, Tensor> mlp_loss(const Params& p, const Tensor& x, const Tensor& y);
+std::tuple<Tensor, Tensor> model_loss(const ModelSpec& model, const Params& p, const Tensor& x,
+                                      const Tensor& y, bool training, const Tensor& key);
 
 // The traced training step (see the top of this file). A named type so that the pmap'd step
 // has a type callers can hold. optimizer.lr is ignored: schedule(step) is used.
@@ -48,6 +51,8 @@ struct TrainStepFn {
   int micro_batches = 1;
   double max_grad_norm = 1e3;
   std::string axis = "batch";
+  ModelSpec model;
+  uint64_t seed = 0;  // of the dropout keys
   std::tuple<TensorDict, TensorDict, Tensor, Tensor, Tensor> operator()(
       const Params& params, const Params& state, const Tensor& x, const Tensor& y,
       const Tensor& step) const;
@@ -60,12 +65,13 @@ using TrainStepOut = std::tuple<ArrayDict, ArrayDict, Array, Array, Array>;
 // shard, as an f32 scalar (exact up to 2^24).
 struct CorrectCountFn {
   std::string axis = "batch";
+  ModelSpec model;
   Tensor operator()(const Params& params, const Tensor& x, const Tensor& y) const;
 };
 using EvalStep = Pmapped<CorrectCountFn>;
 
 TrainStep make_train_step(const Mesh& mesh, TrainStepFn fn, PmapOptions options);
-EvalStep make_eval_step(const Mesh& mesh, PmapOptions options);
+EvalStep make_eval_step(const Mesh& mesh, PmapOptions options, ModelSpec model = {});
 
 // Fraction of `data`'s examples ("images", "labels") the model classifies correctly,
 // evaluated data-parallel in batches of `batch_size` (the last one may be smaller: at most

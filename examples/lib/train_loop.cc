@@ -51,6 +51,15 @@ std::string metadata_str(const io::Checkpoint& ck, const std::string& key) {
   return it == ck.metadata.end() ? std::string() : it->second;
 }
 
+ModelSpec model_spec(const TrainOptions& o) {
+  ModelSpec spec;
+  if (!model_from_name(o.model, &spec.kind))
+    throw std::invalid_argument("Trainer: unknown model '" + o.model + "' (mlp, cnn or vit)");
+  spec.layers = o.layers;
+  spec.dropout = o.dropout;
+  return spec;
+}
+
 io::BatchIterator make_batches(const io::Dataset& train, const TrainOptions& o, const Mesh& mesh) {
   return io::BatchIterator(train, {.batch_size = o.batch_size, .seed = o.seed, .shuffle = true,
                                    .drop_last = true, .shard = mesh.data_shard()});
@@ -103,19 +112,23 @@ Trainer::Trainer(Mesh mesh, TrainOptions options, io::Dataset train, io::Dataset
           TrainStepFn{.optimizer = AdamW{.lr = options_.lr, .weight_decay = options_.weight_decay},
                       .schedule = schedule_,
                       .micro_batches = options_.micro_batches,
-                      .max_grad_norm = options_.max_grad_norm},
+                      .max_grad_norm = options_.max_grad_norm,
+                      .model = model_spec(options_),
+                      .seed = options_.seed},
           pmap_options("train_step"))),
       eval_step_(make_eval_step(mesh_, [this] {
         PmapOptions o = pmap_options("eval_step");
         o.divergence_check_every = 0;
         return o;
-      }())) {
+      }(), model_spec(options_))) {
   const Array& images = train_["images"];
   const int64_t features = images.rank() == 2 ? images.shape()[1] : -1;
-  if (options_.layers.size() < 2 || features != options_.layers.front())
-    throw std::invalid_argument(fmt::format("Trainer: images {} do not fit the first layer ({} inputs)",
+  const int64_t inputs = options_.model != "mlp" ? 28 * 28
+                         : options_.layers.empty() ? 0 : options_.layers.front();
+  if ((options_.model == "mlp" && options_.layers.size() < 2) || features != inputs)
+    throw std::invalid_argument(fmt::format("Trainer: images {} do not fit the {} model ({} inputs)",
                                             type_str(images.dtype(), images.shape()),
-                                            options_.layers.empty() ? 0 : options_.layers.front()));
+                                            options_.model, inputs));
   if (options_.batch_size < mesh_.size() * int64_t{options_.micro_batches})
     throw std::invalid_argument(fmt::format("Trainer: a global batch of {} cannot feed {} replicas "
                                             "with {} micro-batches each", options_.batch_size,
@@ -123,7 +136,7 @@ Trainer::Trainer(Mesh mesh, TrainOptions options, io::Dataset train, io::Dataset
   if (batches_.batches_per_epoch() == 0)
     throw std::invalid_argument(fmt::format("Trainer: {} training examples make no batch of {}",
                                             batches_.num_examples(), options_.batch_size));
-  ArrayDict params = mesh_.replicate(init_mlp(options_.layers, options_.seed));
+  ArrayDict params = mesh_.replicate(init_model(model_spec(options_), options_.seed));
   AdamW opt{.lr = options_.lr, .weight_decay = options_.weight_decay};
   ArrayDict state = opt.init_state(params);
   buffers_[0] = TrainStepOut{std::move(params), std::move(state), Array(), Array(), Array()};

@@ -84,7 +84,12 @@ void add_options(CLI::App& app, TrainOptions& o) {
   value("--data-dir", "DIR", "{train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz] files "
         "(default /usr/share/datasets/fashion-mnist)",
         [&o](const std::string& v) { o.data_dir = v; return true; }, "");
-  value("--layers", "A,B,...", "layer sizes (" + join(o.layers) + ")",
+  choice("--model", "M", "mlp, cnn or vit (" + o.model + ")", [&o](const std::string& v) {
+           o.model = v;
+           return v == "mlp" || v == "cnn" || v == "vit";
+         }, "mlp, cnn or vit");
+  real("--dropout", o.dropout, "dropout rate of the cnn and vit models");
+  value("--layers", "A,B,...", "the MLP's layer sizes (" + join(o.layers) + ")",
         [&o](const std::string& v) { return parse_layers(v, o.layers); }, "sizes like 784,512,256,10");
   value("--checkpoint-dir", "DIR", "write checkpoints here (none)",
         [&o](const std::string& v) { o.checkpoint_dir = v; return true; }, "");
@@ -153,6 +158,8 @@ ParsedOptions parse_train_options(int argc, char** argv, TrainOptions defaults) 
   }
   if (r.error.empty() && !r.help && r.options.resume && r.options.checkpoint_dir.empty())
     r.error = "--resume needs --checkpoint-dir";
+  if (r.error.empty() && !r.help && r.options.dropout >= 1.0)
+    r.error = "--dropout must be below 1";
   return r;
 }
 
@@ -162,9 +169,11 @@ std::string train_usage(const char* program, const TrainOptions& d) {
 }
 
 std::string describe(const TrainOptions& o) {
-  return fmt::format("layers {} | epochs {} | global batch {}{} | AdamW lr {} ({}{}) wd {} | seed {} | "
+  const std::string model = o.model == "mlp" ? "mlp " + join(o.layers)
+                            : fmt::format("{} dropout {}", o.model, o.dropout);
+  return fmt::format("{} | epochs {} | global batch {}{} | AdamW lr {} ({}{}) wd {} | seed {} | "
                      "checks {} on failure {}",
-                     join(o.layers), o.epochs, o.batch_size,
+                     model, o.epochs, o.batch_size,
                      o.micro_batches > 1 ? fmt::format(" in {} micro-batches", o.micro_batches) : "",
                      o.lr, o.lr_schedule,
                      o.warmup_steps > 0 ? fmt::format(", {} warm-up steps", o.warmup_steps) : "",
@@ -182,7 +191,9 @@ Schedule learning_rate_schedule(const TrainOptions& o, int64_t total_steps) {
 }
 
 io::RunConfig run_config(const TrainOptions& o) {
-  return {{"layers", join(o.layers)},
+  return {{"model", o.model},
+          {"layers", o.model == "mlp" ? join(o.layers) : ""},
+          {"dropout", fmt::format("{}", o.dropout)},
           {"optimizer", fmt::format("AdamW lr {} weight decay {}", o.lr, o.weight_decay)},
           {"lr_schedule", o.lr_schedule},
           {"warmup_steps", std::to_string(o.warmup_steps)},

@@ -41,7 +41,9 @@ struct TrainOptions {
   int64_t max_steps = -1;            // stop after this many steps in all (-1: no limit)
   int64_t eval_batch_size = 1000;
   int divergence_check_every = 0;    // compare replicas' parameters every K steps (0: off)
-  std::vector<int64_t> layers = {784, 512, 256, 10};
+  std::vector<int64_t> layers = {784, 512, 256, 10};  // the MLP's
+  std::string model = "mlp";         // mlp, cnn or vit (examples/lib/models.h)
+  double dropout = 0.0;              // cnn and vit
 };
 
 struct ParsedOptions {

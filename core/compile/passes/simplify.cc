@@ -41,6 +41,8 @@ class AlgebraicSimplification : public Pass {
         case Op::Sub:  // x - (+0) == x for every x, including -0.
           if (is_fill_of(out, n.inputs[1], 0.0) && same_type_as(n.inputs[0])) return n.inputs[0];
           break;
+        case Op::StopGradient:  // autodiff is done: the identity
+          return n.inputs[0];
         case Op::Neg:
           if (out.node(n.inputs[0]).op == Op::Neg) return out.node(n.inputs[0]).inputs[0];
           break;
