@@ -33,8 +33,10 @@ void dump(const std::string& dir, const std::string& stem, const std::string& su
 
 // Whether n's kernel may write its result over `in` (the planner decides whether `in` is dead
 // by then): elementwise kernels read each element before they write it, and an all-reduce
-// reduces its buffer in place (so a gradient is reduced where its matmul wrote it, not copied).
+// reduces its buffer in place (so a gradient is reduced where its matmul wrote it, not copied),
+// and a reshape whose operand dies there is no copy at all (its kernel skips out == in).
 bool in_place_ok(const Node& n, const Node& in) {
+  if (n.op == Op::Reshape) return in.dtype == n.dtype;
   const bool kernel_ok = (op_is_elementwise(n.op) && n.op != Op::Cast) || n.op == Op::AllReduce;
   return kernel_ok && in.shape == n.shape && dtype_size(in.dtype) == dtype_size(n.dtype);
 }

@@ -45,6 +45,10 @@ template <class T> void patches_kernel(const Instr& in, const Frame& f) {
   T* out = in.output<T>(f);
   T pad;
   std::memcpy(&pad, &in.p[6], sizeof(T));
+  if (g.c == 1) {  // a first layer's grey image: one element per tap, no memcpy calls
+    g.for_each_tap([&](int64_t row, int64_t src) { out[row] = src >= 0 ? x[src] : pad; });
+    return;
+  }
   g.for_each_tap([&](int64_t row, int64_t src) {
     if (src >= 0) std::memcpy(out + row, x + src, g.c * sizeof(T));
     else std::fill_n(out + row, g.c, pad);
