@@ -24,6 +24,7 @@
 #include "core/runtime/metrics.h"
 #include "core/runtime/threads.h"
 #include "core/trace/collectives.h"
+#include "core/trace/control_flow.h"
 #include "core/trace/dict.h"
 #include "core/trace/ops.h"
 #include "core/trace/tensor.h"
