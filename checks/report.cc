@@ -154,7 +154,7 @@ std::string format_check_report(const Executable& exe, const RaisedChecks& raise
                        check_message(site, std::span<const double>(raised.values[id]).first(kMaxCheckValues), types));
     if (const double it = raised.values[id][kIterationSlot]; !site.loop.empty() && it > 0)
       out += fmt::format(" (in {} iteration {}, the {} at {})", site.loop, static_cast<int64_t>(it) - 1,
-                         site.loop, describe_site(site.loop_site));
+                         site.loop, site.loop_site.str());
     first = false;
     out += fmt::format("\n      {} at {}", site.kind == CheckKind::user ? "check" : "op", describe_site(site.site));
     if (raised.num_replicas > 1) out += "; raised on " + replica_list(raised.replicas[id], raised.num_replicas);

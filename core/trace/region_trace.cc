@@ -112,7 +112,9 @@ TracedRegion trace_region(const char* api, const std::vector<ValueType>& params,
   std::vector<char> inside(ctx->check_sites.size(), 0);
   for (size_t s = sites_before; s < ctx->check_sites.size(); ++s) {
     CheckSite& site = ctx->check_sites[s];
-    if (site.node >= start && dep[site.node]) {
+    if (site.node < 0) {  // inside a region traced within this one: inside this one too
+      r.sites.push_back(static_cast<int>(s));
+    } else if (site.node >= start && dep[site.node]) {
       site.node = -1;
       inside[s] = 1;
       r.sites.push_back(static_cast<int>(s));
