@@ -161,6 +161,42 @@ TEST(Cond, RunsTheTakenBranchWithCaptures) {
   EXPECT_EQ(f.core().trace_count(), 1);
 }
 
+// Collectives in a loop body run once per iteration on every replica, in the same order.
+// Gradient accumulation inside a data-parallel step: 2 replicas x 4 micro-batches of the
+// replica's rows, the mean over replicas taken inside the loop, equals the whole batch.
+TEST(ScanUnderPmap, CollectivesInTheBodyAndGradientAccumulation) {
+  Mesh mesh = Mesh::threads(2);
+  const Array xs = ramp({8, 3}, 1.0), ys = ramp({8, 2}, 0.5, 0.9);
+  const ArrayDict p{{"w", ramp({3, 2}, 0.4)}};
+  auto mse = [](const Params& q, const Tensor& a, const Tensor& b) { return mean(square(matmul(a, q["w"]) - b)); };
+  auto f = pmap(mesh, "r", [&](const Params& q, const Tensor& a, const Tensor& b) {
+    auto [c, partial] = scan([](const Tensor& c, const Tensor& r) {
+      Tensor next = c + psum(r, "r");
+      return std::pair{next, pmax(sum(r), "r")};
+    }, zeros_like(reshape(slice(a, {0, 0}, {1, 3}), {3})), a);
+    auto [l, g] = accumulate_gradients([](const Params& q, const Tensor& a, const Tensor& b) {
+      Tensor loss = mean(square(matmul(a, q["w"]) - b));
+      return pmean(loss, "r");  // a collective inside the accumulation loop's body
+    }, 4)(q, a, b);
+    return std::tuple{c, partial, pmean(g["w"], "r")};
+  });
+  auto [c, partial, g] = f(p, xs, ys);
+  // c: the sum over every row of both shards; partial[i]: the larger row sum of row i of each.
+  for (int64_t k = 0; k < 3; ++k) {
+    double want = 0;
+    for (int64_t r = 0; r < 8; ++r) want += xs.data<double>()[r * 3 + k];
+    EXPECT_NEAR(c.data<double>()[k], want, 1e-14);
+  }
+  for (int64_t i = 0; i < 4; ++i) {
+    double a = 0, b = 0;
+    for (int64_t k = 0; k < 3; ++k) a += xs.data<double>()[i * 3 + k], b += xs.data<double>()[(i + 4) * 3 + k];
+    EXPECT_NEAR(partial.data<double>()[i], std::max(a, b), 1e-14);
+  }
+  auto whole = jit([&](const Params& q, const Tensor& a, const Tensor& b) { return grad(mse)(q, a, b)["w"]; });
+  const Array want = whole(p, xs, ys);
+  for (int64_t i = 0; i < want.size(); ++i) EXPECT_NEAR(g.data<double>()[i], want.data<double>()[i], 1e-14);
+}
+
 TEST(ControlFlowErrors, NameTheOpTheShapesAndTheCallSite) {
   const Array a = ramp({3}, 1.0), xs = ramp({4, 3}, 1.0), ys = ramp({5, 2}, 1.0);
   std::string e = error_of<TraceError>([&] {
