@@ -272,7 +272,7 @@ struct HostCost {
 HostCost host_cost(Communicator* comm, bool with_mpi, int rounds, int batch) {
   const Executable& exe = checked_plan();
   std::vector<uint32_t> flags(exe.num_check_sites(), 0);
-  std::vector<double> payload(flags.size() * kMaxCheckValues, 0.0);
+  std::vector<double> payload(flags.size() * kCheckPayloadSlots, 0.0);
   StepChecks sc;
   sc.exe = &exe;
   sc.flags = flags.data();

@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "core/ir/check_payload.h"
+#include "core/ir/region.h"
 #include "core/trace/stack_trace.h"
 
 namespace fjit {
@@ -77,6 +78,19 @@ std::string indent(const std::string& text, const std::string& pad) {
   return out;
 }
 
+// Check nodes by site id, in the graph and in the sub-graphs of its control-flow ops.
+void find_check_nodes(const Graph& g, std::vector<const Node*>& out, std::vector<const Graph*>& owner) {
+  const int n = static_cast<int>(out.size());
+  for (const Node& node : g.nodes()) {
+    if (node.op == Op::Check && node.attrs.index >= 0 && node.attrs.index < n) {
+      out[node.attrs.index] = &node;
+      owner[node.attrs.index] = &g;
+    }
+    if (node.attrs.region && node.op != Op::Output)
+      for (const auto& sub : node.attrs.region->graphs) find_check_nodes(*sub, out, owner);
+  }
+}
+
 }  // namespace
 
 int RaisedChecks::count() const {
@@ -123,10 +137,8 @@ std::string format_check_report(const Executable& exe, const RaisedChecks& raise
   const int n = exe.num_check_sites();
   // Value dtypes come from the check nodes of the compiled graph (found by site id).
   std::vector<const Node*> check_node(n, nullptr);
-  if (exe.graph)
-    for (const Node& node : exe.graph->nodes())
-      if (node.op == Op::Check && node.attrs.index >= 0 && node.attrs.index < n)
-        check_node[node.attrs.index] = &node;
+  std::vector<const Graph*> check_graph(n, nullptr);
+  if (exe.graph) find_check_nodes(*exe.graph, check_node, check_graph);
   const int count = raised.count();
   std::string out = fmt::format("fjit: check failed in '{}' at step {}: {} check{} raised (policy: {})",
                                 function, raised.step, count, count == 1 ? "" : "s",
@@ -138,10 +150,13 @@ std::string format_check_report(const Executable& exe, const RaisedChecks& raise
     std::vector<DType> types;
     if (check_node[id])
       for (size_t k = 1; k < check_node[id]->inputs.size(); ++k)
-        types.push_back(exe.graph->node(check_node[id]->inputs[k]).dtype);
+        types.push_back(check_graph[id]->node(check_node[id]->inputs[k]).dtype);
     const bool root = raised.root_cause(site, id);
     out += fmt::format("\n  #{}{}{} {}", id, first ? " [first]" : "", root ? " [root cause]" : "",
-                       check_message(site, raised.values[id], types));
+                       check_message(site, std::span<const double>(raised.values[id]).first(kMaxCheckValues), types));
+    if (const double it = raised.values[id][kIterationSlot]; !site.loop.empty() && it > 0)
+      out += fmt::format(" (in {} iteration {}, the {} at {})", site.loop, static_cast<int64_t>(it) - 1,
+                         site.loop, site.loop_site.str());
     first = false;
     out += fmt::format("\n      {} at {}", site.kind == CheckKind::user ? "check" : "op", describe_site(site.site));
     if (raised.num_replicas > 1) out += "; raised on " + replica_list(raised.replicas[id], raised.num_replicas);

@@ -24,7 +24,7 @@ struct RaisedChecks {
   // Per site id: the replicas that raised it, ascending; empty when it did not raise.
   std::vector<std::vector<int>> replicas;
   // Per site id: the values recorded by the first replica that raised it.
-  std::vector<std::array<double, kMaxCheckValues>> values;
+  std::vector<std::array<double, kCheckPayloadSlots>> values;  // values, then the iteration slot
 
   int count() const;
   bool raised(int site) const { return !replicas[site].empty(); }

@@ -44,7 +44,7 @@ RaisedChecks local_checks(const StepChecks& s, int n) {
   for (int i = 0; i < n; ++i) {
     if (!s.flags[i]) continue;
     r.replicas[i].push_back(s.replica);
-    if (s.payload) std::copy_n(s.payload + i * kMaxCheckValues, kMaxCheckValues, r.values[i].begin());
+    if (s.payload) std::copy_n(s.payload + i * kCheckPayloadSlots, kCheckPayloadSlots, r.values[i].begin());
   }
   return r;
 }
@@ -59,11 +59,11 @@ RaisedChecks gather_checks(const StepChecks& s, int n, const std::vector<Summary
     step = std::min(step, x.step);  // equal under pmap; callers of JitCore::run pass one step
   }
   const size_t words = (max_sites + 63) / 64;
-  const size_t block = words + static_cast<size_t>(max_sites) * kMaxCheckValues;
+  const size_t block = words + static_cast<size_t>(max_sites) * kCheckPayloadSlots;
   std::vector<uint64_t> send(block, 0), recv(block * size, 0);
   for (int i = 0; i < n; ++i)
     if (s.flags[i]) send[i / 64] |= uint64_t{1} << (i % 64);
-  if (s.payload) std::memcpy(send.data() + words, s.payload, sizeof(double) * n * kMaxCheckValues);
+  if (s.payload) std::memcpy(send.data() + words, s.payload, sizeof(double) * n * kCheckPayloadSlots);
   comm.all_gather(send.data(), recv.data(), block * sizeof(uint64_t));
 
   RaisedChecks r;
@@ -76,7 +76,7 @@ RaisedChecks gather_checks(const StepChecks& s, int n, const std::vector<Summary
       const uint64_t* b = recv.data() + rep * block;
       if (i >= all[rep].sites || !(b[i / 64] >> (i % 64) & 1)) continue;
       if (r.replicas[i].empty())
-        std::memcpy(r.values[i].data(), b + words + i * kMaxCheckValues, sizeof(double) * kMaxCheckValues);
+        std::memcpy(r.values[i].data(), b + words + i * kCheckPayloadSlots, sizeof(double) * kCheckPayloadSlots);
       r.replicas[i].push_back(rep);
     }
   return r;

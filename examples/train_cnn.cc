@@ -1,5 +1,5 @@
-// A CNN on Fashion-MNIST, data-parallel, checks on: two conv3x3 + ReLU + max-pool blocks (32
-// and 64 channels), dropout, a 128-unit dense layer, dropout, 10 logits
+// A CNN on Fashion-MNIST, data-parallel, checks on: three conv3x3 + ReLU + max-pool blocks
+// (32, 64 and 128 channels), dropout, a 128-unit dense layer, dropout, 10 logits
 // (examples/lib/models.h). Images go into the step as the file's u8 bytes.
 //
 //   build/examples/train_cnn --replicas 2          # two thread replicas

@@ -25,6 +25,7 @@
 #include "core/runtime/metrics.h"
 #include "core/runtime/threads.h"
 #include "core/trace/collectives.h"
+#include "core/trace/control_flow.h"
 #include "core/trace/dict.h"
 #include "core/trace/nn.h"
 #include "core/trace/ops.h"

@@ -180,6 +180,24 @@ std::vector<GradCase> cases() {
                 [](V x) { return take(x[0], reshape(idx({3, 3, 0, 1}), {2, 2}), 1); }});
   cs.push_back({"scatter_add repeated indices", {Op::ScatterAdd}, {{{4, 3}}},
                 [](V x) { return scatter_add(x[0], idx({1, 1, 3, 0}), {5, 3}, 0); }});
+  // Control flow (core/trace/control_flow.h): the loop's VJP is a reversed scan; the carry,
+  // the xs rows and the captured x[2] all get gradients.
+  cs.push_back({"scan", {Op::Scan}, {{{2, 3}}, {{4, 2, 3}}, {{2, 3}}}, [](V x) {
+    auto [c, ys] = scan([&](const Tensor& c, const Tensor& r) {
+      Tensor next = sin(c * r) + x[2];
+      return std::pair{next, next * c};
+    }, x[0], x[1]);
+    return concat({c, reshape(ys, {8, 3})}, 0);
+  }});
+  cs.push_back({"cond true branch", {Op::Cond}, {{{2, 3}}, {{2, 3}}}, [](V x) {
+    return cond(sum(x[0]) > -100.0, [&](const Tensor& a) { return exp(a) * x[1]; },
+                [](const Tensor& a) { return a; }, x[0]);
+  }});
+  cs.push_back({"custom_vjp of tanh with its exact gradient", {Op::CustomVjp}, {{{2, 3}}}, [](V x) {
+    auto f = custom_vjp([](const Tensor& a) { Tensor t = tanh(a); return std::pair{t, t}; },
+                        [](const Tensor& t, const Tensor& ct) { return ct * (1.0 - t * t); });
+    return f(x[0]);
+  }});
   // Composites differentiate through their parts.
   cs.push_back({"log_softmax", {}, {{{2, 5}}}, [](V x) { return log_softmax(x[0]); }});
   cs.push_back({"softmax_cross_entropy", {}, {{{3, 4}}},

@@ -121,6 +121,27 @@ TEST(AccumulateGradients, EqualsTheWholeBatchForEvenAndUnevenSplits) {
   }
 }
 
+// The micro-batches run as one loop (two for an uneven split): the plan, its graph and the
+// loop body's plan are the same size for 2 and 64 micro-batches.
+TEST(AccumulateGradients, PlanSizeDoesNotGrowWithTheNumberOfMicroBatches) {
+  const ArrayDict p = accumulation_params();
+  auto size_of = [&](int k, int64_t rows) {
+    auto f = jit([k](const Params& q, const Tensor& a, const Tensor& b) {
+      auto [l, g] = accumulate_gradients(mse, k)(q, a, b);
+      return std::tuple{l, g};
+    });
+    f(p, ramp(rows, 3, 1.0), ramp(rows, 2, 0.5));
+    const Executable& exe = *f.core().last_entry()->exe;
+    int loops = 0;
+    for (const Instr& in : exe.instrs) loops += in.op == Op::Scan;
+    return std::tuple{exe.instrs.size(), exe.graph->size(), loops};
+  };
+  EXPECT_EQ(size_of(2, 128), size_of(64, 128));
+  EXPECT_EQ(std::get<2>(size_of(64, 128)), 1);
+  EXPECT_EQ(size_of(3, 130), size_of(60, 130));  // uneven: 130 = 1 x 44 + 2 x 43 and 10 x 3 + 50 x 2
+  EXPECT_EQ(std::get<2>(size_of(60, 130)), 2);
+}
+
 TEST(AccumulateGradients, AuxRowsComeBackInOrder) {
   auto loss_with_pred = [](const Params& q, const Tensor& a, const Tensor& b) {
     const Tensor pred = matmul(a, q["w"]) + q["b"];

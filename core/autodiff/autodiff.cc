@@ -2,10 +2,13 @@
 // leaves and the output, applying one VJP rule per node and summing cotangents with add.
 #include "core/autodiff/autodiff.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
 
+#include "absl/container/flat_hash_map.h"
+#include "core/ir/region.h"
 #include "core/runtime/log.h"
 
 namespace fjit {
@@ -21,7 +24,8 @@ std::vector<bool> depends_on_leaves(const Graph& g, const std::vector<int>& leav
     if (id <= last) dep[id] = true;
   for (int id = 0; id <= last; ++id) {
     const Node& n = g.node(id);
-    if (!is_floating(n.dtype)) {
+    // A control-flow op's own value is a placeholder: its results (outputs) carry the types.
+    if (!is_floating(n.dtype) && !(op_kind(n.op) == OpKind::kControl && n.op != Op::Output)) {
       dep[id] = false;
       continue;
     }
@@ -55,6 +59,74 @@ void report_unused(TraceContext& ctx, const std::vector<std::string>& unused, co
   std::string msg = std::string("fjit: ") + api + ": " + what + " (at " + Site::from(loc).str() + ")";
   log().warn("{}", msg);
   ctx.warnings.push_back(std::move(msg));
+}
+
+// The reverse-mode walk from outputs `ys` (with cotangents `seeds`) back to the leaves:
+// returns the cotangent of every node up to the last output (undefined where none flows).
+std::vector<Tensor> walk(TraceContext& tc, const std::vector<Tensor>& ys, const std::vector<Tensor>& seeds,
+                         const std::vector<int>& leaf_ids, const Loc& loc) {
+  TraceContext* ctx = &tc;
+  Graph& g = ctx->graph;
+  int last = -1;
+  for (const Tensor& y : ys) last = std::max(last, y.id());
+  std::vector<bool> is_leaf(last + 1, false);
+  for (int id : leaf_ids)
+    if (id <= last) is_leaf[id] = true;
+  const std::vector<bool> dep = depends_on_leaves(g, leaf_ids, last);
+  // Backward reach from y within the dependent set: the nodes whose cotangent matters. The
+  // walk stops at the leaves: arguments are independent variables even when one was computed
+  // from another before f was called.
+  std::vector<bool> live(last + 1, false);
+  std::vector<Tensor> ct(last + 1);
+  for (size_t k = 0; k < ys.size(); ++k) {
+    const int id = ys[k].id();
+    if (!dep[id] || !seeds[k].defined()) continue;
+    live[id] = true;
+    ct[id] = ct[id].defined() ? add(ct[id], seeds[k], loc) : seeds[k];
+  }
+  for (int id = last; id >= 0; --id) {
+    if (!live[id] || is_leaf[id]) continue;
+    for (int in : g.node(id).inputs)
+      if (dep[in]) live[in] = true;
+  }
+  // Per control-flow node: the cotangents of its results, gathered from its output nodes.
+  absl::flat_hash_map<int, std::vector<Tensor>> results_ct;
+  const Tensor none;
+  for (int id = last; id >= 0; --id) {
+    if (!live[id] || is_leaf[id]) continue;
+    const Node node = g.node(id);  // a copy: rules append to the graph
+    if (node.op == Op::Output) {
+      if (!ct[id].defined()) continue;
+      std::vector<Tensor>& r = results_ct[node.inputs[0]];
+      r.resize(node.attrs.region->outputs.size());
+      Tensor& slot = r[node.attrs.index];
+      slot = slot.defined() ? add(slot, ct[id], loc) : ct[id];
+      continue;
+    }
+    const bool control = op_kind(node.op) == OpKind::kControl;
+    auto gathered = results_ct.find(id);
+    if (control ? gathered == results_ct.end() : !ct[id].defined()) continue;
+    VjpRule rule = vjp_rule(node.op);
+    if (!rule) continue;  // not differentiable: no cotangent flows past it
+    std::vector<Tensor> ins;
+    std::vector<bool> need;
+    for (int in : node.inputs) {
+      ins.push_back(Tensor::from_node(ctx, in));
+      need.push_back(live[in]);
+    }
+    const Tensor out = Tensor::from_node(ctx, id);
+    std::vector<Tensor> in_ct = rule(VjpArgs{node, ins, out, control ? none : ct[id], need,
+                                             control ? &gathered->second : nullptr});
+    for (size_t k = 0; k < node.inputs.size() && k < in_ct.size(); ++k) {
+      const int in = node.inputs[k];
+      if (!need[k] || !in_ct[k].defined()) continue;
+      if (in_ct[k].shape() != ins[k].shape() || in_ct[k].dtype() != ins[k].dtype())
+        throw std::logic_error(std::string("vjp rule for ") + op_name(node.op) + " returned " +
+                               in_ct[k].type_string() + " for input " + ins[k].type_string());
+      ct[in] = ct[in].defined() ? add(ct[in], in_ct[k], loc) : in_ct[k];
+    }
+  }
+  return ct;
 }
 
 }  // namespace
@@ -98,57 +170,16 @@ std::vector<Tensor> vjp_named(const Tensor& y, const WrtLeaves& wrt, const Tenso
     leaf_ids.push_back(t.id());
   }
 
-  Graph& g = ctx->graph;
-  const int last = y.id();
-  std::vector<bool> is_leaf(last + 1, false);
-  for (int id : leaf_ids)
-    if (id <= last) is_leaf[id] = true;
-  const std::vector<bool> dep = depends_on_leaves(g, leaf_ids, last);
-  // Backward reach from y within the dependent set: the nodes whose cotangent matters. The
-  // walk stops at the leaves: arguments are independent variables even when one was computed
-  // from another before f was called.
-  std::vector<bool> live(last + 1, false);
-  live[last] = dep[last];
-  for (int id = last; id >= 0; --id) {
-    if (!live[id] || is_leaf[id]) continue;
-    for (int in : g.node(id).inputs)
-      if (dep[in]) live[in] = true;
-  }
-
-  std::vector<Tensor> ct(last + 1);
-  ct[last] = seed;
-  for (int id = last; id >= 0; --id) {
-    if (!live[id] || is_leaf[id] || !ct[id].defined()) continue;
-    const Node node = g.node(id);  // a copy: rules append to the graph
-    VjpRule rule = vjp_rule(node.op);
-    if (!rule) continue;  // not differentiable: no cotangent flows past it
-    std::vector<Tensor> ins;
-    std::vector<bool> need;
-    for (int in : node.inputs) {
-      ins.push_back(Tensor::from_node(ctx, in));
-      need.push_back(live[in]);
-    }
-    const Tensor out = Tensor::from_node(ctx, id);
-    std::vector<Tensor> in_ct = rule(VjpArgs{node, ins, out, ct[id], need});
-    for (size_t k = 0; k < node.inputs.size() && k < in_ct.size(); ++k) {
-      const int in = node.inputs[k];
-      if (!need[k] || !in_ct[k].defined()) continue;
-      if (in_ct[k].shape() != ins[k].shape() || in_ct[k].dtype() != ins[k].dtype())
-        throw std::logic_error(std::string("vjp rule for ") + op_name(node.op) + " returned " +
-                               in_ct[k].type_string() + " for input " + ins[k].type_string());
-      ct[in] = ct[in].defined() ? add(ct[in], in_ct[k], loc) : in_ct[k];
-    }
-  }
-
+  std::vector<Tensor> ct = walk(*ctx, {y}, {seed}, leaf_ids, loc);
   std::vector<Tensor> out;
   std::vector<std::string> unused;
   for (size_t i = 0; i < wrt.tensors.size(); ++i) {
     const int id = leaf_ids[i];
-    if (id <= last && ct[id].defined()) {
+    if (id < static_cast<int>(ct.size()) && ct[id].defined()) {
       out.push_back(ct[id]);
     } else {
       out.push_back(zeros_like(wrt.tensors[i], loc));
-      unused.push_back(leaf_label(g, wrt.tensors[i], wrt.names[i]));
+      unused.push_back(leaf_label(ctx->graph, wrt.tensors[i], wrt.names[i]));
     }
   }
   if (!unused.empty()) report_unused(*ctx, unused, api, loc);
@@ -156,6 +187,22 @@ std::vector<Tensor> vjp_named(const Tensor& y, const WrtLeaves& wrt, const Tenso
 }
 
 }  // namespace detail
+
+std::vector<Tensor> detail::vjp_many(const std::vector<Tensor>& ys, const std::vector<Tensor>& seeds,
+                                     const std::vector<Tensor>& wrt, const Loc& loc) {
+  TraceContext* ctx = TraceContext::current();
+  std::vector<int> leaf_ids;
+  for (const Tensor& t : wrt) leaf_ids.push_back(t.id());
+  std::vector<Tensor> out;
+  if (ys.empty()) {
+    for (const Tensor& t : wrt) out.push_back(zeros_like(t, loc));
+    return out;
+  }
+  const std::vector<Tensor> ct = walk(*ctx, ys, seeds, leaf_ids, loc);
+  for (const Tensor& t : wrt)
+    out.push_back(t.id() < static_cast<int>(ct.size()) && ct[t.id()].defined() ? ct[t.id()] : zeros_like(t, loc));
+  return out;
+}
 
 std::vector<Tensor> vjp(const Tensor& y, const std::vector<Tensor>& wrt, const Tensor& seed, Loc loc) {
   detail::WrtLeaves w;

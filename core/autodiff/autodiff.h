@@ -65,6 +65,9 @@ struct VjpArgs {
   const Tensor& out;                // its value
   const Tensor& ct;                 // the cotangent of `out`, same type
   const std::vector<bool>& need;
+  // Control-flow ops (several results): the cotangent of each result, undefined where none
+  // flows; `ct` is then undefined.
+  const std::vector<Tensor>* cts = nullptr;
 };
 using VjpRule = std::vector<Tensor> (*)(const VjpArgs& a);
 // The rule for `op`, or nullptr when op_is_differentiable(op) is false.
@@ -96,6 +99,11 @@ struct WrtLeaves {
   std::vector<Tensor> tensors;
   std::vector<std::string> names;  // "arg1" or "arg0.w1"-style keys, for messages
 };
+
+// The cotangents of `wrt` given cotangents `seeds` of several outputs `ys` (for control-flow
+// VJPs). Leaves that no output depends on get zeros, silently.
+std::vector<Tensor> vjp_many(const std::vector<Tensor>& ys, const std::vector<Tensor>& seeds,
+                             const std::vector<Tensor>& wrt, const Loc& loc);
 
 // vjp with names for the leaves, used by grad(); checks the output and leaf types.
 std::vector<Tensor> vjp_named(const Tensor& y, const WrtLeaves& wrt, const Tensor& seed,

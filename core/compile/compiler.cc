@@ -5,9 +5,12 @@
 #include <cstdlib>
 #include <fstream>
 
+#include "absl/container/flat_hash_map.h"
 #include "core/runtime/log.h"
 #include "core/runtime/timeline.h"
+#include "core/compile/control_flow.h"
 #include "core/compile/memory_plan.h"
+#include "core/ir/region.h"
 #include "core/compile/passes/fusion.h"
 #include "core/compile/passes/pass.h"
 
@@ -93,11 +96,25 @@ std::shared_ptr<Executable> Compiler::lower(std::shared_ptr<const Graph> gp, std
   exe->input_last_read.assign(g.parameters.size(), -1);
   exe->input_last_read_in_place.assign(g.parameters.size(), false);
   std::vector<PlannedValue> planned;
-  std::vector<int> planned_node;
+  std::vector<int> planned_buf;  // per planned value, its buffer
   std::vector<int> value_of(g.size(), -1);
+  // Per control-flow node, its read results (output nodes) by index; they are defined by the
+  // control node's instruction (core/compile/control_flow.h).
+  absl::flat_hash_map<int, std::vector<int>> results_of;
   for (int id = 0; id < g.size(); ++id) {
     const Node& n = g.node(id);
-    if (!live[id] || n.op == Op::Parameter) continue;
+    if (!live[id] || n.op != Op::Output) continue;
+    std::vector<int>& r = results_of[n.inputs[0]];
+    r.resize(n.attrs.region->outputs.size(), -1);
+    r[n.attrs.index] = id;
+  }
+  const GraphCompiler compile_graph = [&fusion_options](const Graph& sub) {
+    auto optimized = std::make_shared<const Graph>(optimize(sub, true));
+    return std::shared_ptr<const Executable>(Compiler::lower(optimized, {}, fusion_options));
+  };
+  for (int id = 0; id < g.size(); ++id) {
+    const Node& n = g.node(id);
+    if (!live[id] || n.op == Op::Parameter || n.op == Op::Output) continue;
     if (n.op == Op::Constant) {
       auto data = n.attrs.value ? n.attrs.value
                                 : std::make_shared<const Array>(Array::full(n.dtype, n.shape, n.attrs.scalar));
@@ -128,7 +145,7 @@ std::shared_ptr<Executable> Compiler::lower(std::shared_ptr<const Graph> gp, std
       v.in_place_candidates = in_place;
       value_of[node] = static_cast<int>(planned.size());
       planned.push_back(std::move(v));
-      planned_node.push_back(node);
+      planned_buf.push_back(node_buf[node]);
     };
     Instr instr;
     std::vector<int> operands = n.inputs;
@@ -184,7 +201,24 @@ std::shared_ptr<Executable> Compiler::lower(std::shared_ptr<const Graph> gp, std
       const int64_t k = instr.attrs.trans_a ? a[a.size() - 2] : a.back();
       exe->flops += 2 * n.size() * k;
     }
-    if (group < 0) select_kernel(instr);
+    if (op_kind(n.op) == OpKind::kControl) {
+      prepare_control(instr, n, compile_graph);
+      const auto* plan = static_cast<const ControlPlan*>(instr.prepared.get());
+      const std::vector<int> none(n.attrs.region->outputs.size(), -1);
+      auto found = results_of.find(id);
+      for (int r : found == results_of.end() ? none : found->second) {
+        if (r >= 0) define(r, {}, index);
+        instr.in_bufs.push_back(r >= 0 ? node_buf[r] : -1);
+      }
+      instr.in_bufs.push_back(new_buffer({BufferRef::kArena, 0}));  // scratch, live in this instruction
+      PlannedValue v;
+      v.bytes = static_cast<int64_t>(plan->scratch_bytes);
+      v.def = v.last_use = index;
+      planned.push_back(std::move(v));
+      planned_buf.push_back(instr.in_bufs.back());
+    } else if (group < 0) {
+      select_kernel(instr);
+    }
     exe->instrs.push_back(std::move(instr));
   }
   // Outputs that are inputs, constants, or repeats of another output are copied.
@@ -213,8 +247,7 @@ std::shared_ptr<Executable> Compiler::lower(std::shared_ptr<const Graph> gp, std
     instr.trace_name = timeline::intern(instr.label.empty() ? op_name(instr.op) : instr.label);
   }
   MemoryPlan plan = plan_memory(planned);
-  for (size_t v = 0; v < planned.size(); ++v)
-    exe->buffers[node_buf[planned_node[v]]].where = plan.offset[v];
+  for (size_t v = 0; v < planned.size(); ++v) exe->buffers[planned_buf[v]].where = plan.offset[v];
   exe->arena_bytes = plan.arena_bytes;
   exe->min_live_bytes = plan.min_live_bytes;
   exe->table_bytes_ = (exe->buffers.size() * sizeof(void*) + 63) / 64 * 64;

@@ -43,6 +43,7 @@ void Executable::run_recorded(const Frame& frame) const {
 std::string Executable::plan_string() const {
   std::ostringstream os;
   auto buf = [this](int b) {
+    if (b < 0) return std::string("-");  // a control op's result nothing reads
     const BufferRef& r = buffers[b];
     switch (r.kind) {
       case BufferRef::kInput: return "in" + std::to_string(r.where);

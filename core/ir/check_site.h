@@ -12,6 +12,10 @@ namespace fjit {
 // The most values one check records with its flag (a user check's scalars, an automatic
 // check's summary: core/ir/check_payload.h).
 inline constexpr int kMaxCheckValues = 4;
+// The payload a site records: its values, then one slot for the iteration of the innermost
+// scan or fori_loop the check ran in, plus one (0: not in a loop).
+inline constexpr int kCheckPayloadSlots = kMaxCheckValues + 1;
+inline constexpr int kIterationSlot = kMaxCheckValues;
 
 enum class CheckMode : uint8_t { off = 0, user = 1, all = 2 };
 const char* check_mode_name(CheckMode m);
@@ -46,7 +50,12 @@ struct CheckSite {
   std::string op;               // for automatic checks: the op that produced the bad value
   Site site;                    // where check() was called / the op was created
   std::vector<int> upstream;    // ids of sites whose checked values feed this one
-  int node = -1;                // the check node in the traced graph
+  int node = -1;                // the check node in the traced graph; -1 inside a region
+                                // (a loop body or branch: no upstream links)
+  // The innermost loop around the check ("scan", "fori_loop"; empty: none) and its call site:
+  // the report names the iteration that raised it.
+  std::string loop;
+  Site loop_site;
 };
 
 }  // namespace fjit

@@ -59,12 +59,13 @@ std::vector<int> checked_values(const Graph& g, int check_node) {
 }
 
 void link_new_site(const Graph& g, std::vector<CheckSite>& sites, int s) {
+  if (sites[s].node < 0) return;
   const std::vector<int> mine = checked_values(g, sites[s].node);
   const auto my_key = key_of(g, mine, sites[s], s);
   const std::vector<char> my_ancestors = ancestors(g, predicate_of(g, sites[s]));
   sites[s].upstream.clear();
   for (int e = 0; e < static_cast<int>(sites.size()); ++e) {
-    if (e == s) continue;
+    if (e == s || sites[e].node < 0) continue;
     const std::vector<int> theirs = checked_values(g, sites[e].node);
     if (key_of(g, theirs, sites[e], e) < my_key) {
       if (any_in(theirs, my_ancestors)) sites[s].upstream.push_back(e);
@@ -81,6 +82,7 @@ void link_all_sites(const Graph& g, std::vector<CheckSite>& sites) {
   std::vector<std::vector<int>> checked(num_sites);
   std::vector<std::vector<int>> checkers_of(g.size());  // node -> sites checking it
   for (int s = 0; s < num_sites; ++s) {
+    if (sites[s].node < 0) continue;  // inside a region: no links
     checked[s] = checked_values(g, sites[s].node);
     for (int n : checked[s]) checkers_of[n].push_back(s);
   }
@@ -93,11 +95,12 @@ void link_all_sites(const Graph& g, std::vector<CheckSite>& sites) {
     for (int s : checkers_of[n]) r[s / 64] |= uint64_t{1} << (s % 64);
   }
   for (int b = 0; b < num_sites; ++b) {
+    sites[b].upstream.clear();
+    if (sites[b].node < 0) continue;
     const auto b_key = key_of(g, checked[b], sites[b], b);
     const uint64_t* r = &reach[predicate_of(g, sites[b]) * words];
-    sites[b].upstream.clear();
     for (int a = 0; a < num_sites; ++a)
-      if (a != b && (r[a / 64] >> (a % 64) & 1) && key_of(g, checked[a], sites[a], a) < b_key)
+      if (a != b && sites[a].node >= 0 && (r[a / 64] >> (a % 64) & 1) && key_of(g, checked[a], sites[a], a) < b_key)
         sites[b].upstream.push_back(a);
   }
 }

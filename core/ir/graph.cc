@@ -29,7 +29,7 @@ int Graph::add(Node n) {
   for (int id : bucket)
     if (node_equal(nodes_[id], n)) return id;
   const int id = size();
-  if (op_has_effect(n.op)) effects.push_back(id);
+  if (node_has_effect(n)) effects.push_back(id);
   nodes_.push_back(std::move(n));
   bucket.push_back(id);
   return id;

@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "absl/hash/hash.h"
+#include "core/ir/region.h"
 
 namespace fjit {
 
@@ -20,7 +21,7 @@ std::string Site::str() const {
 bool Attrs::operator==(const Attrs& o) const {
   if (axes != o.axes || starts != o.starts || limits != o.limits || steps != o.steps || window != o.window ||
       axis != o.axis || index != o.index || keepdims != o.keepdims || trans_a != o.trans_a ||
-      trans_b != o.trans_b || reduce != o.reduce || name != o.name)
+      trans_b != o.trans_b || reduce != o.reduce || name != o.name || region != o.region)
     return false;
   // Bitwise comparison so that NaN constants compare equal to themselves and -0 != 0.
   if (std::memcmp(&scalar, &o.scalar, sizeof scalar) != 0) return false;
@@ -33,7 +34,7 @@ size_t Attrs::hash() const {
   uint64_t bits;
   std::memcpy(&bits, &scalar, sizeof bits);
   return absl::HashOf(axes, starts, limits, steps, window, axis, index, keepdims, trans_a, trans_b,
-                      reduce, name, bits, value ? value->fingerprint() : 0);
+                      reduce, name, bits, value ? value->fingerprint() : 0, region.get());
 }
 
 std::string Node::to_string(int id) const {
@@ -60,6 +61,14 @@ std::string Node::to_string(int id) const {
       if (!attrs.name.empty()) os << " \"" << attrs.name << "\"";
       break;
     case Op::Check: os << " site=" << attrs.index; break;
+    case Op::Scan: case Op::Cond: case Op::CustomVjp:
+      if (attrs.region)
+        os << " {" << attrs.region->graphs.size() << " sub-graphs of "
+           << attrs.region->graphs[0]->size() << " nodes, " << attrs.region->outputs.size()
+           << " results" << (op == Op::Scan ? ", length " + std::to_string(attrs.region->length) : "")
+           << (attrs.region->reverse ? ", reverse" : "") << "}";
+      break;
+    case Op::Output: os << " #" << attrs.index; break;
     case Op::AllReduce: case Op::AllGather: case Op::AxisIndex:
       os << " axis_name=\"" << attrs.name << "\"";
       break;
@@ -73,6 +82,10 @@ std::string Node::to_string(int id) const {
   if (attrs.trans_a) os << " trans_a";
   if (attrs.trans_b) os << " trans_b";
   return os.str();
+}
+
+bool node_has_effect(const Node& n) {
+  return op_has_effect(n.op) || (n.attrs.region && n.attrs.region->has_effects && n.op != Op::Output);
 }
 
 }  // namespace fjit

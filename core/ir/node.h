@@ -18,6 +18,7 @@
 namespace fjit {
 
 class StackTrace;  // core/trace/stack_trace.h
+struct Region;     // core/ir/region.h
 
 // Where a node was created in the user's code.
 struct Site {
@@ -57,6 +58,9 @@ struct Attrs {
   uint8_t reduce = 0;           // collectives: ReduceOp
   std::string name;             // collectives: axis name; parameter: argument path
   std::shared_ptr<const Array> value;  // constant data (absent: filled with scalar)
+  // scan, cond, custom_vjp, output: the sub-graphs (compared by identity); output: attrs.index
+  // is which result.
+  std::shared_ptr<const Region> region;
 
   bool operator==(const Attrs& o) const;
   size_t hash() const;
@@ -74,5 +78,9 @@ struct Node {
   // "%7 = add f32[128,512] %5, %6" with attributes; no site.
   std::string to_string(int id) const;
 };
+
+// Whether the node has effects beyond its value (a check, a collective, or a control op whose
+// sub-graphs hold one): such nodes are kept by dead-code elimination and never merged.
+bool node_has_effect(const Node& n);
 
 }  // namespace fjit

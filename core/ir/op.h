@@ -10,7 +10,7 @@ namespace fjit {
 
 enum class OpKind : uint8_t {
   kSource, kUnary, kBinary, kCompare, kLogical, kSelect, kMatMul, kReduce, kLayout, kIndex,
-  kCollective, kRandom, kEffect
+  kCollective, kRandom, kEffect, kControl
 };
 
 // How the result's dtype follows from the operands' (see ops.def).
@@ -26,7 +26,11 @@ enum class ReduceOp : uint8_t { sum, max, min, logical_or };
 const char* reduce_op_name(ReduceOp op);
 
 // Which kernel family runs the op (core/kernels/families.h).
-enum class KernelFamily : uint8_t { kNoKernel, kElementwiseFamily, kStructuralFamily, kCheckFamily };
+// kControlFamily: the compiler lowers the op's sub-graphs into plans of their own and sets
+// the instruction's function itself (core/compile/control_flow.h).
+enum class KernelFamily : uint8_t {
+  kNoKernel, kElementwiseFamily, kStructuralFamily, kCheckFamily, kControlFamily
+};
 
 enum class Op : uint8_t {
 #define FJIT_OP(name, ...) name,

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <string>
 
+#include "core/ir/region.h"
+
 namespace fjit {
 namespace {
 
@@ -288,6 +290,7 @@ ValueType infer_type(Op op, const Attrs& a, std::span<const ValueType> ins, cons
       if (ins.empty() || ins[0].dtype != DType::boolean || !ins[0].shape.empty())
         fail("check needs a bool scalar predicate, got " + types(ins));
       return {DType::boolean, {}};
+    case OpKind::kControl: return control_type(op, a, ins);
   }
   fail("unknown op");
 }

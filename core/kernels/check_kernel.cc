@@ -1,7 +1,7 @@
 // The check instruction: raises flag `site` when its predicate is false and, on the first
 // raise in a step, records up to kMaxCheckValues values for the report: a user check's
 // scalar values as they are, an automatic check's summary of the tensor it checks (see
-// core/ir/check_payload.h). Its value (the predicate) is also written out so the instruction has a
+// core/ir/check_payload.h), and the iteration of the loop it ran in. Its value (the predicate) is also written out so the instruction has a
 // defined result. A passing check costs one load and one store; the rest is out of line.
 #include <cmath>
 
@@ -44,7 +44,8 @@ void summarize(CheckKind kind, double bound, const void* data, const ValueType& 
 [[gnu::noinline, gnu::cold]] void raise(const Instr& in, const Frame& f) {
   const int64_t site = in.attrs.index;
   if (f.ctx->flags[site]++ != 0 || !f.ctx->payload) return;
-  double* values = f.ctx->payload + site * kMaxCheckValues;
+  double* values = f.ctx->payload + site * kCheckPayloadSlots;
+  values[kIterationSlot] = static_cast<double>(f.ctx->iteration + 1);
   const auto kind = static_cast<CheckKind>(in.attrs.axis);
   if (kind != CheckKind::user && in.in_bufs.size() >= 2) {
     summarize(kind, in.attrs.scalar, f.bufs[in.in_bufs[1]], in.ins[1], values);

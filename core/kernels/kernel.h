@@ -29,7 +29,10 @@ struct RunContext {
   int replica = 0;
   int num_replicas = 1;
   uint32_t* flags = nullptr;     // one word per check site; nonzero = raised
-  double* payload = nullptr;     // check values: kMaxCheckValues doubles per site
+  double* payload = nullptr;     // check payloads: kCheckPayloadSlots doubles per site
+  // The iteration of the innermost scan or fori_loop running (-1: none); a raised check
+  // records it in its payload's kIterationSlot.
+  int64_t iteration = -1;
 };
 
 struct Instr;

@@ -20,6 +20,7 @@ void select_kernel(Instr& instr) {
     case KernelFamily::kElementwiseFamily: found = kernels::select_elementwise(instr); break;
     case KernelFamily::kStructuralFamily: found = kernels::select_structural(instr); break;
     case KernelFamily::kCheckFamily: found = kernels::select_check(instr); break;
+    case KernelFamily::kControlFamily:  // lowered by the compiler (core/compile/control_flow.h)
     case KernelFamily::kNoKernel: break;
   }
   if (!found) throw std::logic_error("select_kernel: no kernel for " + describe(instr.op, instr.out, instr.ins));

@@ -24,21 +24,47 @@ int64_t accumulation_rows(const std::vector<Tensor>& batch, int micro_batches, L
   return rows;
 }
 
-Tensor micro_slice(const Tensor& x, int64_t begin, int64_t end, Loc loc) {
-  if (begin == 0 && end == x.shape()[0]) return x;
-  const Shape shape = x.shape();  // by value: one copy for both iterators
-  Axes starts(shape.size(), 0), limits(shape.begin(), shape.end());
-  starts[0] = begin;
-  limits[0] = end;
-  return slice(x, starts, limits, Axes(x.rank(), 1), loc);
+std::vector<MicroGroup> micro_groups(int64_t rows, int micro_batches) {
+  std::vector<MicroGroup> groups;
+  for (int k = 0; k < micro_batches; ++k) {
+    const auto [b, e] = io::split_rows(rows, micro_batches, k);
+    if (!groups.empty() && groups.back().size == e - b) ++groups.back().count;
+    else groups.push_back({b, e - b, 1});
+  }
+  return groups;
 }
 
-TensorDict accumulate_scaled(const TensorDict& acc, const TensorDict& g, double w, Loc loc) {
-  TensorDict out;
-  for (const auto& [name, t] : g) {
-    const Tensor scaled = w == 1.0 ? t : mul(t, scalar(t.dtype(), w, loc), loc);
-    out.set(name, acc.contains(name) ? add(acc.at(name), scaled, loc) : scaled);
+Tensor group_rows(const Tensor& x, const MicroGroup& g, Loc loc) {
+  const Shape shape = x.shape();  // by value: one copy for both iterators
+  Tensor rows = x;
+  if (g.begin != 0 || g.size * g.count != shape[0]) {
+    Axes starts(shape.size(), 0), limits(shape.begin(), shape.end());
+    starts[0] = g.begin;
+    limits[0] = g.begin + g.size * g.count;
+    rows = slice(x, starts, limits, Axes(x.rank(), 1), loc);
   }
+  Shape split = shape;
+  split[0] = g.size;
+  split.insert(split.begin(), g.count);
+  return reshape(rows, split, loc);
+}
+
+std::vector<Tensor> zero_accumulators(const TensorDict& params, Loc loc) {
+  DType loss = DType::f32;
+  for (const auto& kv : params)
+    if (is_floating(kv.second.dtype())) {
+      loss = kv.second.dtype();
+      break;
+    }
+  std::vector<Tensor> acc{scalar(loss, 0.0, loc)};
+  for (const auto& kv : params) acc.push_back(zeros_like(kv.second, loc));
+  return acc;
+}
+
+std::vector<Tensor> accumulate_scaled(const std::vector<Tensor>& acc, const std::vector<Tensor>& v, double w,
+                                      Loc loc) {
+  std::vector<Tensor> out;
+  for (size_t i = 0; i < v.size(); ++i) out.push_back(add(acc[i], mul(v[i], scalar(v[i].dtype(), w, loc), loc), loc));
   return out;
 }
 

@@ -269,7 +269,7 @@ StepResult JitCore::run(const CompiledEntry& entry, const FlatArgs& args, std::s
   const int sites = exe.num_check_sites();
   if (sites > 0) {
     s.flags.assign(sites, 0);
-    s.payload.assign(static_cast<size_t>(sites) * kMaxCheckValues, 0.0);
+    s.payload.assign(static_cast<size_t>(sites) * kCheckPayloadSlots, 0.0);
     ctx.flags = s.flags.data();
     ctx.payload = s.payload.data();
   }

@@ -34,7 +34,7 @@ class CheckError : public std::runtime_error {
 struct StepChecks {
   const Executable* exe = nullptr;
   uint32_t* flags = nullptr;   // num_check_sites() words, this replica's
-  double* payload = nullptr;   // kMaxCheckValues per site
+  double* payload = nullptr;   // kCheckPayloadSlots per site
   Communicator* comm = nullptr;
   int replica = 0;
   int64_t step = 0;            // 0-based, the same on every replica of `comm`

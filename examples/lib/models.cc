@@ -31,7 +31,9 @@ Tensor cnn_logits(const ModelSpec& s, const Params& p, const Tensor& x, bool tra
   Tensor h = as_images(x);
   h = max_pool(relu(conv2d(h, p["conv1/w"], same) + p["conv1/b"]), {2, 2}, {2, 2});
   h = max_pool(relu(conv2d(h, p["conv2/w"], same) + p["conv2/b"]), {2, 2}, {2, 2});
-  h = maybe_dropout(reshape(h, {x.dim(0), 7 * 7 * 64}), s.dropout / 2, training, key, 1);
+  h = max_pool(relu(conv2d(h, p["conv3/w"], same) + p["conv3/b"]), {2, 2}, {2, 2},
+               Padding::same());  // 7x7 -> 4x4
+  h = maybe_dropout(reshape(h, {x.dim(0), 4 * 4 * 128}), s.dropout / 2, training, key, 1);
   h = maybe_dropout(relu(dense(p, "fc1", h)), s.dropout, training, key, 2);
   return dense(p, "fc2", h);
 }
@@ -107,7 +109,8 @@ ArrayDict init_model(const ModelSpec& spec, uint64_t seed) {
     case ModelKind::cnn:
       add_dense(d, "conv1", {3, 3, 1, 32}, seed + 1, true);
       add_dense(d, "conv2", {3, 3, 32, 64}, seed + 2, true);
-      add_dense(d, "fc1", {7 * 7 * 64, 128}, seed + 3, true);
+      add_dense(d, "conv3", {3, 3, 64, 128}, seed + 5, true);
+      add_dense(d, "fc1", {4 * 4 * 128, 128}, seed + 3, true);
       add_dense(d, "fc2", {128, 10}, seed + 4, false);
       return d;
     case ModelKind::vit:

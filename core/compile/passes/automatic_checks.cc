@@ -16,9 +16,15 @@
 //
 // Only ops that feed the outputs or a collective are checked: values that only feed user
 // checks are the checks' own helpers, and dead values would be kept alive by their check.
+//
+// The sub-graphs of control-flow ops (loop bodies, branches) are rebuilt the same way, in
+// place in the numbering: a body's sites come right before the sites after its loop, as its
+// instructions run. Their sites have no node in the enclosing graph (node -1) and name the
+// innermost loop around them, whose iteration the report gives.
 #include "core/compile/passes/automatic_checks.h"
 
 #include "core/ir/check_upstream.h"
+#include "core/ir/region.h"
 #include "core/compile/passes/pass.h"
 #include "core/ir/shape_rules.h"
 
@@ -57,9 +63,18 @@ class NodeMaker {
 };
 
 
+// Where the checks being added live: the top-level graph, or a region inside a loop.
+struct Scope {
+  bool in_region = false;
+  std::string loop;  // the innermost loop's name ("" outside loops)
+  Site loop_site;
+};
+
 class AutomaticChecks {
  public:
-  AutomaticChecks(const Graph& g, const std::vector<CheckSite>& user) : user_(user) {
+  AutomaticChecks(const Graph& g, const std::vector<CheckSite>& user, std::vector<CheckSite>& sites,
+                  Scope scope)
+      : sites(sites), user_(user), scope_(std::move(scope)) {
     // Live through the outputs or collectives, not through check nodes.
     live_.assign(g.size(), false);
     for (int o : g.outputs) live_[o] = true;
@@ -74,10 +89,11 @@ class AutomaticChecks {
       CheckSite s = user_[n.attrs.index];
       n.attrs.index = static_cast<int64_t>(sites.size());
       const int id = out.add(std::move(n));
-      s.node = id;
+      s.node = scope_.in_region ? -1 : id;
       sites.push_back(std::move(s));
       return id;
     }
+    if (n.attrs.region && n.op != Op::Output) n.attrs.region = checked_region(n.op, *n.attrs.region);
     if (!live_[old_id] || n.op == Op::Constant) return out.add(std::move(n));
     const Site site = n.site;
     const Op op = n.op;
@@ -124,9 +140,26 @@ class AutomaticChecks {
     return id;
   }
 
-  std::vector<CheckSite> sites;
+  std::vector<CheckSite>& sites;
 
  private:
+  // The region with checks added to the sub-graphs that run in the plan (custom_vjp's bwd
+  // does not: the VJP inlined it at trace time).
+  std::shared_ptr<const Region> checked_region(Op op, const Region& r) {
+    auto out = std::make_shared<Region>(r);
+    Scope inner{true, r.loop.empty() ? scope_.loop : r.loop, r.loop.empty() ? scope_.loop_site : r.site};
+    for (size_t k = 0; k < out->graphs.size(); ++k) {
+      if (op == Op::CustomVjp && k == 1) continue;
+      const Graph& sub = *r.graphs[k];
+      AutomaticChecks nested(sub, user_, sites, inner);
+      out->graphs[k] = std::make_shared<const Graph>(rewrite(sub, [&nested](Graph& g, int old_id, Node n) {
+        return nested.visit(g, old_id, std::move(n));
+      }));
+    }
+    out->finish();
+    return out;
+  }
+
   void add(NodeMaker& make, CheckKind kind, const std::string& what, const Site& site,
            int value, double bound, int pred) {
     Attrs a;
@@ -138,10 +171,16 @@ class AutomaticChecks {
     s.op = what;
     s.site = site;
     s.node = make.op(Op::Check, {pred, value}, std::move(a), {DType::boolean, {}});
+    if (scope_.in_region) {
+      s.node = -1;
+      s.loop = scope_.loop;
+      s.loop_site = scope_.loop_site;
+    }
     sites.push_back(std::move(s));
   }
 
   const std::vector<CheckSite>& user_;
+  Scope scope_;
   std::vector<bool> live_;
   std::vector<bool> checked_;
 };
@@ -149,12 +188,13 @@ class AutomaticChecks {
 }  // namespace
 
 void add_automatic_checks(Graph& g, std::vector<CheckSite>& sites) {
-  AutomaticChecks pass(g, sites);
+  std::vector<CheckSite> renumbered;
+  AutomaticChecks pass(g, sites, renumbered, Scope{});
   Graph rebuilt = rewrite(g, [&pass](Graph& out, int old_id, Node n) {
     return pass.visit(out, old_id, std::move(n));
   });
   g = std::move(rebuilt);
-  sites = std::move(pass.sites);
+  sites = std::move(renumbered);
   link_all_sites(g, sites);
 }
 

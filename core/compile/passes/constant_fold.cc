@@ -23,7 +23,8 @@ class ConstantFolding : public Pass {
 
   Graph run(const Graph& g) const override {
     return rewrite(g, [this](Graph& out, int, Node n) {
-      if (n.op == Op::Constant || n.op == Op::Parameter || op_has_effect(n.op))
+      if (n.op == Op::Constant || n.op == Op::Parameter || op_has_effect(n.op) ||
+          op_kind(n.op) == OpKind::kControl)
         return out.add(std::move(n));
       bool all_const = true;
       for (int in : n.inputs) all_const = all_const && out.node(in).op == Op::Constant;

@@ -1,0 +1,49 @@
+// Region: the sub-graphs of a control-flow op (scan, cond, custom_vjp), each traced once.
+//
+// A control node's inputs feed its graphs' parameters and its results are `output` nodes
+// (Op::Output, attrs.index = which result), typed by `outputs` below. What the graphs are:
+//   scan        graphs {body}. Inputs [carry..., xs..., captured...]; the body's parameters
+//               are [carry..., one row of each xs..., captured...] and its outputs
+//               [new carry..., y...]. Results: [final carry..., stacked ys ([length, ...y])...,
+//               stacked carries ([length, ...carry]: the carry entering each iteration, which
+//               the VJP reads; only written when something reads it)...].
+//   cond        graphs {true branch, false branch}. Inputs [pred, operands...]; both branches
+//               take [operands...] and return the results, of equal types.
+//   custom_vjp  graphs {fwd, bwd}. Inputs [args..., fwd's captured..., bwd's captured...];
+//               fwd takes all inputs and returns [out..., residuals...] (the results); bwd
+//               takes [residuals..., cotangents of out..., bwd's captured...] and returns one
+//               cotangent per arg. Only fwd runs in the forward plan; the VJP rule inlines bwd.
+// Regions are immutable once built and shared by every node (and pass) that refers to them.
+#pragma once
+
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/ir/graph.h"
+
+namespace fjit {
+
+struct Region {
+  std::vector<std::shared_ptr<const Graph>> graphs;
+  int num_carry = 0;      // scan: carry leaves; custom_vjp: args
+  int num_xs = 0;         // scan: sliced leaves; custom_vjp: out leaves (before residuals)
+  int64_t length = 0;     // scan: trip count
+  bool reverse = false;   // scan: iterates from length-1 down to 0 (row i is still row i)
+  std::vector<ValueType> outputs;  // the results' types, in output order
+  // The innermost loop's name ("scan", "fori_loop") and call site, for check reports of the
+  // checks inside; empty for cond and custom_vjp, whose checks report the loop around them.
+  std::string loop;
+  Site site;
+  bool has_effects = false;  // some graph holds a check or collective (set by finish())
+
+  // Sets has_effects from the graphs. Call once the graphs are final.
+  void finish();
+};
+
+// The result type of a control op (a bool scalar placeholder) or of an output node, after
+// checking the inputs against the region's graphs. Throws ShapeRuleError (core/ir/shape_rules.h).
+ValueType control_type(Op op, const Attrs& attrs, std::span<const ValueType> ins);
+
+}  // namespace fjit
