@@ -9,7 +9,8 @@
 #   bash bench/run_all.sh [BUILD_DIR]          (BUILD_DIR defaults to build)
 #   FJIT_BENCH_RESULTS=/tmp/r.md ...           write somewhere else
 #   FJIT_BENCH_MIN_TIME=0.5 ...                Google Benchmark --benchmark_min_time (seconds)
-#   FJIT_PYTHON=python3 ...                    the Python that runs bench/pytorch_step.py
+#   FJIT_PYTHON=python3 ...                    the Python that runs bench/pytorch_step.py and
+#                                              bench/jax_step.py
 #                                              (default: .venv/bin/python when it exists)
 #   FJIT_BENCH_NO_TORCH_COMPILE=1 ...          time PyTorch eager only (saves about a minute)
 #
@@ -91,6 +92,9 @@ fi
 torch_args=()
 [ -n "${FJIT_BENCH_NO_TORCH_COMPILE:-}" ] && torch_args=(--no-compile)
 run pytorch_step "$PYTHON" "$ROOT/bench/pytorch_step.py" "${torch_args[@]}"
+# fjit against JAX on every model the project ships, one core and two (skipped without jax).
+run jax_step_1_core "$PYTHON" "$ROOT/bench/jax_step.py" --build "$BUILD" --threads 1
+run jax_step_2_cores "$PYTHON" "$ROOT/bench/jax_step.py" --build "$BUILD" --threads 2
 
 load_after=$(load)
 elapsed=$(($(date +%s) - t0))

@@ -1,0 +1,239 @@
+#!/usr/bin/env python3
+"""JAX on CPU beside fjit on the same training steps (optional): fjit/JAX ratios, interleaved.
+
+    python3 bench/jax_step.py [--build build] [--rounds 7] [--steps 20] [--threads 1]
+                              [--models mlp-sgd,mlp-adam,mlp-small,cnn,vit]
+
+The models, batches and optimizers are those of bench/model_step.cc (the fjit half, which
+this script starts once per round): the MLPs 784-512-512-10 (batch 128; SGD lr 0.01, and
+Adam) and 64-128-10 (batch 64, SGD), and the CNN and ViT of examples/lib/models.h (batch 128,
+AdamW, dropout, u8 pixels cast inside the step), written here in JAX with the same layers,
+shapes and dtypes. Each round runs fjit's step `--steps` times and then JAX's, and the ratio
+of their median step times is that round's figure; the result is the median and the range
+of the per-round ratios (below 1: fjit is faster).
+
+Both sides get the same cores: `--threads 1` pins this process and fjit's to CPU 0 with one
+intra-op thread each (FJIT_INTRA_OP_THREADS=1; XLA with --xla_cpu_multi_thread_eigen=false
+and intra_op_parallelism_threads=1), `--threads 2` to CPUs 0-1 with two. Step time is CPU
+time (this process's for JAX, the stepping thread's for fjit), after warm-up steps.
+
+Prints `RESULT <name> | <value> | <note>` lines (bench/run_all.sh collects them). When jax
+cannot be imported it says so and exits 0: the comparison is optional
+(python3 -m venv .venv && .venv/bin/pip install "jax[cpu]").
+"""
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+MODELS = ["mlp-sgd", "mlp-adam", "mlp-small", "cnn", "vit"]
+TITLES = {"mlp-sgd": "MLP 784-512-512-10 b128 SGD", "mlp-adam": "MLP 784-512-512-10 b128 Adam",
+          "mlp-small": "MLP 64-128-10 b64 SGD", "cnn": "CNN b128 AdamW", "vit": "ViT b128 AdamW"}
+
+
+def parse():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build", default="build")
+    ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--threads", type=int, default=1, choices=[1, 2])
+    ap.add_argument("--models", default=",".join(MODELS))
+    return ap.parse_args()
+
+
+def setup_threads(threads):
+    cpus = set(range(threads))
+    if hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, cpus)
+    os.environ["XLA_FLAGS"] = (f"--xla_cpu_multi_thread_eigen={'true' if threads > 1 else 'false'} "
+                               f"intra_op_parallelism_threads={threads}")
+    os.environ["FJIT_INTRA_OP_THREADS"] = str(threads)
+    os.environ["OMP_NUM_THREADS"] = str(threads)
+
+
+def models(jax, jnp):
+    lax = jax.lax
+
+    def dense(p, n, x):
+        return x @ p[n + "/w"] + p[n + "/b"]
+
+    def dropout(x, rate, key):
+        keep = jax.random.bernoulli(key, 1.0 - rate, x.shape)
+        return jnp.where(keep, x / (1.0 - rate), 0.0)
+
+    def images(x):
+        return (x.astype(jnp.float32) / 255.0).reshape(x.shape[0], 28, 28, 1)
+
+    def mlp(p, x, key):
+        n = len(p) // 2
+        for k in range(1, n + 1):
+            x = x @ p[f"w{k}"] + p[f"b{k}"]
+            if k < n:
+                x = jax.nn.relu(x)
+        return x
+
+    def conv(p, n, x):
+        y = lax.conv_general_dilated(x, p[n + "/w"], (1, 1), "SAME",
+                                     dimension_numbers=("NHWC", "HWIO", "NHWC"))
+        return jax.nn.relu(y + p[n + "/b"])
+
+    def pool(x, padding="VALID"):
+        return lax.reduce_window(x, -jnp.inf, lax.max, (1, 2, 2, 1), (1, 2, 2, 1), padding)
+
+    def cnn(p, x, key):
+        b = x.shape[0]
+        h = pool(conv(p, "conv1", images(x)))
+        h = pool(conv(p, "conv2", h))
+        h = pool(conv(p, "conv3", h), "SAME")
+        h = dropout(h.reshape(b, 4 * 4 * 128), 0.15, jax.random.fold_in(key, 1))
+        h = dropout(jax.nn.relu(dense(p, "fc1", h)), 0.3, jax.random.fold_in(key, 2))
+        return dense(p, "fc2", h)
+
+    def layer_norm(x, g, b):
+        m = x.mean(-1, keepdims=True)
+        c = x - m
+        return c * lax.rsqrt((c * c).mean(-1, keepdims=True) + 1e-5) * g + b
+
+    def vit(p, x, key):
+        b, t, d, heads = x.shape[0], 16, 64, 4
+        cols = images(x).reshape(b, 4, 7, 4, 7).transpose(0, 1, 3, 2, 4).reshape(b * t, 49)
+        h = dense(p, "embed", cols).reshape(b, t, d) + p["pos"]
+        for k in range(4):
+            n = f"block{k}"
+            a = layer_norm(h, p[n + "/ln1/g"], p[n + "/ln1/b"]).reshape(b * t, d)
+            qkv = dense(p, n + "/attn/qkv", a).reshape(b, t, 3, heads, d // heads)
+            qkv = qkv.transpose(2, 0, 3, 1, 4)
+            s = (qkv[0] @ qkv[1].swapaxes(-1, -2)) / (d // heads) ** 0.5
+            mixed = (jax.nn.softmax(s, -1) @ qkv[2]).transpose(0, 2, 1, 3).reshape(b * t, d)
+            a = dense(p, n + "/attn/out", mixed).reshape(b, t, d)
+            h = h + dropout(a, 0.1, jax.random.fold_in(key, 10 * (k + 1)))
+            m = layer_norm(h, p[n + "/ln2/g"], p[n + "/ln2/b"]).reshape(b * t, d)
+            m = dense(p, n + "/mlp2", jax.nn.gelu(dense(p, n + "/mlp1", m), approximate=False))
+            h = h + dropout(m.reshape(b, t, d), 0.1, jax.random.fold_in(key, 10 * (k + 1) + 1))
+        h = layer_norm(h, p["ln/g"], p["ln/b"]).mean(1)
+        return dense(p, "head", h)
+
+    return {"mlp": mlp, "cnn": cnn, "vit": vit}
+
+
+def init(jnp, np, name):
+    rng = np.random.default_rng(1)
+    p = {}
+
+    def add(n, shape):
+        fan_in = int(np.prod(shape[:-1]))
+        p[n + "/w"] = jnp.asarray(rng.normal(0, (2.0 / fan_in) ** 0.5, shape), jnp.float32)
+        p[n + "/b"] = jnp.zeros(shape[-1], jnp.float32)
+
+    if name.startswith("mlp"):
+        sizes = [64, 128, 10] if name == "mlp-small" else [784, 512, 512, 10]
+        for k in range(1, len(sizes)):
+            p[f"w{k}"] = jnp.asarray(rng.normal(0, (2.0 / sizes[k - 1]) ** 0.5,
+                                                (sizes[k - 1], sizes[k])), jnp.float32)
+            p[f"b{k}"] = jnp.zeros(sizes[k], jnp.float32)
+    elif name == "cnn":
+        add("conv1", (3, 3, 1, 32)), add("conv2", (3, 3, 32, 64)), add("conv3", (3, 3, 64, 128))
+        add("fc1", (4 * 4 * 128, 128)), add("fc2", (128, 10))
+    else:
+        add("embed", (49, 64))
+        p["pos"] = jnp.asarray(rng.normal(0, 0.1, (16, 64)), jnp.float32)
+        for k in range(4):
+            n = f"block{k}"
+            for ln in ("ln1", "ln2"):
+                p[f"{n}/{ln}/g"], p[f"{n}/{ln}/b"] = jnp.ones(64, jnp.float32), jnp.zeros(64, jnp.float32)
+            add(n + "/attn/qkv", (64, 192)), add(n + "/attn/out", (64, 64))
+            add(n + "/mlp1", (64, 128)), add(n + "/mlp2", (128, 64))
+        p["ln/g"], p["ln/b"] = jnp.ones(64, jnp.float32), jnp.zeros(64, jnp.float32)
+        add("head", (64, 10))
+    return p
+
+
+def make_step(jax, jnp, np, name):
+    fwd = models(jax, jnp)["mlp" if name.startswith("mlp") else name]
+    opt = "sgd" if name in ("mlp-sgd", "mlp-small") else "adam" if name == "mlp-adam" else "adamw"
+    b1, b2, eps, lr = 0.9, 0.999, 1e-8, 1e-3
+
+    def loss_fn(p, x, y, key):
+        logp = jax.nn.log_softmax(fwd(p, x, key))
+        return -jnp.mean(jnp.take_along_axis(logp, y[:, None], 1))
+
+    def step(p, s, x, y, key):
+        loss, g = jax.value_and_grad(loss_fn)(p, x, y, key)
+        if opt == "sgd":
+            return jax.tree_util.tree_map(lambda w, d: w - 0.01 * d, p, g), s, loss
+        t = s["t"] + 1.0
+        m = jax.tree_util.tree_map(lambda m, d: b1 * m + (1 - b1) * d, s["m"], g)
+        v = jax.tree_util.tree_map(lambda v, d: b2 * v + (1 - b2) * d * d, s["v"], g)
+        c1, c2 = 1 - b1 ** t, 1 - b2 ** t
+        decay = 1 - lr * 1e-2 if opt == "adamw" else 1.0
+        p = jax.tree_util.tree_map(
+            lambda w, m, v: w * decay - (lr / c1) * m / (jnp.sqrt(v) / jnp.sqrt(c2) + eps), p, m, v)
+        return p, {"t": t, "m": m, "v": v}, loss
+
+    p = init(jnp, np, name)
+    s = {} if opt == "sgd" else {"t": jnp.zeros((), jnp.float32),
+                                 "m": jax.tree_util.tree_map(jnp.zeros_like, p),
+                                 "v": jax.tree_util.tree_map(jnp.zeros_like, p)}
+    batch, feats = (64, 64) if name == "mlp-small" else (128, 784)
+    if name.startswith("mlp"):
+        x = jnp.asarray(np.random.default_rng(3).uniform(-1, 1, (batch, feats)), jnp.float32)
+    else:
+        x = jnp.asarray((np.arange(batch * feats) * 37) % 256, jnp.uint8).reshape(batch, feats)
+    y = jnp.asarray((np.arange(batch) * 7) % 10, jnp.int32)
+    return jax.jit(step, donate_argnums=(0, 1)), [p, s, x, y, jax.random.PRNGKey(7)]
+
+
+def time_jax(step, args, steps, warmup=3):
+    p, s, x, y, key = args
+    out = []
+    for i in range(warmup + steps):
+        t0 = time.process_time()
+        p, s, loss = step(p, s, x, y, key)
+        loss.block_until_ready()
+        if i >= warmup:
+            out.append((time.process_time() - t0) * 1e6)
+    args[0], args[1] = p, s
+    return statistics.median(out)
+
+
+def time_fjit(build, name, steps):
+    exe = os.path.join(build, "bench", "model_step")
+    r = subprocess.run([exe, "--model", name, "--steps", str(steps)], capture_output=True, text=True,
+                       check=True)
+    line = next(l for l in r.stdout.splitlines() if l.startswith("STEP_US"))
+    return float(line.split()[1])
+
+
+def main():
+    a = parse()
+    setup_threads(a.threads)
+    try:
+        import jax
+        import jax.numpy as jnp
+        import numpy as np
+    except ImportError as e:
+        print(f"jax_step: JAX is not installed ({e}); skipped. Install it with "
+              "python3 -m venv .venv && .venv/bin/pip install 'jax[cpu]'")
+        return 0
+    print(f"jax {jax.__version__} on {jax.devices()[0].platform}, {a.threads} core(s), "
+          f"{a.rounds} rounds of {a.steps} steps each side")
+    for name in a.models.split(","):
+        step, args = make_step(jax, jnp, np, name)
+        time_jax(step, args, 3)  # compile
+        ratios, fj, jx = [], [], []
+        for _ in range(a.rounds):
+            f = time_fjit(a.build, name, a.steps)
+            j = time_jax(step, args, a.steps)
+            fj.append(f), jx.append(j), ratios.append(f / j)
+        r = statistics.median(ratios)
+        print(f"RESULT fjit/JAX {TITLES[name]}, {a.threads} core(s) | {r:.2f}x "
+              f"({min(ratios):.2f}-{max(ratios):.2f}) | fjit {statistics.median(fj):.0f} us, "
+              f"JAX {statistics.median(jx):.0f} us per step")
+        sys.stdout.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

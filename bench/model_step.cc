@@ -1,0 +1,121 @@
+// One training step of each model the project ships, timed alone: the fjit half of the
+// side-by-side comparison with JAX that bench/jax_step.py runs (it starts this program once
+// per round, between rounds of its own, and divides).
+//
+//   build/bench/model_step --model cnn --steps 30       # prints "STEP_US <median> <min> <max>"
+//
+// Models (examples/lib/models.h, batch and optimizer as bench/jax_step.py's):
+//   mlp-sgd   MLP 784-512-512-10, batch 128, SGD lr 0.01
+//   mlp-adam  the same with Adam (lr 1e-3)
+//   mlp-small MLP 64-128-10, batch 64, SGD lr 0.01
+//   cnn       the CNN of train_cnn, batch 128, AdamW, dropout 0.3
+//   vit       the ViT of train_vit, batch 128, AdamW, dropout 0.1
+// The step is jit(value_and_grad(loss) + the update), parameters and state in and out (run
+// with run_into: no output allocation), the dropout key an argument. One intra-op thread
+// unless FJIT_INTRA_OP_THREADS says otherwise. The figure is the thread CPU time per step
+// (as the JAX side measures), median over --steps after --warmup steps.
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <string>
+#include <vector>
+
+#include "examples/lib/mlp_model.h"
+#include "parallel/fjit.h"
+
+using namespace fjit;
+using namespace fjit::examples;
+
+namespace {
+
+double thread_cpu_us() {
+  timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return ts.tv_sec * 1e6 + ts.tv_nsec * 1e-3;
+}
+
+struct Bench {
+  ModelSpec spec;
+  int64_t batch = 128;
+  int64_t features = 784;
+  int64_t classes = 10;
+  std::string optimizer;  // sgd, adam, adamw
+};
+
+bool configure(const std::string& name, Bench* b) {
+  if (name == "mlp-sgd" || name == "mlp-adam") {
+    b->spec.layers = {784, 512, 512, 10};
+    b->optimizer = name == "mlp-sgd" ? "sgd" : "adam";
+  } else if (name == "mlp-small") {
+    b->spec.layers = {64, 128, 10};
+    b->batch = 64;
+    b->features = 64;
+    b->optimizer = "sgd";
+  } else if (name == "cnn" || name == "vit") {
+    b->spec.kind = name == "cnn" ? ModelKind::cnn : ModelKind::vit;
+    b->spec.dropout = name == "cnn" ? 0.3 : 0.1;
+    b->optimizer = "adamw";
+  } else {
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string model = "cnn";
+  int steps = 30, warmup = 5;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    if (!std::strcmp(argv[i], "--model")) model = argv[i + 1];
+    else if (!std::strcmp(argv[i], "--steps")) steps = std::atoi(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--warmup")) warmup = std::atoi(argv[i + 1]);
+  }
+  Bench b;
+  if (!configure(model, &b) || steps < 1) {
+    std::fprintf(stderr, "usage: %s --model mlp-sgd|mlp-adam|mlp-small|cnn|vit [--steps N] "
+                         "[--warmup N]\n", argv[0]);
+    return 2;
+  }
+  if (!std::getenv("FJIT_INTRA_OP_THREADS")) set_intra_op_threads(1);
+  const ModelSpec spec = b.spec;
+  const std::string opt_name = b.optimizer;
+  auto step = jit([spec, opt_name](const Params& p, const Params& s, const Tensor& x,
+                                   const Tensor& y, const Tensor& key) {
+    auto loss_fn = [&](const Params& q) {
+      return mean(softmax_cross_entropy(model_logits(spec, q, x, true, key), y));
+    };
+    auto [loss, g] = value_and_grad(loss_fn)(p);
+    if (opt_name == "sgd") return std::tuple{sgd(p, g, 0.01), s, loss};
+    auto [p2, s2] = opt_name == "adam" ? Adam{}.update(p, g, s) : AdamW{}.update(p, g, s);
+    return std::tuple{p2, s2, loss};
+  }, JitOptions{.name = "train_step"});
+
+  ArrayDict params = init_model(spec, 1);
+  ArrayDict state = opt_name == "sgd" ? ArrayDict{} : opt_name == "adam" ? Adam{}.init_state(params)
+                                                                          : AdamW{}.init_state(params);
+  const bool pixels = spec.kind != ModelKind::mlp;
+  Array x = pixels ? Array(DType::u8, {b.batch, b.features}) : he_uniform({b.batch, b.features}, 3);
+  if (pixels)
+    for (int64_t i = 0; i < x.size(); ++i) x.data<u8_t>()[i] = u8_t{static_cast<uint8_t>(i * 37)};
+  Array y(DType::i32, {b.batch});
+  for (int64_t i = 0; i < b.batch; ++i) y.data<int32_t>()[i] = static_cast<int32_t>((i * 7) % b.classes);
+  const Array key = prng_key_array(7);
+
+  std::tuple<ArrayDict, ArrayDict, Array> out[2];
+  out[0] = step(params, state, x, y, key);
+  std::vector<double> us;
+  for (int i = 0; i < warmup + steps; ++i) {
+    auto& in = out[i % 2];
+    const double t0 = thread_cpu_us();
+    step.run_into(out[(i + 1) % 2], std::get<0>(in), std::get<1>(in), x, y, key);
+    const double t = thread_cpu_us() - t0;
+    if (i >= warmup) us.push_back(t);
+  }
+  std::sort(us.begin(), us.end());
+  std::printf("STEP_US %.1f %.1f %.1f  (%s, %zu steps, loss %.4f)\n", us[us.size() / 2], us.front(),
+              us.back(), model.c_str(), us.size(), std::get<2>(out[steps % 2]).item<double>());
+  return 0;
+}
