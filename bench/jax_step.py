@@ -14,8 +14,10 @@ of the per-round ratios (below 1: fjit is faster).
 
 Both sides get the same cores: `--threads 1` pins this process and fjit's to CPU 0 with one
 intra-op thread each (FJIT_INTRA_OP_THREADS=1; XLA with --xla_cpu_multi_thread_eigen=false
-and intra_op_parallelism_threads=1), `--threads 2` to CPUs 0-1 with two. Step time is CPU
-time (this process's for JAX, the stepping thread's for fjit), after warm-up steps.
+and intra_op_parallelism_threads=1), `--threads 2` to CPUs 0-1 with two. Step time after
+warm-up steps is CPU time with one core (this process's for JAX, the stepping thread's for
+fjit: both count only the step's work) and wall time with two (CPU time would count JAX's
+second thread and not fjit's).
 
 Prints `RESULT <name> | <value> | <note>` lines (bench/run_all.sh collects them). When jax
 cannot be imported it says so and exits 0: the comparison is optional
@@ -185,25 +187,27 @@ def make_step(jax, jnp, np, name):
     return jax.jit(step, donate_argnums=(0, 1)), [p, s, x, y, jax.random.PRNGKey(7)]
 
 
-def time_jax(step, args, steps, warmup=3):
+def time_jax(step, args, steps, warmup=3, wall=False):
+    clock = time.perf_counter if wall else time.process_time
     p, s, x, y, key = args
     out = []
     for i in range(warmup + steps):
-        t0 = time.process_time()
+        t0 = clock()
         p, s, loss = step(p, s, x, y, key)
         loss.block_until_ready()
         if i >= warmup:
-            out.append((time.process_time() - t0) * 1e6)
+            out.append((clock() - t0) * 1e6)
     args[0], args[1] = p, s
     return statistics.median(out)
 
 
-def time_fjit(build, name, steps):
+def time_fjit(build, name, steps, wall=False):
     exe = os.path.join(build, "bench", "model_step")
     r = subprocess.run([exe, "--model", name, "--steps", str(steps)], capture_output=True, text=True,
                        check=True)
     line = next(l for l in r.stdout.splitlines() if l.startswith("STEP_US"))
-    return float(line.split()[1])
+    f = line.split()
+    return float(f[f.index("WALL_US") + 1]) if wall else float(f[1])
 
 
 def main():
@@ -224,13 +228,13 @@ def main():
         time_jax(step, args, 3)  # compile
         ratios, fj, jx = [], [], []
         for _ in range(a.rounds):
-            f = time_fjit(a.build, name, a.steps)
-            j = time_jax(step, args, a.steps)
+            f = time_fjit(a.build, name, a.steps, wall=a.threads > 1)
+            j = time_jax(step, args, a.steps, wall=a.threads > 1)
             fj.append(f), jx.append(j), ratios.append(f / j)
         r = statistics.median(ratios)
         print(f"RESULT fjit/JAX {TITLES[name]}, {a.threads} core(s) | {r:.2f}x "
               f"({min(ratios):.2f}-{max(ratios):.2f}) | fjit {statistics.median(fj):.0f} us, "
-              f"JAX {statistics.median(jx):.0f} us per step")
+              f"JAX {statistics.median(jx):.0f} us per step ({'wall' if a.threads > 1 else 'CPU'} time)")
         sys.stdout.flush()
     return 0
 

@@ -79,6 +79,7 @@ run core_bench "$B/core_bench" --benchmark_min_time="$MIN_TIME" "${G[@]}"
 run train_step_bench "$B/train_step_bench" --benchmark_min_time="$MIN_TIME" "${G[@]}"
 run train_step_interleaved env FJIT_BENCH_INTERLEAVED=1 "$B/train_step_bench" --benchmark_filter=none
 run train_step_2_threads env OMP_NUM_THREADS=2 FJIT_BENCH_INTERLEAVED=1 "$B/train_step_bench" --benchmark_filter=none
+run scan_compile_bench "$B/scan_compile_bench" --benchmark_min_time="$MIN_TIME" "${G[@]}"
 run checks_bench "$B/checks_bench" --benchmark_min_time="$MIN_TIME" "${G[@]}"
 run train_step_timeline env FJIT_BENCH_TIMELINE=1 "$B/train_step_bench" --benchmark_filter=none
 run checks_interleaved env FJIT_BENCH_INTERLEAVED=1 "$B/checks_bench" --benchmark_filter=none

@@ -79,11 +79,13 @@ Tensor operator||(const Tensor& a, const Tensor& b);
 Tensor operator!(const Tensor& a);
 
 // Linear algebra. a: [..., M, K] (or [..., K, M] with trans_a), b: [..., K, N] (or [..., N, K]
-// with trans_b); a rank-2 operand broadcasts over the other's batch dimensions.
+// with trans_b); a rank-2 operand broadcasts over the other's batch dimensions. f16 and bf16
+// operands (both of one dtype) are multiplied in f32 and the result rounded once to theirs.
 Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a = false, bool trans_b = false,
               Loc loc = Loc::current());
 
-// Reductions. Empty `axes` reduces over every axis.
+// Reductions. Empty `axes` reduces over every axis. sum, mean, max and min of f16 and bf16
+// accumulate in f32 and round the result once.
 Tensor sum(const Tensor& x, Axes axes = {}, bool keepdims = false, Loc loc = Loc::current());
 Tensor mean(const Tensor& x, Axes axes = {}, bool keepdims = false, Loc loc = Loc::current());
 Tensor max(const Tensor& x, Axes axes = {}, bool keepdims = false, Loc loc = Loc::current());

@@ -26,7 +26,17 @@ Axes norm_axes(const char* name, const Tensor& x, Axes axes, const Loc& loc) {
   return axes;
 }
 
+bool is_half(const Tensor& t) {
+  return t.defined() && (t.dtype() == DType::f16 || t.dtype() == DType::bf16);
+}
+
 Tensor reduce(const char* name, Op op, const Tensor& x, Axes axes, bool keepdims, const Loc& loc) {
+  if (is_half(x) && op != Op::ReduceAll && op != Op::ReduceAny) {
+    // Half-precision storage: accumulate in f32, round the result once.
+    detail::CompositeScope scope(name, {x});
+    return cast(reduce(name, op, cast(x, DType::f32, loc), std::move(axes), keepdims, loc),
+                x.dtype(), loc);
+  }
   Attrs a;
   a.axes = norm_axes(name, x, std::move(axes), loc);
   a.keepdims = keepdims;
@@ -36,6 +46,12 @@ Tensor reduce(const char* name, Op op, const Tensor& x, Axes axes, bool keepdims
 }  // namespace
 
 Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b, Loc loc) {
+  if (is_half(a) && b.defined() && a.dtype() == b.dtype()) {
+    // Half-precision storage: the product accumulates in f32 and is rounded once.
+    detail::CompositeScope scope("matmul", {a, b});
+    Tensor p = matmul(cast(a, DType::f32, loc), cast(b, DType::f32, loc), trans_a, trans_b, loc);
+    return cast(p, a.dtype(), loc);
+  }
   Attrs at;
   at.trans_a = trans_a;
   at.trans_b = trans_b;
@@ -59,6 +75,10 @@ Tensor any(const Tensor& x, Axes axes, bool keepdims, Loc loc) {
 }
 Tensor mean(const Tensor& x, Axes axes, bool keepdims, Loc loc) {
   Axes norm = norm_axes("mean", x, std::move(axes), loc);
+  if (is_half(x)) {
+    detail::CompositeScope scope("mean", {x});
+    return cast(mean(cast(x, DType::f32, loc), norm, keepdims, loc), x.dtype(), loc);
+  }
   if (!is_floating(x.dtype())) detail::fail("mean", {x}, "expects a floating-point operand", &loc);
   int64_t n = 1;
   for (int64_t a : norm) n *= x.shape()[a];
