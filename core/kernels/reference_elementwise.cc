@@ -175,6 +175,35 @@ void reference_unary(Op op, const Array& x, Array& result) {
   });
 }
 
+// Storage-only element types have no arithmetic (the shape rules admit none).
+template <class T>
+void reference_binary(Op op, const ValueType& out, std::span<const Array> ins, Array& result) {
+  if constexpr (kStorageOnlyElement<T>) {
+    throw std::logic_error("reference: arithmetic on a storage dtype");
+  } else {
+    const T *a = ins[0].data<T>(), *b = ins[1].data<T>();
+    T* o = result.data<T>();
+    for_each_element(out.shape, ins, [&](int64_t i, const std::vector<int64_t>& at) {
+      o[i] = binary_value<T>(op, a[at[0]], b[at[1]]);
+    });
+  }
+}
+
+template <class T>
+void reference_compare(Op op, const ValueType& out, std::span<const Array> ins, Array& result) {
+  if constexpr (kStorageOnlyElement<T>) {
+    throw std::logic_error("reference: comparison of a storage dtype");
+  } else {
+    const T *a = ins[0].data<T>(), *b = ins[1].data<T>();
+    uint8_t* o = result.data<uint8_t>();
+    for_each_element(out.shape, ins, [&](int64_t i, const std::vector<int64_t>& at) {
+      // bools compare as true/false, whatever nonzero byte they hold
+      using V = std::conditional_t<std::is_same_v<T, uint8_t>, bool, T>;
+      o[i] = compare_value<V>(op, a[at[0]], b[at[1]]);
+    });
+  }
+}
+
 }  // namespace
 
 bool reference_elementwise(Op op, const Attrs& attrs, const ValueType& out,
@@ -191,32 +220,10 @@ bool reference_elementwise(Op op, const Attrs& attrs, const ValueType& out,
       reference_unary(op, ins[0], result);
       return true;
     case OpKind::kBinary:
-      with_type(out.dtype, [&](auto tag) {
-        using T = decltype(tag);
-        if constexpr (kStorageOnlyElement<T>) throw std::logic_error("reference: arithmetic on a storage dtype");
-        else {
-        const T *a = ins[0].data<T>(), *b = ins[1].data<T>();
-        T* o = result.data<T>();
-        for_each_element(out.shape, ins, [&](int64_t i, const std::vector<int64_t>& at) {
-          o[i] = binary_value<T>(op, a[at[0]], b[at[1]]);
-        });
-        }
-      });
+      with_type(out.dtype, [&](auto tag) { reference_binary<decltype(tag)>(op, out, ins, result); });
       return true;
     case OpKind::kCompare:
-      with_type(ins[0].dtype(), [&](auto tag) {
-        using T = decltype(tag);
-        if constexpr (kStorageOnlyElement<T>) throw std::logic_error("reference: comparison of a storage dtype");
-        else {
-        const T *a = ins[0].data<T>(), *b = ins[1].data<T>();
-        uint8_t* o = result.data<uint8_t>();
-        for_each_element(out.shape, ins, [&](int64_t i, const std::vector<int64_t>& at) {
-          // bools compare as true/false, whatever nonzero byte they hold
-          using V = std::conditional_t<std::is_same_v<T, uint8_t>, bool, T>;
-          o[i] = compare_value<V>(op, a[at[0]], b[at[1]]);
-        });
-        }
-      });
+      with_type(ins[0].dtype(), [&](auto tag) { reference_compare<decltype(tag)>(op, out, ins, result); });
       return true;
     case OpKind::kLogical: {
       if (op == Op::LogicalNot) {
