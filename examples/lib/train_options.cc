@@ -191,14 +191,20 @@ Schedule learning_rate_schedule(const TrainOptions& o, int64_t total_steps) {
 }
 
 io::RunConfig run_config(const TrainOptions& o) {
-  return {{"model", o.model},
-          {"layers", o.model == "mlp" ? join(o.layers) : ""},
-          {"dropout", fmt::format("{}", o.dropout)},
-          {"optimizer", fmt::format("AdamW lr {} weight decay {}", o.lr, o.weight_decay)},
-          {"lr_schedule", o.lr_schedule},
-          {"warmup_steps", std::to_string(o.warmup_steps)},
-          {"epochs", std::to_string(o.epochs)},
-          {"micro_batches", std::to_string(o.micro_batches)}};
+  io::RunConfig c = {{"optimizer", fmt::format("AdamW lr {} weight decay {}", o.lr, o.weight_decay)},
+                     {"lr_schedule", o.lr_schedule},
+                     {"warmup_steps", std::to_string(o.warmup_steps)},
+                     {"epochs", std::to_string(o.epochs)},
+                     {"micro_batches", std::to_string(o.micro_batches)}};
+  // An MLP records its layers, as checkpoints always have (so theirs still resume); the
+  // other models record their name and dropout rate.
+  if (o.model == "mlp") {
+    c["layers"] = join(o.layers);
+  } else {
+    c["model"] = o.model;
+    c["dropout"] = fmt::format("{}", o.dropout);
+  }
+  return c;
 }
 
 }  // namespace fjit::examples
