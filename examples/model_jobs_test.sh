@@ -15,11 +15,8 @@ failures=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 
 data=$work/data
-mkdir -p "$data"
-for split in train t10k; do
-  cp "$fixture/fmnist-16-images-idx3-ubyte.gz" "$data/$split-images-idx3-ubyte.gz"
-  cp "$fixture/fmnist-16-labels-idx1-ubyte.gz" "$data/$split-labels-idx1-ubyte.gz"
-done
+. "$(dirname "$0")/fixture_data.sh"
+fixture_data "$fixture" "$data"
 small=(--data-dir "$data" --epochs 4 --batch-size 8 --log-every 0 --seed 3 --warmup-steps 0)
 epoch_lines() { grep '^== epoch' "$1" | sed -e 's/ (eval.*//'; }
 

@@ -9,10 +9,8 @@ shift 3
 here=$(cd "$(dirname "$0")" && pwd)
 work=$(mktemp -d "${TMPDIR:-/tmp}/fjit_timeline_test.XXXXXX")
 trap 'rm -rf "$work"' EXIT
-for split in train t10k; do
-  cp "$fixture/fmnist-16-images-idx3-ubyte.gz" "$work/$split-images-idx3-ubyte.gz"
-  cp "$fixture/fmnist-16-labels-idx1-ubyte.gz" "$work/$split-labels-idx1-ubyte.gz"
-done
+. "$here/fixture_data.sh"
+fixture_data "$fixture" "$work"
 args=(--data-dir "$work" --epochs 1 --batch-size 8 --log-every 0 --seed 5)
 export FJIT_TIMELINE=$work/timeline.json FJIT_TIMELINE_STEPS=2
 if [ "$mode" = threads ]; then

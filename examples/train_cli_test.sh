@@ -19,11 +19,8 @@ failures=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 
 data=$work/data
-mkdir -p "$data"
-for split in train t10k; do
-  cp "$fixture/fmnist-16-images-idx3-ubyte.gz" "$data/$split-images-idx3-ubyte.gz"
-  cp "$fixture/fmnist-16-labels-idx1-ubyte.gz" "$data/$split-labels-idx1-ubyte.gz"
-done
+. "$(dirname "$0")/fixture_data.sh"
+fixture_data "$fixture" "$data"
 small=(--data-dir "$data" --epochs 3 --batch-size 8 --log-every 0 --seed 5)
 
 # Prints the run's epoch lines without their timings.

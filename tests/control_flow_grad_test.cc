@@ -6,24 +6,13 @@
 #include <functional>
 
 #include "parallel/fjit.h"
+#include "tests/control_flow_testing.h"
 
 namespace fjit {
 namespace {
 
-Array ramp(Shape s, double scale, double phase = 0.3) {
-  Array a(DType::f64, s);
-  for (int64_t i = 0; i < a.size(); ++i) a.data<double>()[i] = scale * std::sin(0.7 * static_cast<double>(i) + phase);
-  return a;
-}
-
-Tensor row(const Tensor& xs, int64_t i) {
-  Shape s = xs.shape();
-  Axes starts(s.size(), 0), limits(s.begin(), s.end());
-  starts[0] = i;
-  limits[0] = i + 1;
-  s.erase(s.begin());
-  return reshape(slice(xs, starts, limits), s);
-}
+using testing::ramp;
+using testing::row;
 
 // Central differences of the scalar f at each element of args[which], h = 1e-6.
 std::vector<double> finite_differences(const std::function<double(const std::vector<Array>&)>& f,

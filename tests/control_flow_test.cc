@@ -7,6 +7,7 @@
 
 #include "core/compile/control_flow.h"
 #include "parallel/fjit.h"
+#include "tests/control_flow_testing.h"
 #include "tests/test_util.h"
 
 namespace fjit {
@@ -14,20 +15,8 @@ namespace {
 
 using testing::error_of;
 
-Array ramp(Shape s, double scale, double phase = 0.3) {
-  Array a(DType::f64, s);
-  for (int64_t i = 0; i < a.size(); ++i) a.data<double>()[i] = scale * std::sin(0.7 * static_cast<double>(i) + phase);
-  return a;
-}
-
-Tensor row(const Tensor& xs, int64_t i) {
-  Shape s = xs.shape();
-  Axes starts(s.size(), 0), limits(s.begin(), s.end());
-  starts[0] = i;
-  limits[0] = i + 1;
-  s.erase(s.begin());
-  return reshape(slice(xs, starts, limits), s);
-}
+using testing::ramp;
+using testing::row;
 
 // An RNN cell: h' = tanh(h W + x), y = sum(h') * 0.5.
 std::pair<Tensor, Tensor> cell(const Tensor& w, const Tensor& h, const Tensor& x) {
