@@ -1,8 +1,9 @@
 // The check instruction: raises flag `site` when its predicate is false and, on the first
 // raise in a step, records up to kMaxCheckValues values for the report: a user check's
 // scalar values as they are, an automatic check's summary of the tensor it checks (see
-// core/ir/check_payload.h), and the iteration of the loop it ran in. Its value (the predicate) is also written out so the instruction has a
-// defined result. A passing check costs one load and one store; the rest is out of line.
+// core/ir/check_payload.h), and the iteration of the loop it ran in. Its value (the
+// predicate) is also written out so the instruction has a defined result. A passing check
+// costs one load and one store; the rest is out of line.
 #include <cmath>
 
 #include "core/ir/check_payload.h"
@@ -12,10 +13,6 @@
 namespace fjit::kernels {
 namespace {
 
-double load_as_double(const void* p, DType t, int64_t i = 0) {
-  return element_as_double(t, p, i);
-}
-
 // One pass over the checked tensor; only runs on a failing step.
 void summarize(CheckKind kind, double bound, const void* data, const ValueType& t, double* out) {
   using namespace check_payload;
@@ -24,7 +21,7 @@ void summarize(CheckKind kind, double bound, const void* data, const ValueType& 
   out[kFirstIndex] = -1;
   out[kFirstValue] = 0;
   for (int64_t i = 0; i < n; ++i) {
-    const double v = load_as_double(data, t.dtype, i);
+    const double v = element_as_double(t.dtype, data, i);
     if (!is_bad(kind, v, bound)) continue;
     if (bad == 0) {
       out[kFirstIndex] = static_cast<double>(i);
@@ -52,7 +49,8 @@ void summarize(CheckKind kind, double bound, const void* data, const ValueType& 
     return;
   }
   const int n = std::min<int>(static_cast<int>(in.in_bufs.size()) - 1, kMaxCheckValues);
-  for (int k = 0; k < n; ++k) values[k] = load_as_double(f.bufs[in.in_bufs[k + 1]], in.ins[k + 1].dtype);
+  for (int k = 0; k < n; ++k)
+    values[k] = element_as_double(in.ins[k + 1].dtype, f.bufs[in.in_bufs[k + 1]], 0);
 }
 
 void check_kernel(const Instr& in, const Frame& f) {

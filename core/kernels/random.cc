@@ -6,8 +6,6 @@
 //   random_bits  element i is word i % 4 of block (lo32(i / 4), hi32(i / 4), domain, 0), with
 //                domain 0 for bits and 1 for split (attrs.index)
 //   fold_in      words 0 and 1 of block (data, 0, 2, 0)
-#include <cassert>
-
 #include "core/kernels/philox.h"
 #include "core/kernels/structural.h"
 
