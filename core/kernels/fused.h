@@ -76,6 +76,12 @@ struct GemmUpdateForm {
 // the product).
 bool select_gemm_update(Instr& instr, const GemmUpdateForm& form);
 
+// Prepares the plain product out[m, n] = op(A) op(B) over depth k (instr.ins = {A, B}, the
+// attrs' trans_a / trans_b; A may be [batch, M, K] folded into m = batch * M rows) on the GEMM
+// update's driver: threads split fixed blocks of output rows, so every element is the same
+// whatever the thread count. False, with instr.fn untouched, unless f32 or f64 and non-empty.
+bool select_blocked_matmul(Instr& instr, int64_t m, int64_t k, int64_t n);
+
 // Whether a prepared GEMM update applies its update in the panel kernel's stores
 // (core/kernels/gemm_epilogue.h) rather than through a scratch block.
 bool gemm_update_in_epilogue(const Instr& instr);

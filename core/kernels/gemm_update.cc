@@ -52,8 +52,8 @@ constexpr int64_t kScratchBytes = 64 << 10;
 // blocking); p[6] = AddendForm (affine_update.h);
 // p[7] = results: bit 0 the product (buffer in_bufs[ins.size()]), bit 1 the sum of squares
 // (the buffer after that); bit 2: the epilogue path (below); bit 3: alpha is the last operand,
-// read when the step runs.
-constexpr int64_t kWithProduct = 1, kWithSum = 2, kEpilogue = 4, kAlphaOperand = 8;
+// read when the step runs; bit 4: alpha is 1 (a plain product, select_blocked_matmul).
+constexpr int64_t kWithProduct = 1, kWithSum = 2, kEpilogue = 4, kAlphaOperand = 8, kUnitAlpha = 16;
 
 template <class T>
 struct Scratch {  // per thread, grown once: the hot path allocates nothing after warm-up
@@ -103,8 +103,9 @@ struct GemmUpdate {
     const T* a = in.in<T>(f, 0);
     const T* b = in.in<T>(f, 1);
     const size_t nin = in.ins.size();
-    const T alpha = (in.p[7] & kAlphaOperand) ? *in.in<T>(f, static_cast<int>(nin) - 1)
-                                              : static_cast<T>(in.attrs.scalar);
+    const T alpha = (in.p[7] & kUnitAlpha)      ? T(1)
+                    : (in.p[7] & kAlphaOperand) ? *in.in<T>(f, static_cast<int>(nin) - 1)
+                                                : static_cast<T>(in.attrs.scalar);
     T* product = (in.p[7] & kWithProduct) ? static_cast<T*>(f.bufs[in.in_bufs[nin]]) : nullptr;
     T* sum = (in.p[7] & kWithSum)
                  ? static_cast<T*>(f.bufs[in.in_bufs[nin + ((in.p[7] & kWithProduct) ? 1 : 0)]])
@@ -243,11 +244,41 @@ int64_t block_rows(int64_t m, int64_t n, bool leaves_in_block) {
   return std::min(rows, m);
 }
 
+// Fills p[0..5] and p[7] for out = addend + alpha * op(A) op(B) with op(A) op(B) of [m, n] over
+// depth k: Eigen's blocking for one thread and the rows per block, both from the shapes alone,
+// so no element's arithmetic depends on the thread count. False when the blocks cannot hold
+// whole summation leaves (see select_gemm_update).
+bool plan(Instr& instr, int64_t m, int64_t k, int64_t n, int64_t flags) {
+  const int esize = static_cast<int>(dtype_size(instr.out.dtype));
+  Index kc = k, mc = n, nc = m;
+  if (esize == 4) ei::computeProductBlockingSizes<float, float, 1, Index>(kc, mc, nc, Index{1});
+  else ei::computeProductBlockingSizes<double, double, 1, Index>(kc, mc, nc, Index{1});
+  // The epilogue's update is an fma, as affine_update's is, only when the packet ops are
+  // fused multiply-adds; without them every update goes through the scratch block.
+#ifdef EIGEN_VECTORIZE_FMA
+  const bool epilogue = kc >= k;
+#else
+  const bool epilogue = false;
+#endif
+  const bool leaves_in_block = (flags & kWithSum) && !(flags & kWithProduct) && !epilogue;
+  const int64_t rows = esize == 4 ? block_rows<float>(m, n, leaves_in_block)
+                                  : block_rows<double>(m, n, leaves_in_block);
+  // Without a product buffer, a block must hold whole leaves; refuse an absurd scratch.
+  if (leaves_in_block && rows < m && rows * n * esize > (int64_t{4} << 20)) return false;
+  instr.p[0] = m;
+  instr.p[1] = k;
+  instr.p[2] = n;
+  instr.p[3] = rows;
+  instr.p[4] = std::max<Index>(1, kc);
+  instr.p[5] = std::max<Index>(1, mc);
+  instr.p[7] = flags | (epilogue ? kEpilogue : 0);
+  return true;
+}
+
 }  // namespace
 
 bool select_gemm_update(Instr& instr, const GemmUpdateForm& form) {
   instr.fn = nullptr;
-  const bool with_product = form.product, with_sum_of_squares = form.sum_of_squares;
   const size_t operands = instr.ins.size() - (form.alpha_operand ? 1 : 0);
   if (instr.ins.empty() || (operands != 2 && operands != 3)) return false;
   const DType t = instr.out.dtype;
@@ -266,30 +297,20 @@ bool select_gemm_update(Instr& instr, const GemmUpdateForm& form) {
   if (matmul_is_narrow(m, k, n, esize)) return false;
   if (form.alpha_operand && instr.ins.back().size() != 1) return false;
   if (!addend_form(cs, operands == 3 ? &instr.ins[2] : nullptr, &instr.p[6])) return false;
-  Index kc = k, mc = n, nc = m;
-  if (esize == 4) ei::computeProductBlockingSizes<float, float, 1, Index>(kc, mc, nc, Index{1});
-  else ei::computeProductBlockingSizes<double, double, 1, Index>(kc, mc, nc, Index{1});
-  // The epilogue's update is an fma, as affine_update's is, only when the packet ops are
-  // fused multiply-adds; without them every update goes through the scratch block.
-#ifdef EIGEN_VECTORIZE_FMA
-  const bool epilogue = kc >= k;
-#else
-  const bool epilogue = false;
-#endif
-  const bool leaves_in_block = with_sum_of_squares && !with_product && !epilogue;
-  const int64_t rows = esize == 4 ? block_rows<float>(m, n, leaves_in_block)
-                                  : block_rows<double>(m, n, leaves_in_block);
-  // Without a product buffer, a block must hold whole leaves; refuse an absurd scratch.
-  if (leaves_in_block && rows < m && rows * n * esize > (int64_t{4} << 20)) return false;
-  instr.p[0] = m;
-  instr.p[1] = k;
-  instr.p[2] = n;
-  instr.p[3] = rows;
-  instr.p[4] = std::max<Index>(1, kc);
-  instr.p[5] = std::max<Index>(1, mc);
-  instr.p[7] = (with_product ? kWithProduct : 0) | (with_sum_of_squares ? kWithSum : 0) |
-               (epilogue ? kEpilogue : 0) | (form.alpha_operand ? kAlphaOperand : 0);
+  const int64_t flags = (form.product ? kWithProduct : 0) | (form.sum_of_squares ? kWithSum : 0) |
+                        (form.alpha_operand ? kAlphaOperand : 0);
+  if (!plan(instr, m, k, n, flags)) return false;
   instr.fn = esize == 4 ? pick<float>(ta, tb) : pick<double>(ta, tb);
+  return true;
+}
+
+bool select_blocked_matmul(Instr& instr, int64_t m, int64_t k, int64_t n) {
+  const DType t = instr.out.dtype;
+  if ((t != DType::f32 && t != DType::f64) || m == 0 || k == 0 || n == 0) return false;
+  instr.p[6] = kNoAddend;
+  plan(instr, m, k, n, kUnitAlpha);
+  const bool ta = instr.attrs.trans_a, tb = instr.attrs.trans_b;
+  instr.fn = t == DType::f32 ? pick<float>(ta, tb) : pick<double>(ta, tb);
   return true;
 }
 
