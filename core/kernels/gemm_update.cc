@@ -130,6 +130,7 @@ struct GemmUpdate {
     // once, finished; the mapper of gemm_epilogue.h applies the update (and writes the
     // product, sums its squares) at that store, and nothing goes through a scratch block.
     const bool epilogue = in.p[7] & kEpilogue;
+    const bool plain = in.p[7] & kUnitAlpha;
     T* leaves = sum && !epilogue ? sized(main.leaves, (total + kLeaf - 1) / kLeaf) : nullptr;
     if (sum && epilogue && static_cast<int64_t>(main.block_squares.size()) < blocks)
       main.block_squares.resize(blocks);
@@ -143,6 +144,18 @@ struct GemmUpdate {
       ei::gemm_pack_rhs<T, Index, RhsMapper, Traits::nr, kRhsOrder> pack_rhs;
       for (int64_t k2 = 0; k2 < k; k2 += kc)
         pack_rhs(packed_rhs + k2 * nr, rhs.getSubMapper(k2, r0), std::min(kc, k - k2), nr);
+      if (plain) {  // out = op(A) op(B): the panel kernel adds into the zeroed rows directly
+        T* out = in.output<T>(f) + lo;
+        std::fill(out, out + nr * n, T(0));
+        ei::gebp_kernel<T, T, Index, ResMapper, Traits::mr, Traits::nr, false, false> gebp;
+        for (int64_t i2 = 0; i2 < n; i2 += mc) {
+          const int64_t amc = std::min(mc, n - i2);
+          for (int64_t k2 = 0; k2 < k; k2 += kc)
+            gebp(ResMapper(out + i2, n), packed_lhs + i2 * k + k2 * amc, packed_rhs + k2 * nr, amc,
+                 std::min(kc, k - k2), nr, T(1));
+        }
+        return;
+      }
       if (epilogue) {
         T* out = in.output<T>(f) + lo;
         start_from_addend(in, f, out, lo, hi);
@@ -309,6 +322,10 @@ bool select_blocked_matmul(Instr& instr, int64_t m, int64_t k, int64_t n) {
   if ((t != DType::f32 && t != DType::f64) || m == 0 || k == 0 || n == 0) return false;
   instr.p[6] = kNoAddend;
   plan(instr, m, k, n, kUnitAlpha);
+  // At least 8 blocks where the rows allow, so that 2, 4 or 8 threads share them evenly.
+  const int64_t nr = t == DType::f32 ? ei::gebp_traits<float, float>::nr
+                                     : ei::gebp_traits<double, double>::nr;
+  instr.p[3] = std::min(instr.p[3], std::max(nr, ((m + 7) / 8 + nr - 1) / nr * nr));
   const bool ta = instr.attrs.trans_a, tb = instr.attrs.trans_b;
   instr.fn = t == DType::f32 ? pick<float>(ta, tb) : pick<double>(ta, tb);
   return true;
