@@ -18,4 +18,7 @@ endif()
 if(FJIT_SANITIZER_FLAGS)
   add_compile_options(${FJIT_SANITIZER_FLAGS} -fno-omit-frame-pointer)
   add_link_options(${FJIT_SANITIZER_FLAGS})
+  # -O1, as the sanitizers' documentation advises: about half the compile time of -O3 here,
+  # precise stack traces, and still fast enough for the suite's timeouts.
+  set(CMAKE_CXX_FLAGS_RELEASE "-O1 -g -DNDEBUG")
 endif()

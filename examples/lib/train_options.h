@@ -1,4 +1,5 @@
-// Command-line options of the training examples, parsed with CLI11.
+// Command-line options of the training examples, parsed with CLI11 (lib/train_options.cc;
+// what they mean for a run, from describe() on, is lib/train_config.cc).
 //
 // Every option takes a value ("--epochs 10" or "--epochs=10") except the flags --resume,
 // --allow-config-change and --help. Numbers are parsed strictly (the whole value, no
