@@ -21,7 +21,10 @@
 #endif
 
 #ifdef FJIT_SANITIZER_ALLOCATOR
-#include <sanitizer/allocator_interface.h>
+// Declared here because g++ ships no <sanitizer/allocator_interface.h>; ASan's and TSan's
+// runtimes (g++'s and clang's) both define it. Returns non-zero when the hooks were installed.
+extern "C" int __sanitizer_install_malloc_and_free_hooks(
+    void (*malloc_hook)(const volatile void*, size_t), void (*free_hook)(const volatile void*));
 #endif
 
 namespace {

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <charconv>
+#include <cmath>
 #include <functional>
 #include <memory>
 #include <stdexcept>
@@ -58,7 +59,10 @@ void add_options(CLI::App& app, TrainOptions& o) {
   };
   auto real = [&](const std::string& name, double& field, const std::string& help) {
     value(name, "X", fmt::format("{} ({})", help, field),
-          [&field](const std::string& v) { return parse_number(v, field) && field >= 0; }, "a number >= 0");
+          [&field](const std::string& v) {
+            return parse_number(v, field) && std::isfinite(field) && field >= 0;
+          },
+          "a finite number >= 0");
   };
   auto choice = [&](const std::string& name, const std::string& type, const std::string& help,
                     std::function<bool(const std::string&)> set, const std::string& want) {
