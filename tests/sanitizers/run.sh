@@ -42,12 +42,12 @@ case $kind in
     export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:${UBSAN_OPTIONS:-}"
     status=0
     locked ctest --test-dir "$build" -j "$jobs" --output-on-failure \
-      -E "^package_|_fails_to_compile$|mpi" "$@" || status=1
+      -E "^package_|_fails_to_compile$|_mpi|mpi_" "$@" || status=1
     # The MPI tests: OpenMPI's allocations are only recognisable (lsan.supp) with full stacks
     # and with its components kept loaded until exit.
     ASAN_OPTIONS="fast_unwind_on_malloc=0:$ASAN_OPTIONS" \
       OMPI_MCA_mca_base_component_disable_dlclose=1 PMIX_MCA_mca_base_component_disable_dlclose=1 \
-      locked ctest --test-dir "$build" -j "$jobs" --output-on-failure -R _mpi "$@" || status=1
+      locked ctest --test-dir "$build" -j "$jobs" --output-on-failure -R "_mpi|mpi_" "$@" || status=1
     exit $status
     ;;
   thread)
