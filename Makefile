@@ -4,8 +4,12 @@ JOBS ?= 2
 DEBIAN_PACKAGES := cmake g++ make pkg-config libeigen3-dev libabsl-dev libspdlog-dev libfmt-dev \
   libopenmpi-dev openmpi-bin libgtest-dev libbenchmark-dev zlib1g-dev libdw-dev nlohmann-json3-dev libcli11-dev \
   dataset-fashion-mnist
+# The fuzzers need clang 16 or later with its libFuzzer runtime (Debian 12's clang 14 lacks the
+# C++20 fjit uses); the sanitized builds use g++'s own ASan/UBSan/TSan runtimes.
+FUZZ_PACKAGES := clang-16 libclang-rt-16-dev
+FUZZ_SECONDS ?= 60
 
-.PHONY: deps configure build test demo bench clean
+.PHONY: deps configure build test demo bench clean sanitize fuzz
 deps:
 	@bash cmake/install_deps.sh $(DEBIAN_PACKAGES)
 
@@ -24,6 +28,18 @@ demo: configure
 
 bench: build
 	@bash bench/run_all.sh $(BUILD)
+
+# The suite under ASan + UBSan (build-asan/), then the threaded tests under TSan (build-tsan/).
+sanitize: deps
+	@JOBS=$(JOBS) bash tests/sanitizers/run.sh address build-asan
+	@JOBS=$(JOBS) bash tests/sanitizers/run.sh thread build-tsan
+
+# Builds the libFuzzer harnesses (build-fuzz/) and runs each for FUZZ_SECONDS.
+fuzz:
+	@bash cmake/install_deps.sh $(FUZZ_PACKAGES)
+	@cmake -S tests/fuzz -B build-fuzz -DCMAKE_CXX_COMPILER=clang++-16 > /dev/null
+	@cmake --build build-fuzz -j $(JOBS)
+	@bash tests/fuzz/run.sh build-fuzz $(FUZZ_SECONDS)
 
 clean:
 	rm -rf $(BUILD)

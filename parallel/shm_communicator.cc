@@ -189,7 +189,7 @@ void ShmGroup::arrive_and_wait(int rank) {
 
 void ShmGroup::throw_cancelled(int rank) const {
   const Slot& me = slots_[rank];
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   throw CollectiveCancelled(fmt::format("replica {}: {} #{} cancelled: {}", rank,
                                         me.collective.load(), me.calls.load(), cancel_reason_));
 }
@@ -220,7 +220,7 @@ void ShmGroup::abort_job(int rank, const std::string& message) const {
 
 void ShmGroup::cancel(int rank, const std::string& reason) {
   {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     if (cancelled_.load(std::memory_order_relaxed)) return;
     cancel_reason_ = fmt::format("replica {} failed: {}", rank, reason);
     cancelled_.store(true, std::memory_order_release);

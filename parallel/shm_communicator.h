@@ -18,8 +18,8 @@
 #include <string>
 
 #include "absl/base/thread_annotations.h"
-#include "absl/synchronization/mutex.h"
 #include "core/runtime/communicator.h"
+#include "core/runtime/mutex.h"
 #include "parallel/shm_barrier.h"
 
 namespace fjit {
@@ -81,7 +81,7 @@ class ShmGroup {
   std::unique_ptr<Slot[]> slots_;
   ShmBarrier barrier_;
   std::atomic<bool> cancelled_{false};
-  mutable absl::Mutex mu_;
+  mutable Mutex mu_;
   std::string cancel_reason_ ABSL_GUARDED_BY(mu_);
 };
 

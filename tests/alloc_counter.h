@@ -2,7 +2,9 @@
 // (tests/alloc_counter.cc): that library replaces malloc, calloc, realloc, aligned_alloc and
 // posix_memalign with versions that count the call and forward to glibc (__libc_malloc and
 // friends), so every allocation in the process is seen, fjit's, Eigen's and the C++ runtime's
-// alike. free is not replaced: only allocations are counted.
+// alike. free is not replaced: only allocations are counted. Under AddressSanitizer or
+// ThreadSanitizer, which own the allocator, the same counting is done by a hook the
+// sanitizer calls on every allocation (__sanitizer_install_malloc_and_free_hooks).
 //
 // Linking the library is what installs the hooks (a binary that calls one of the functions
 // below pulls in the object that defines them), so only binaries that count allocations link

@@ -35,7 +35,7 @@ using testing::random_f32;
 TEST(Env, ParseCountAcceptsOnlyIntegersInRange) {
   EXPECT_EQ(parse_count("1", "N", 10), 1);
   EXPECT_EQ(parse_count("10", "N", 10), 10);
-  for (const char* bad : {"", "0", "11", "-1", "x", "3 ", "3.0"}) {
+  for (const char* bad : {"", "0", "11", "-1", "x", "3 ", "3.0", " 3", "\v3", "+3", "\n3"}) {
     try {
       parse_count(bad, "N", 10);
       ADD_FAILURE() << "accepted '" << bad << "'";

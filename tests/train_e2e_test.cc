@@ -357,6 +357,11 @@ TEST(TrainOptionsParser, RejectsBadInput) {
             std::string::npos);
   EXPECT_NE(parse({"--resume"}).error.find("--checkpoint-dir"), std::string::npos);
   EXPECT_FALSE(parse({"--layers", "784"}).error.empty());
+  // Found by tests/fuzz/command_line_fuzzer: from_chars reads "inf" and "nan" as numbers.
+  for (const char* option : {"--lr", "--weight-decay", "--max-grad-norm", "--dropout"})
+    for (const char* value : {"inf", "infinity", "nan"})
+      EXPECT_NE(parse({option, value}).error.find("is not a finite number >= 0"), std::string::npos)
+          << option << " " << value;
 }
 
 }  // namespace

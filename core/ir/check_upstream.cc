@@ -78,6 +78,9 @@ void link_new_site(const Graph& g, std::vector<CheckSite>& sites, int s) {
 
 void link_all_sites(const Graph& g, std::vector<CheckSite>& sites) {
   const int num_sites = static_cast<int>(sites.size());
+  // Nothing to link; and with no words per node, &reach[n * words] below would index an
+  // empty vector (undefined behaviour, found by UBSan).
+  if (num_sites == 0) return;
   const size_t words = (num_sites + 63) / 64;
   std::vector<std::vector<int>> checked(num_sites);
   std::vector<std::vector<int>> checkers_of(g.size());  // node -> sites checking it

@@ -6,7 +6,8 @@
 
 namespace fjit {
 
-// `text` as an integer in [1, max]; anything else (empty, trailing characters, out of range)
+// `text` as an integer in [1, max], written in decimal digits alone; anything else (empty,
+// white space, a sign, trailing characters, out of range)
 // throws std::invalid_argument "<what> must be an integer from 1 to <max>, got '<text>'".
 int parse_count(const std::string& text, const std::string& what, int max);
 

@@ -95,17 +95,17 @@ JitCore::JitCore(JitOptions options) : options_(options.resolved()) {
 }
 
 int64_t JitCore::compile_count() const {
-  absl::ReaderMutexLock lock(&mu_);
+  ReaderMutexLock lock(&mu_);
   return static_cast<int64_t>(entries_.size());
 }
 
 std::vector<std::string> JitCore::recompile_causes() const {
-  absl::ReaderMutexLock lock(&mu_);
+  ReaderMutexLock lock(&mu_);
   return causes_;
 }
 
 std::shared_ptr<const CompiledEntry> JitCore::last_entry() const {
-  absl::ReaderMutexLock lock(&mu_);
+  ReaderMutexLock lock(&mu_);
   return entries_.empty() ? nullptr : entries_.back();
 }
 
@@ -120,7 +120,7 @@ static bool matches(const CompiledEntry& e, const FlatArgs& args, CheckMode mode
 
 const CompiledEntry* JitCore::find(const FlatArgs& args) const {
   const CheckMode mode = options_.checks.value_or(default_check_mode());
-  absl::ReaderMutexLock lock(&mu_);
+  ReaderMutexLock lock(&mu_);
   for (const auto& e : entries_)
     if (matches(*e, args, mode)) {
       metrics().cache_hits.fetch_add(1, std::memory_order_relaxed);
@@ -132,7 +132,7 @@ const CompiledEntry* JitCore::find(const FlatArgs& args) const {
 std::shared_ptr<const CompiledEntry> JitCore::lookup(const FlatArgs& args, const ParamFn& params,
                                                      const TraceFn& trace) {
   const CheckMode mode = options_.checks.value_or(default_check_mode());
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   for (const auto& e : entries_)
     if (matches(*e, args, mode)) {
       metrics().cache_hits.fetch_add(1, std::memory_order_relaxed);

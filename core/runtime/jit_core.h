@@ -14,8 +14,8 @@
 #include <string>
 #include <vector>
 
-#include "absl/synchronization/mutex.h"
 #include "core/compile/compiler.h"
+#include "core/runtime/mutex.h"
 #include "core/trace/tensor.h"
 
 namespace fjit {
@@ -128,7 +128,7 @@ class JitCore {
                               std::string* changed_leaf) const;
 
   JitOptions options_;
-  mutable absl::Mutex mu_;
+  mutable Mutex mu_;
   std::vector<std::shared_ptr<const CompiledEntry>> entries_ ABSL_GUARDED_BY(mu_);
   std::vector<std::string> causes_ ABSL_GUARDED_BY(mu_);
   std::vector<std::pair<std::string, int>> change_counts_ ABSL_GUARDED_BY(mu_);

@@ -11,10 +11,10 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/node_hash_set.h"
-#include "absl/synchronization/mutex.h"
 #include "core/runtime/env.h"
 #include "core/runtime/log.h"
 #include "core/runtime/metrics.h"
+#include "core/runtime/mutex.h"
 #include "nlohmann/json.hpp"
 
 namespace fjit::timeline {
@@ -35,7 +35,7 @@ struct Step {
 };
 
 struct Track {
-  absl::Mutex mu;
+  Mutex mu;
   std::vector<Step> ring ABSL_GUARDED_BY(mu);  // slot s % ring.size() holds step slot s
   int64_t steps ABSL_GUARDED_BY(mu) = 0;       // steps begun
   bool in_step ABSL_GUARDED_BY(mu) = false;
@@ -52,7 +52,7 @@ struct Track {
 };
 
 struct State {
-  absl::Mutex mu;
+  Mutex mu;
   std::map<int, std::unique_ptr<Track>> tracks ABSL_GUARDED_BY(mu);
   std::string path ABSL_GUARDED_BY(mu);
   int max_steps ABSL_GUARDED_BY(mu) = kDefaultMaxSteps;
@@ -76,11 +76,11 @@ Track* current_track() {
   const uint64_t gen = g_generation.load(std::memory_order_acquire);
   if (t_cached != nullptr && t_generation == gen) return t_cached;
   State& s = state();
-  absl::MutexLock lock(&s.mu);
+  MutexLock lock(&s.mu);
   std::unique_ptr<Track>& t = s.tracks[t_track];
   if (!t) {
     t = std::make_unique<Track>();
-    absl::MutexLock track_lock(&t->mu);
+    MutexLock track_lock(&t->mu);
     t->ring.resize(s.max_steps);
   }
   t_cached = t.get();
@@ -123,7 +123,7 @@ bool enabled() { return g_on.load(std::memory_order_relaxed); }
 void start(const std::string& path, int max_steps) {
   if (max_steps < 1) throw std::invalid_argument("timeline::start: max_steps must be >= 1");
   State& s = state();
-  absl::MutexLock lock(&s.mu);
+  MutexLock lock(&s.mu);
   s.tracks.clear();
   s.path = path;
   s.max_steps = max_steps;
@@ -153,14 +153,14 @@ void start_from_environment() {
 
 void set_process(int index, int count) {
   State& s = state();
-  absl::MutexLock lock(&s.mu);
+  MutexLock lock(&s.mu);
   s.process = index;
   s.processes = count;
 }
 
 bool write(const std::string& path_in) {
   State& s = state();
-  absl::MutexLock lock(&s.mu);
+  MutexLock lock(&s.mu);
   const std::string path = file_for(path_in.empty() ? s.path : path_in, s.process);
   if (path.empty()) return false;
   const int pid = s.process;
@@ -170,7 +170,7 @@ bool write(const std::string& path_in) {
   for (auto& [tid, track] : s.tracks) {
     events.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", pid}, {"tid", tid},
                       {"args", {{"name", "replica " + std::to_string(tid)}}}});
-    absl::MutexLock track_lock(&track->mu);
+    MutexLock track_lock(&track->mu);
     for (const Event& e : track->loose) events.push_back(event_json(e, pid, tid, s.origin_ns));
     const int64_t n = static_cast<int64_t>(track->ring.size());
     const int64_t done = track->steps;  // a step still running is left out
@@ -201,7 +201,7 @@ void set_track(int track) {
 void begin_step(int64_t step, int64_t start_ns) {
   if (!enabled()) return;
   Track* t = current_track();
-  absl::MutexLock lock(&t->mu);
+  MutexLock lock(&t->mu);
   Step& slot = t->ring[t->steps % t->ring.size()];
   slot.step = step;
   slot.start_ns = start_ns;
@@ -212,7 +212,7 @@ void begin_step(int64_t step, int64_t start_ns) {
 void end_step(int64_t end_ns) {
   if (!enabled()) return;
   Track* t = current_track();
-  absl::MutexLock lock(&t->mu);
+  MutexLock lock(&t->mu);
   if (!t->in_step) return;
   t->ring[t->steps % t->ring.size()].end_ns = end_ns;
   t->in_step = false;
@@ -223,21 +223,21 @@ void event(const char* name, const char* category, int64_t start_ns, int64_t end
            int64_t bytes) {
   if (!enabled()) return;
   Track* t = current_track();
-  absl::MutexLock lock(&t->mu);
+  MutexLock lock(&t->mu);
   t->record(Event{name, category, start_ns, end_ns, bytes, {}});
 }
 
 void instant(const char* name, std::string_view message) {
   if (!enabled()) return;
   Track* t = current_track();
-  absl::MutexLock lock(&t->mu);
+  MutexLock lock(&t->mu);
   t->record(Event{name, "check", now_ns(), -1, -1, std::string(message)});
 }
 
 const char* intern(std::string_view s) {
-  static absl::Mutex mu;
+  static Mutex mu;
   static auto* strings = new absl::node_hash_set<std::string>;
-  absl::MutexLock lock(&mu);
+  MutexLock lock(&mu);
   return strings->emplace(s).first->c_str();
 }
 

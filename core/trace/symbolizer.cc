@@ -14,7 +14,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
-#include "absl/synchronization/mutex.h"
+#include "core/runtime/mutex.h"
 
 namespace fjit::detail {
 namespace {
@@ -207,7 +207,7 @@ class Symbolizer {
 
   std::vector<StackFrame> symbolize(const std::vector<uintptr_t>& pcs) {
     std::vector<StackFrame> out;
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     bool refreshed = false;
     for (uintptr_t pc : pcs) {
       auto it = cache_.find(pc);
@@ -322,7 +322,7 @@ class Symbolizer {
     return true;
   }
 
-  absl::Mutex mu_;
+  Mutex mu_;
   bool tried_ ABSL_GUARDED_BY(mu_) = false;
   Dwfl* dwfl_ ABSL_GUARDED_BY(mu_) = nullptr;
   absl::flat_hash_map<uintptr_t, std::vector<StackFrame>> cache_ ABSL_GUARDED_BY(mu_);

@@ -4,11 +4,10 @@
 #include <fmt/format.h>
 
 #include <charconv>
+#include <cmath>
 #include <functional>
 #include <memory>
 #include <stdexcept>
-
-#include "core/runtime/jit_core.h"
 
 namespace fjit::examples {
 namespace {
@@ -60,7 +59,10 @@ void add_options(CLI::App& app, TrainOptions& o) {
   };
   auto real = [&](const std::string& name, double& field, const std::string& help) {
     value(name, "X", fmt::format("{} ({})", help, field),
-          [&field](const std::string& v) { return parse_number(v, field) && field >= 0; }, "a number >= 0");
+          [&field](const std::string& v) {
+            return parse_number(v, field) && std::isfinite(field) && field >= 0;
+          },
+          "a finite number >= 0");
   };
   auto choice = [&](const std::string& name, const std::string& type, const std::string& help,
                     std::function<bool(const std::string&)> set, const std::string& want) {
@@ -166,45 +168,6 @@ ParsedOptions parse_train_options(int argc, char** argv, TrainOptions defaults) 
 std::string train_usage(const char* program, const TrainOptions& d) {
   TrainOptions shown = d;
   return make_app(program, shown)->help();
-}
-
-std::string describe(const TrainOptions& o) {
-  const std::string model = o.model == "mlp" ? "mlp " + join(o.layers)
-                            : fmt::format("{} dropout {}", o.model, o.dropout);
-  return fmt::format("{} | epochs {} | global batch {}{} | AdamW lr {} ({}{}) wd {} | seed {} | "
-                     "checks {} on failure {}",
-                     model, o.epochs, o.batch_size,
-                     o.micro_batches > 1 ? fmt::format(" in {} micro-batches", o.micro_batches) : "",
-                     o.lr, o.lr_schedule,
-                     o.warmup_steps > 0 ? fmt::format(", {} warm-up steps", o.warmup_steps) : "",
-                     o.weight_decay, o.seed,
-                     check_mode_name(o.checks.value_or(default_check_mode())),
-                     check_policy_name(o.on_check_failure.value_or(default_check_policy())));
-}
-
-Schedule learning_rate_schedule(const TrainOptions& o, int64_t total_steps) {
-  const int64_t after = std::max<int64_t>(1, total_steps - o.warmup_steps);
-  Schedule s = o.lr_schedule == "cosine" ? Schedule::cosine(o.lr, after)
-               : o.lr_schedule == "step" ? Schedule::step_decay(o.lr, std::max<int64_t>(1, after / 3), 0.1)
-                                         : Schedule::constant(o.lr);
-  return o.warmup_steps > 0 ? Schedule::warmup(o.warmup_steps, s) : s;
-}
-
-io::RunConfig run_config(const TrainOptions& o) {
-  io::RunConfig c = {{"optimizer", fmt::format("AdamW lr {} weight decay {}", o.lr, o.weight_decay)},
-                     {"lr_schedule", o.lr_schedule},
-                     {"warmup_steps", std::to_string(o.warmup_steps)},
-                     {"epochs", std::to_string(o.epochs)},
-                     {"micro_batches", std::to_string(o.micro_batches)}};
-  // An MLP records its layers, as checkpoints always have (so theirs still resume); the
-  // other models record their name and dropout rate.
-  if (o.model == "mlp") {
-    c["layers"] = join(o.layers);
-  } else {
-    c["model"] = o.model;
-    c["dropout"] = fmt::format("{}", o.dropout);
-  }
-  return c;
 }
 
 }  // namespace fjit::examples

@@ -1,10 +1,12 @@
-// Command-line options of the training examples, parsed with CLI11.
+// Command-line options of the training examples, parsed with CLI11 (lib/train_options.cc;
+// what they mean for a run, from describe() on, is lib/train_config.cc).
 //
 // Every option takes a value ("--epochs 10" or "--epochs=10") except the flags --resume,
 // --allow-config-change and --help. Numbers are parsed strictly (the whole value, no
-// trailing text, no silent wrap-around: "-1" is not an unsigned seed). parse_train_options
-// never exits: it returns what to do, and the program prints the usage or the error and
-// picks the exit code (2 for a bad command line).
+// trailing text, no silent wrap-around: "-1" is not an unsigned seed; rates and bounds are
+// finite: "inf" and "nan" are refused). parse_train_options never exits: it returns what
+// to do, and the program prints the usage or the error and picks the exit code (2 for a bad
+// command line).
 #pragma once
 
 #include <cstdint>

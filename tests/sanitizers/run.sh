@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# fjit's sanitized test runs (`make sanitize` runs both):
+#   tests/sanitizers/run.sh address [BUILD_DIR]   ASan + UBSan: builds everything in BUILD_DIR
+#       (default build-asan) with -DFJIT_SANITIZE=address and runs the CTest suite, MPI tests
+#       included, except the packaging and compile-failure tests (they check how fjit is
+#       installed and compiled, not what it does, and build it again unsanitized).
+#   tests/sanitizers/run.sh thread [BUILD_DIR]    TSan: builds the tests that run replicas or
+#       other threads in one process in BUILD_DIR (default build-tsan) with
+#       -DFJIT_SANITIZE=thread and runs them; MPI tests are left out (their ranks are
+#       processes, which TSan does not follow).
+# Extra arguments after BUILD_DIR go to ctest (e.g. -R pmap). The builds and test runs are
+# niced; set JOBS (default 2) for their parallelism and SANITIZE_LOCK to a lock file to hold
+# while building and testing. A report fails the test that raised it; the suppression files
+# next to this script hold only libraries fjit does not build, each entry with its reason.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+kind=${1:?usage: run.sh address|thread [BUILD_DIR] [ctest args...]}
+shift
+jobs=${JOBS:-2}
+locked() {
+  if [ -n "${SANITIZE_LOCK:-}" ]; then flock "$SANITIZE_LOCK" nice "$@"; else nice "$@"; fi
+}
+
+# The tests TSan runs: every test binary that starts threads (replicas, the replica pool,
+# communicators, intra-op threads, the timeline's and symbolizer's shared state), and the
+# README's tour on two thread replicas.
+tsan_tests=(pmap_test replica_pool_test communicator_test checks_replica_test checks_test
+  mesh_test threads_test no_alloc_test timeline_test reduce_update_test stack_trace_test
+  random_test nn_test control_flow_test env_test mlp_train_test toolkit_test jit_cache_test)
+
+case $kind in
+  address)
+    build=${1:-$root/build-asan}
+    shift $(( $# > 0 ? 1 : 0 ))
+    cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DFJIT_SANITIZE=address \
+      -DFJIT_BUILD_BENCHMARKS=OFF > /dev/null
+    locked cmake --build "$build" -j "$jobs"
+    # Leaks are checked (LeakSanitizer) except in OpenMPI's own allocations (lsan.supp).
+    export ASAN_OPTIONS="detect_leaks=1:strict_init_order=1:${ASAN_OPTIONS:-}"
+    export LSAN_OPTIONS="suppressions=$here/lsan.supp:print_suppressions=0:${LSAN_OPTIONS:-}"
+    export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:${UBSAN_OPTIONS:-}"
+    status=0
+    locked ctest --test-dir "$build" -j "$jobs" --output-on-failure \
+      -E "^package_|_fails_to_compile$|_mpi|mpi_" "$@" || status=1
+    # The MPI tests: OpenMPI's allocations are only recognisable (lsan.supp) with full stacks
+    # and with its components kept loaded until exit.
+    ASAN_OPTIONS="fast_unwind_on_malloc=0:$ASAN_OPTIONS" \
+      OMPI_MCA_mca_base_component_disable_dlclose=1 PMIX_MCA_mca_base_component_disable_dlclose=1 \
+      locked ctest --test-dir "$build" -j "$jobs" --output-on-failure -R "_mpi|mpi_" "$@" || status=1
+    exit $status
+    ;;
+  thread)
+    build=${1:-$root/build-tsan}
+    shift $(( $# > 0 ? 1 : 0 ))
+    cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DFJIT_SANITIZE=thread \
+      -DFJIT_BUILD_BENCHMARKS=OFF > /dev/null
+    locked cmake --build "$build" -j "$jobs" --target "${tsan_tests[@]}" tour
+    export TSAN_OPTIONS="suppressions=$here/tsan.supp:halt_on_error=1:second_deadlock_stack=1:${TSAN_OPTIONS:-}"
+    regex="^($(IFS='|'; echo "${tsan_tests[*]}")|tour_threads2)\$"
+    locked ctest --test-dir "$build" -j "$jobs" --output-on-failure -R "$regex" "$@"
+    ;;
+  *)
+    echo "run.sh: the first argument must be address or thread, not '$kind'" >&2
+    exit 2
+    ;;
+esac
