@@ -1,7 +1,7 @@
 # CTest entries for jobs that must fail quickly (included by tests/CMakeLists.txt): a rank that
 # throws makes mpiexec exit non-zero, and a stalled rank is reported, then the job aborted.
-# In the expected output, @HOST@ stands for this machine's host name (expect_job_failure.cmake), and
-# "." for the report's "; " (a semicolon would split the CMake list).
+# In the expected output, @HOST@ stands for this machine's host name (expect_job_failure.cmake),
+# and "." for the report's "; " (a semicolon would split the CMake list).
 add_executable(mpi_rank_failure ${CMAKE_CURRENT_SOURCE_DIR}/mpi/rank_failure_main.cc)
 target_link_libraries(mpi_rank_failure PRIVATE fjit)
 
