@@ -29,6 +29,10 @@ constexpr int64_t kMaxSegmentElements = int64_t{1} << 30;
 constexpr size_t kMaxMessageBytes = size_t{1} << 30;
 // A polling waiter that has gone to sleep checks back this often.
 constexpr auto kLongestSleep = std::chrono::microseconds(200);
+// A roll call waits for answers a quarter of the stall's first limit, within these bounds:
+// long enough for a sleeping waiter on a loaded machine to answer, short beside the limit.
+constexpr auto kShortestGrace = std::chrono::milliseconds(500);
+constexpr auto kLongestGrace = std::chrono::milliseconds(2000);
 // Each kind of round has its own tag, so a fast rank's next round never matches a slow
 // rank's current one (messages with equal source and tag also never overtake each other).
 enum Tag : int { kTagRows = 1, kTagScatter = 2, kTagGather = 3, kTagBlocks = 4 };
@@ -57,6 +61,7 @@ MpiCommunicator::MpiCommunicator(MPI_Comm comm, StallPolicy policy) : policy_(po
   MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &local);
   MPI_Comm_size(local, &local_size_);
   MPI_Comm_free(&local);
+  roll_call_ = std::make_unique<MpiRollCall>(comm_);
   pacing_ = pacing_for(local_size_);
   requests_.assign(2 * static_cast<size_t>(size_), MPI_REQUEST_NULL);
   chunks_.assign(static_cast<size_t>(size_), ElementRange{});
@@ -97,6 +102,7 @@ void MpiCommunicator::wait(int n, MPI_Request* requests) {
         sched_yield();
         break;
       case StallTimer::Step::sleep:
+        answer_roll_call();
         std::this_thread::sleep_for(timer.sleep_slice(kLongestSleep));
         break;
       case StallTimer::Step::warn:
@@ -111,15 +117,24 @@ void MpiCommunicator::wait(int n, MPI_Request* requests) {
   if (wait_start >= 0) timeline::event("wait for replicas", "wait", wait_start, now_ns());
 }
 
-void MpiCommunicator::warn_stall(double waited) const {
-  log().warn("stall: rank {} of {} (mpi) has waited {:.2f} s in {} #{}; at least one rank has "
-             "not arrived",
-             rank_, size_, waited, collective_, calls_);
+std::chrono::milliseconds MpiCommunicator::roll_call_grace() const {
+  const auto first = policy_.warn_after.count() > 0 ? policy_.warn_after : policy_.abort_after;
+  return std::clamp<std::chrono::milliseconds>(
+      first / 4, std::chrono::duration_cast<std::chrono::milliseconds>(kShortestGrace),
+      std::chrono::duration_cast<std::chrono::milliseconds>(kLongestGrace));
+}
+
+void MpiCommunicator::warn_stall(double waited) {
+  const std::string who = roll_call_->survey(collective_, calls_, roll_call_grace());
+  log().warn("stall: rank {} of {} (mpi, on {}) has waited {:.2f} s in {} #{}; {}", rank_, size_,
+             roll_call_->host(rank_), waited, collective_, calls_, who);
 }
 
 void MpiCommunicator::abort_stall(double waited) {
-  abort_job(fmt::format("stall: rank {} waited {:.2f} s in {} #{} (abort_after {} ms)", rank_,
-                        waited, collective_, calls_, policy_.abort_after.count()));
+  const std::string who = roll_call_->survey(collective_, calls_, roll_call_grace());
+  abort_job(fmt::format("stall: rank {} (on {}) waited {:.2f} s in {} #{} (abort_after {} ms); {}",
+                        rank_, roll_call_->host(rank_), waited, collective_, calls_,
+                        policy_.abort_after.count(), who));
 }
 
 void MpiCommunicator::all_reduce(void* data, int64_t count, DType dtype, ReduceOp op) {
@@ -135,7 +150,10 @@ void MpiCommunicator::all_reduce(void* data, int64_t count, DType dtype, ReduceO
   }
   auto* bytes = static_cast<unsigned char*>(data);
   const int64_t esize = dtype_size(dtype);
-  if (shared_window()) {
+  const bool window = shared_window();
+  (window ? metrics().allreduce_shared_window : metrics().allreduce_messages)
+      .fetch_add(1, std::memory_order_relaxed);
+  if (window) {
     struct Into {
       unsigned char* data;
       int64_t esize;

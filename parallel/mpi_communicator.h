@@ -30,8 +30,12 @@
 //    their workspaces from a shared window, and a source found there (a gradient the plan
 //    wrote) is read where it lies, without any copy.
 //  - Every wait is on non-blocking requests, polled, so a stall is logged after warn_after
-//    ("rank R has waited S s in <collective> #k") and the job is MPI_Abort-ed after
-//    abort_after. Which rank is missing cannot be known cheaply with MPI, so it is not said.
+//    and the job is MPI_Abort-ed after abort_after. Both messages say which ranks have not
+//    arrived and on which hosts they run, which are waiting in the same collective, and which
+//    wait in another ("rank R of N (mpi, on H) has waited S s in <collective> #k; not
+//    arrived: rank 3 (on node2); waiting in it: ranks 0,1 (on node1), rank 2 (on node2)"):
+//    the waiting ranks learn it from each other when the deadline passes (mpi_roll_call.h),
+//    at no cost to collectives that do not stall.
 //
 // The measurements behind these choices (segments, shared memory against messages, both
 // against MPI_Allreduce, and what produced them) are in bench/RESULTS.md, "Figures quoted by
@@ -42,11 +46,13 @@
 
 #include <cstdint>
 #include <limits>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "core/runtime/communicator.h"
 #include "parallel/communicator_reduce.h"
+#include "parallel/mpi_roll_call.h"
 #include "parallel/shm_barrier.h"
 #include "parallel/stall_inspector.h"
 
@@ -102,10 +108,14 @@ class MpiCommunicator final : public Communicator {
   // Polls `n` requests to completion under the stall policy.
   void wait(int n, MPI_Request* requests);
   // The stall policy's messages for this rank, having waited `waited` seconds in the current
-  // collective: logged at warn_after, and the job aborted at abort_after. Used by wait() and
-  // by the shared window's barrier (mpi_shared_window.cc).
-  void warn_stall(double waited) const;
+  // collective: logged at warn_after, and the job aborted at abort_after, each after a roll
+  // call of the other ranks. Used by wait() and by the shared window's barrier
+  // (mpi_shared_window.cc), which also call answer_roll_call() while they sleep.
+  void warn_stall(double waited);
   [[noreturn]] void abort_stall(double waited);
+  void answer_roll_call() { roll_call_->answer(collective_, calls_); }
+  // How long a roll call waits for the other ranks' answers.
+  std::chrono::milliseconds roll_call_grace() const;
   class WindowWaiter;
   void all_reduce_segment(unsigned char* data, int count, DType dtype, ReduceOp op);
   unsigned char* scratch(size_t nbytes);
@@ -133,6 +143,7 @@ class MpiCommunicator final : public Communicator {
   WaitPacing pacing_;  // spins less when more ranks share this machine than it has cores
   const char* collective_ = "(none)";
   uint64_t calls_ = 0;
+  std::unique_ptr<MpiRollCall> roll_call_;  // who is where, asked only when a wait stalls
   size_t segment_bytes_ = kDefaultSegmentBytes;
   // Kept across calls so that the hot path does not allocate.
   std::vector<unsigned char> scratch_;

@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "core/runtime/log.h"
+#include "core/runtime/metrics.h"
 #include "parallel/collective_metrics.h"
 #include "parallel/mpi_communicator.h"
 #include "parallel/mpi_runtime.h"
@@ -116,6 +117,7 @@ class MpiCommunicator::WindowWaiter final : public ShmBarrier::Waiter {
  public:
   explicit WindowWaiter(MpiCommunicator& comm) : comm_(comm) {}
   bool cancelled() const override { return false; }
+  void on_sleep() override { comm_.answer_roll_call(); }
   void on_warn(double waited) override { comm_.warn_stall(waited); }
   void on_abort(double waited) override { comm_.abort_stall(waited); }
 
@@ -177,6 +179,7 @@ void MpiCommunicator::all_reduce_apply(const void* src, void* scratch_buffer, in
   }
   CollectiveRecord record(true, CollectiveKind::all_reduce, count * dtype_size(dtype));
   enter("all_reduce");
+  metrics().allreduce_shared_window.fetch_add(1, std::memory_order_relaxed);
   window_reduce(src, count, dtype, ReduceOp::sum, ctx, apply);
 }
 

@@ -71,6 +71,7 @@ bool ShmBarrier::arrive_and_wait(bool* local_sense, const StallPolicy& policy, W
         sched_yield();
         break;
       case StallTimer::Step::sleep:
+        waiter.on_sleep();
         sleepers_.fetch_add(1, std::memory_order_seq_cst);
         futex_wait(&sense_, target ^ 1u, timer.sleep_slice(kLongestSleep), futex_flags_);
         sleepers_.fetch_sub(1, std::memory_order_relaxed);

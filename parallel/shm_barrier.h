@@ -27,6 +27,8 @@ class ShmBarrier {
     virtual ~Waiter() = default;
     // Polled while waiting; true makes arrive_and_wait return false at once.
     virtual bool cancelled() const = 0;
+    // Called before each sleep of a waiting party.
+    virtual void on_sleep() {}
     virtual void on_warn(double waited_seconds) = 0;
     [[noreturn]] virtual void on_abort(double waited_seconds) = 0;
   };

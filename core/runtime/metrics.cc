@@ -39,7 +39,7 @@ void Timing::reset() {
 
 void Metrics::reset() {
   for (auto* c : {&traces, &compiles, &cache_hits, &cache_misses, &allreduce_calls,
-                  &allreduce_bytes, &collective_calls, &collective_bytes, &checks_evaluated, &checks_raised, &steps_skipped, &steps})
+                  &allreduce_bytes, &allreduce_shared_window, &allreduce_messages, &collective_calls, &collective_bytes, &checks_evaluated, &checks_raised, &steps_skipped, &steps})
     *c = 0;
   compile_time.reset();
   execute_time.reset();
@@ -91,7 +91,8 @@ std::string metrics_json() {
       {"execute", {{"steps", m.steps.load()}, {"time", timing_json(m.execute_time)}}},
       {"allreduce",
        {{"calls", m.allreduce_calls.load()}, {"bytes", m.allreduce_bytes.load()},
-        {"time", timing_json(m.allreduce_time)}}},
+        {"shared_window", m.allreduce_shared_window.load()},
+        {"messages", m.allreduce_messages.load()}, {"time", timing_json(m.allreduce_time)}}},
       {"collectives",
        {{"calls", m.collective_calls.load()}, {"bytes", m.collective_bytes.load()},
         {"time", timing_json(m.collective_time)}}},
@@ -112,6 +113,10 @@ std::string metrics_report() {
   r += "  allreduce: calls=" + std::to_string(m.allreduce_calls.load()) +
        " bytes=" + std::to_string(m.allreduce_bytes.load()) + "\n";
   r += timing_line("AllReduceTime", m.allreduce_time);
+  if (m.allreduce_shared_window.load() + m.allreduce_messages.load() > 0)
+    r += "  allreduce among MPI ranks: shared_window=" +
+         std::to_string(m.allreduce_shared_window.load()) +
+         " messages=" + std::to_string(m.allreduce_messages.load()) + "\n";
   r += "  other collectives: calls=" + std::to_string(m.collective_calls.load()) +
        " bytes=" + std::to_string(m.collective_bytes.load()) + "\n";
   r += timing_line("CollectiveTime", m.collective_time);

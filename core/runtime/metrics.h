@@ -35,6 +35,9 @@ struct Metrics {
   // counts the others: broadcast, all-gather, barrier.
   std::atomic<int64_t> allreduce_calls{0}, allreduce_bytes{0};
   Timing allreduce_time;
+  // All-reduces among MPI ranks by the path they took: through a shared-memory window (every
+  // rank on one machine) or by messages (ranks on several machines, or no room for a window).
+  std::atomic<int64_t> allreduce_shared_window{0}, allreduce_messages{0};
   std::atomic<int64_t> collective_calls{0}, collective_bytes{0};
   Timing collective_time;
   // Checks.

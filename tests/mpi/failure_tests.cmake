@@ -1,20 +1,37 @@
 # CTest entries for jobs that must fail quickly (included by tests/CMakeLists.txt): a rank that
 # throws makes mpiexec exit non-zero, and a stalled rank is reported, then the job aborted.
+# In the expected output, @HOST@ stands for this machine's host name (expect_job_failure.cmake),
+# and "." for the report's "; " (a semicolon would split the CMake list).
 add_executable(mpi_rank_failure ${CMAKE_CURRENT_SOURCE_DIR}/mpi/rank_failure_main.cc)
 target_link_libraries(mpi_rank_failure PRIVATE fjit)
-set(FJIT_MPIEXEC_ARGS ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 2 --allow-run-as-root
-    --oversubscribe --bind-to none ${MPIEXEC_PREFLAGS} $<TARGET_FILE:mpi_rank_failure>)
-string(REPLACE ";" "|" FJIT_MPIEXEC_ARGS "${FJIT_MPIEXEC_ARGS}")
 
-add_test(NAME mpi_rank_throws_np2
-  COMMAND ${CMAKE_COMMAND} "-DCOMMAND=${FJIT_MPIEXEC_ARGS}|throw|1" -DMAX_SECONDS=30
-          "-DEXPECT=rank 1: uncaught exception \\(std::runtime_error\\): injected failure on rank 1"
-          -P ${CMAKE_CURRENT_SOURCE_DIR}/mpi/expect_job_failure.cmake)
-add_test(NAME mpi_rank_stalls_np2
-  COMMAND ${CMAKE_COMMAND} "-DCOMMAND=${FJIT_MPIEXEC_ARGS}|hang|1" -DMAX_SECONDS=30
-          "-DEXPECT=stall: rank 0 of 2 \\(mpi\\) has waited 0.30 s in barrier #1|aborting the job \\(rank 0 of 2, mpi\\): stall: rank 0 waited"
-          -P ${CMAKE_CURRENT_SOURCE_DIR}/mpi/expect_job_failure.cmake)
-set_tests_properties(mpi_rank_throws_np2 PROPERTIES TIMEOUT 90
-  ENVIRONMENT "OMPI_MCA_btl=self,vader;OMPI_MCA_rmaps_base_oversubscribe=1")
-set_tests_properties(mpi_rank_stalls_np2 PROPERTIES TIMEOUT 90
-  ENVIRONMENT "OMPI_MCA_btl=self,vader;OMPI_MCA_rmaps_base_oversubscribe=1;FJIT_STALL_WARN_S=0.3;FJIT_STALL_ABORT_S=1.5")
+# fjit_mpi_failure_test(NAME NP "MODE|RANK" "RE1|RE2...") runs mpi_rank_failure MODE RANK on NP
+# ranks under stall limits of 0.3 s (warn) and 1.5 s (abort); the job must fail within 30 s.
+function(fjit_mpi_failure_test name np args expect)
+  set(command ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${np} --allow-run-as-root
+      --oversubscribe --bind-to none ${MPIEXEC_PREFLAGS} $<TARGET_FILE:mpi_rank_failure>)
+  string(REPLACE ";" "|" command "${command}")
+  add_test(NAME ${name}
+    COMMAND ${CMAKE_COMMAND} "-DCOMMAND=${command}|${args}" -DMAX_SECONDS=30 "-DEXPECT=${expect}"
+            -P ${CMAKE_CURRENT_SOURCE_DIR}/mpi/expect_job_failure.cmake)
+  set_tests_properties(${name} PROPERTIES TIMEOUT 90
+    ENVIRONMENT "OMPI_MCA_btl=self,vader;OMPI_MCA_rmaps_base_oversubscribe=1;FJIT_STALL_WARN_S=0.3;FJIT_STALL_ABORT_S=1.5")
+endfunction()
+
+fjit_mpi_failure_test(mpi_rank_throws_np2 2 "throw|1"
+  "rank 1: uncaught exception \\(std::runtime_error\\): injected failure on rank 1")
+# A stall names the ranks that have not arrived and their host, and the ranks waiting, in the
+# warning of every waiting rank and in the abort.
+set(on "\\(on @HOST@\\)")
+fjit_mpi_failure_test(mpi_rank_stalls_np2 2 "hang|1"
+  "stall: rank 0 of 2 \\(mpi, on @HOST@\\) has waited 0.30 s in barrier #1. not arrived: rank 1 ${on}. waiting in it: rank 0 ${on}|aborting the job \\(rank 0 of 2, mpi\\): stall: rank 0 ${on} waited [0-9.]+ s in barrier #1 \\(abort_after 1500 ms\\). not arrived: rank 1 ${on}. waiting in it: rank 0 ${on}")
+fjit_mpi_failure_test(mpi_rank_stalls_np3 3 "hang|2"
+  "stall: rank 0 of 3 \\(mpi, on @HOST@\\) has waited 0.30 s in barrier #1. not arrived: rank 2 ${on}. waiting in it: ranks 0,1 ${on}|stall: rank 1 of 3 \\(mpi, on @HOST@\\) has waited 0.30 s in barrier #1. not arrived: rank 2 ${on}. waiting in it: ranks 0,1 ${on}|aborting the job \\(rank [01] of 3, mpi\\): stall: rank [01] ${on} waited [0-9.]+ s in barrier #1 \\(abort_after 1500 ms\\). not arrived: rank 2 ${on}. waiting in it: ranks 0,1 ${on}")
+# The same in an all-reduce through the shared-memory window (its barrier answers roll calls).
+fjit_mpi_failure_test(mpi_rank_stalls_in_reduce_np2 2 "reduce-hang|0"
+  "stall: rank 1 of 2 \\(mpi, on @HOST@\\) has waited 0.30 s in all_reduce #2. not arrived: rank 0 ${on}. waiting in it: rank 1 ${on}|aborting the job \\(rank 1 of 2, mpi\\)")
+fjit_mpi_failure_test(mpi_rank_stalls_in_reduce_np3 3 "reduce-hang|1"
+  "stall: rank 0 of 3 \\(mpi, on @HOST@\\) has waited 0.30 s in all_reduce #2. not arrived: rank 1 ${on}. waiting in it: ranks 0,2 ${on}|stall: rank 2 of 3 \\(mpi, on @HOST@\\) has waited 0.30 s in all_reduce #2. not arrived: rank 1 ${on}. waiting in it: ranks 0,2 ${on}|aborting the job \\(rank [02] of 3, mpi\\): stall: .*not arrived: rank 1 ${on}")
+# Nobody is missing, but one rank waits in another collective: the report says which.
+fjit_mpi_failure_test(mpi_rank_mismatch_np3 3 "mismatch|2"
+  "stall: rank 0 of 3 \\(mpi, on @HOST@\\) has waited 0.30 s in barrier #1. not arrived: none \\(every rank answered\\). waiting in it: ranks 0,1 ${on}. in other collectives: rank 2 ${on} in all_gather #1|stall: rank 2 of 3 \\(mpi, on @HOST@\\) has waited 0.30 s in all_gather #1. not arrived: none \\(every rank answered\\). waiting in it: rank 2 ${on}. in other collectives: rank 0 ${on} in barrier #1, rank 1 ${on} in barrier #1")

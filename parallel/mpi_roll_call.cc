@@ -1,0 +1,174 @@
+#include "parallel/mpi_roll_call.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "parallel/mpi_runtime.h"
+
+namespace fjit {
+namespace {
+
+constexpr int kTag = 1;  // the roll call's communicator carries nothing else
+constexpr int kQuery = 1;
+constexpr int kAnswer = 2;
+constexpr size_t kHostBytes = 256;
+// How often a surveying rank looks for answers.
+constexpr auto kPollEvery = std::chrono::milliseconds(1);
+
+// "rank 3" or "ranks 0,1,5".
+std::string rank_list(const std::vector<int>& ranks) {
+  std::string out = ranks.size() == 1 ? "rank " : "ranks ";
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    if (i > 0) out += ',';
+    out += std::to_string(ranks[i]);
+  }
+  return out;
+}
+
+}  // namespace
+
+struct MpiRollCall::Note {
+  int32_t kind = 0;
+  int32_t rank = 0;
+  uint64_t seq = 0;
+  char collective[48] = {};
+};
+
+struct MpiRollCall::Heard {
+  bool any = false;
+  Note note;
+  uint64_t at_seq = 0;  // the surveyor's collective number when the note came
+};
+
+struct MpiRollCall::Outgoing {
+  Note note;
+  MPI_Request request = MPI_REQUEST_NULL;
+};
+
+MpiRollCall::MpiRollCall(MPI_Comm comm) : outbox_(std::make_unique<std::deque<Outgoing>>()) {
+  MPI_Comm_dup(comm, &comm_);
+  MPI_Comm_rank(comm_, &rank_);
+  MPI_Comm_size(comm_, &size_);
+  char mine[kHostBytes] = {};
+  if (gethostname(mine, kHostBytes - 1) != 0) std::snprintf(mine, kHostBytes, "(unknown host)");
+  std::vector<char> all(kHostBytes * static_cast<size_t>(size_));
+  MPI_Allgather(mine, kHostBytes, MPI_CHAR, all.data(), kHostBytes, MPI_CHAR, comm_);
+  for (int r = 0; r < size_; ++r) hosts_.emplace_back(all.data() + r * kHostBytes);
+  heard_.resize(static_cast<size_t>(size_));
+}
+
+MpiRollCall::~MpiRollCall() {
+  if (!mpi_active()) return;  // MPI is gone, and every request with it
+  bool pending = false;
+  for (Outgoing& o : *outbox_) {
+    int done = 0;
+    if (o.request != MPI_REQUEST_NULL) MPI_Test(&o.request, &done, MPI_STATUS_IGNORE);
+    if (o.request != MPI_REQUEST_NULL && !done) {
+      MPI_Request_free(&o.request);  // its buffer must stay valid: the outbox is let go below
+      pending = true;
+    }
+  }
+  if (pending) (void)outbox_.release();  // a few notes to a rank that never took them
+  if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+}
+
+void MpiRollCall::send(int to, int kind, const char* collective, uint64_t seq) {
+  while (!outbox_->empty()) {
+    int done = 0;
+    MPI_Test(&outbox_->front().request, &done, MPI_STATUS_IGNORE);
+    if (!done) break;
+    outbox_->pop_front();
+  }
+  Outgoing& o = outbox_->emplace_back();  // a deque: earlier notes do not move
+  o.note.kind = kind;
+  o.note.rank = rank_;
+  o.note.seq = seq;
+  std::snprintf(o.note.collective, sizeof o.note.collective, "%s", collective);
+  MPI_Isend(&o.note, sizeof(Note), MPI_BYTE, to, kTag, comm_, &o.request);
+}
+
+void MpiRollCall::drain(const char* collective, uint64_t seq) {
+  for (;;) {
+    int flag = 0;
+    MPI_Message message;
+    MPI_Status status;
+    MPI_Improbe(MPI_ANY_SOURCE, kTag, comm_, &flag, &message, &status);
+    if (!flag) return;
+    Note note;
+    MPI_Mrecv(&note, sizeof(Note), MPI_BYTE, &message, MPI_STATUS_IGNORE);
+    note.collective[sizeof note.collective - 1] = '\0';
+    const int from = status.MPI_SOURCE;
+    // A note about a collective more than one call away from this rank's is left over from
+    // a stall that resolved itself (every collective needs every rank).
+    if (note.seq + 1 < seq || note.seq > seq + 1) continue;
+    heard_[from] = Heard{true, note, seq};
+    if (note.kind == kQuery) send(from, kAnswer, collective, seq);
+  }
+}
+
+void MpiRollCall::answer(const char* collective, uint64_t seq) { drain(collective, seq); }
+
+std::string MpiRollCall::survey(const char* collective, uint64_t seq,
+                                std::chrono::milliseconds grace) {
+  std::fill(heard_.begin(), heard_.end(), Heard{});
+  drain(collective, seq);  // queries that came first are answers too: their senders wait
+  for (int r = 0; r < size_; ++r)
+    if (r != rank_) send(r, kQuery, collective, seq);
+  const auto deadline = std::chrono::steady_clock::now() + grace;
+  for (;;) {
+    drain(collective, seq);
+    int heard = 0;
+    for (int r = 0; r < size_; ++r) heard += r != rank_ && heard_[r].any && heard_[r].at_seq == seq;
+    if (heard == size_ - 1 || std::chrono::steady_clock::now() >= deadline) break;
+    std::this_thread::sleep_for(kPollEvery);
+  }
+  return describe(collective, seq);
+}
+
+std::string MpiRollCall::describe(const char* collective, uint64_t seq) const {
+  std::vector<int> missing, waiting;
+  std::string elsewhere;
+  for (int r = 0; r < size_; ++r) {
+    const Heard& h = heard_[r];
+    if (r == rank_) {
+      waiting.push_back(r);
+    } else if (!h.any || h.at_seq != seq) {
+      missing.push_back(r);
+    } else if (h.note.seq == seq && std::strcmp(h.note.collective, collective) == 0) {
+      waiting.push_back(r);
+    } else {
+      elsewhere += fmt::format("{}rank {} (on {}) in {} #{}", elsewhere.empty() ? "" : ", ", r,
+                               hosts_[r], h.note.collective, h.note.seq);
+    }
+  }
+  // Ranks grouped by host, hosts in order of their first rank: "ranks 0,1 (on a), rank 2 (on b)".
+  auto by_host = [this](const std::vector<int>& ranks) {
+    std::vector<std::string> order;
+    std::vector<std::vector<int>> groups;
+    for (int r : ranks) {
+      const auto at = std::find(order.begin(), order.end(), hosts_[r]);
+      if (at == order.end()) {
+        order.push_back(hosts_[r]);
+        groups.push_back({r});
+      } else {
+        groups[at - order.begin()].push_back(r);
+      }
+    }
+    std::string out;
+    for (size_t i = 0; i < order.size(); ++i)
+      out += fmt::format("{}{} (on {})", i > 0 ? ", " : "", rank_list(groups[i]), order[i]);
+    return out;
+  };
+  std::string out = "not arrived: ";
+  out += missing.empty() ? "none (every rank answered)" : by_host(missing);
+  out += "; waiting in it: " + by_host(waiting);
+  if (!elsewhere.empty()) out += "; in other collectives: " + elsewhere;
+  return out;
+}
+
+}  // namespace fjit

@@ -1,0 +1,72 @@
+// MpiRollCall: who is where when an MPI collective stalls.
+//
+// A rank that has not arrived at a collective cannot say so, and MPI has no cheap way to ask
+// who has; so the ranks that have arrived tell each other. When a waiting rank's warning (or
+// abort) deadline passes it sends a query to every other rank, on a communicator of the roll
+// call's own, and gathers answers for a short grace. Every rank waiting in a collective
+// answers queries on its slow path (answer(), polled only once its wait has gone to sleep),
+// with the collective it is in and that collective's number. Whoever does not answer within
+// the grace has not arrived at any collective: it is computing, stopped, or dead.
+//
+// Promises:
+//  - Nothing on the fast path: no message is sent unless a rank's stall deadline passes, and
+//    answer() costs one MPI_Improbe on a sleeping waiter.
+//  - Host names are gathered once, at construction, so the report names the host of a rank
+//    that does not answer.
+//  - An answer is only taken as current when it came while the surveyor was in the same
+//    collective call, about a collective at most one call away from it; older notes (a stall
+//    that resolved itself) are ignored.
+//  - Every call is collective-free after construction and safe to repeat.
+#pragma once
+
+#include <mpi.h>
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace fjit {
+
+class MpiRollCall {
+ public:
+  // Collective over `comm` (every rank must construct it): duplicates it and gathers every
+  // rank's host name.
+  explicit MpiRollCall(MPI_Comm comm);
+  MpiRollCall(const MpiRollCall&) = delete;
+  MpiRollCall& operator=(const MpiRollCall&) = delete;
+  ~MpiRollCall();
+
+  // Answers the queries that have come, saying this rank waits in `collective` #`seq`.
+  // Called by a waiting rank on its slow path.
+  void answer(const char* collective, uint64_t seq);
+
+  // Asks every other rank where it is and waits up to `grace` for the answers (answering
+  // others meanwhile), this rank being in `collective` #`seq`. Returns what it learned:
+  //   "not arrived: rank 3 (on node2); waiting in it: ranks 0,1 (on node1), rank 2 (on node2)"
+  // followed by "; in other collectives: rank 4 (on node2) in barrier #58" when some are.
+  std::string survey(const char* collective, uint64_t seq, std::chrono::milliseconds grace);
+
+  const std::string& host(int rank) const { return hosts_.at(rank); }
+
+ private:
+  struct Note;
+  struct Heard;
+  struct Outgoing;
+  void send(int to, int kind, const char* collective, uint64_t seq);
+  // Receives every note that has come; answers queries; keeps the current ones.
+  void drain(const char* collective, uint64_t seq);
+  std::string describe(const char* collective, uint64_t seq) const;
+
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  int rank_ = 0;
+  int size_ = 1;
+  std::vector<std::string> hosts_;
+  std::vector<Heard> heard_;  // per rank: the latest note, and this rank's call when it came
+  // Notes being sent: their buffers must outlive their requests.
+  std::unique_ptr<std::deque<Outgoing>> outbox_;
+};
+
+}  // namespace fjit

@@ -1,0 +1,166 @@
+#!/usr/bin/env bash
+# The main training job on two machines, simulated on this one (registered with CTest by
+# tests/mpi/multihost_tests.cmake): two network + UTS namespaces are the hosts fjit-node1 and
+# fjit-node2, joined by a veth pair with private addresses; mpirun runs in fjit-node1 and
+# starts fjit-node2's daemon through an rsh agent that enters that namespace (OpenMPI's
+# plm_rsh_agent), and the ranks talk TCP over the veth pair (btl tcp,self).
+#   - 2 hosts x 1 rank and 2 hosts x 2 ranks train train_fashion_mnist on the committed fixture:
+#     the final checkpoint is byte-identical, and every step's loss equal, to the same job on
+#     one host (mpirun -np 2 and -np 4 here); the multi-host job ran on both hosts and reduced
+#     by messages, the one-host job through its shared-memory window (the metrics report);
+#   - a rank of fjit-node2 stopped (SIGSTOP) in the middle of training: every other rank
+#     reports that it has not arrived, naming it and its host, and the job aborts within the
+#     stall limits.
+# Exits 77 (skipped) when not root, or when namespaces or the veth pair cannot be made.
+# usage: multihost_test.sh TRAIN_BINARY FIXTURE_DIR MPIRUN
+set -uo pipefail
+bin=$1 fixture=$2 mpirun=$3
+skip() { echo "skipped: $*"; exit 77; }
+[ "$(id -u)" -eq 0 ] || skip "needs root (network namespaces)"
+for tool in unshare nsenter ip; do
+  command -v "$tool" > /dev/null || skip "no $tool (util-linux, iproute2)"
+done
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/fjit_multihost.XXXXXX")
+holders=()
+# Ends every process inside the simulated hosts (the namespaces' holders, OpenMPI's daemon,
+# stopped ranks), so that the namespaces and the veth pair go with them.
+cleanup() {
+  local holder ns pid
+  for holder in "${holders[@]}"; do
+    ns=$(readlink "/proc/$holder/ns/net" 2> /dev/null) || continue
+    for pid in /proc/[0-9]*; do
+      pid=${pid#/proc/}
+      [ "$pid" != "$holder" ] && [ "$(readlink "/proc/$pid/ns/net" 2> /dev/null)" = "$ns" ] &&
+        kill -KILL "$pid" 2> /dev/null
+    done
+    kill -KILL "$holder" 2> /dev/null
+  done
+  wait 2> /dev/null
+  rm -rf "$work"
+}
+trap cleanup EXIT
+trap 'exit 1' INT TERM
+failures=0
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+
+# A simulated host: a process holding new network and UTS namespaces, named $1, lo up.
+start_host() {
+  unshare --net --uts sh -c "hostname $1 && ip link set lo up && exec sleep 3600" 2> "$work/$1.err" &
+  local pid=$! i
+  holders+=("$pid")
+  for i in $(seq 50); do
+    [ "$(nsenter -t "$pid" --uts hostname 2> /dev/null)" = "$1" ] && { echo "$pid" > "$work/$1.pid"; return 0; }
+    kill -0 "$pid" 2> /dev/null || break
+    sleep 0.1
+  done
+  skip "cannot make network and UTS namespaces: $(cat "$work/$1.err")"
+}
+start_host fjit-node1
+start_host fjit-node2
+node1=$(cat "$work/fjit-node1.pid") node2=$(cat "$work/fjit-node2.pid")
+nsenter -t "$node1" --net ip link add fjit0 type veth peer name fjit0 netns "$node2" 2> "$work/veth.err" ||
+  skip "cannot make a veth pair: $(cat "$work/veth.err")"
+nsenter -t "$node1" --net sh -c 'ip addr add 10.231.0.1/24 dev fjit0 && ip link set fjit0 up' &&
+  nsenter -t "$node2" --net sh -c 'ip addr add 10.231.0.2/24 dev fjit0 && ip link set fjit0 up' ||
+  skip "cannot configure the veth pair"
+
+# OpenMPI's rsh agent: `agent [options] HOST COMMAND...` runs COMMAND in HOST's namespaces.
+cat > "$work/agent" << EOF
+#!/bin/sh
+while [ \$# -gt 0 ] && [ "\${1#-}" != "\$1" ]; do shift; done
+host=\$1
+shift
+[ -f "$work/\$host.pid" ] || { echo "agent: no simulated host \$host" >&2; exit 255; }
+exec nsenter -t "\$(cat "$work/\$host.pid")" --net --uts /bin/sh -c "\$*"
+EOF
+chmod +x "$work/agent"
+printf 'fjit-node1 slots=1\nfjit-node2 slots=1\n' > "$work/hosts1"
+printf 'fjit-node1 slots=2\nfjit-node2 slots=2\n' > "$work/hosts2"
+mkdir -p "$work/ompi"
+unset OMPI_MCA_btl OMPI_MCA_rmaps_base_oversubscribe
+export FJIT_INTRA_OP_THREADS=1  # the same on every rank of both jobs, whatever the placement
+# mpirun on fjit-node1; the hostfile and the job follow.
+multihost=(nsenter -t "$node1" --net --uts "$mpirun" --allow-run-as-root --bind-to none
+  --mca plm_rsh_agent "$work/agent" --mca plm_rsh_no_tree_spawn 1
+  --mca orte_tmpdir_base "$work/ompi" --mca btl tcp,self
+  --mca btl_tcp_if_include fjit0 --mca oob_tcp_if_include fjit0 --display-map)
+onehost=("$mpirun" --allow-run-as-root --oversubscribe --bind-to none)
+
+data=$work/data
+. "$(dirname "$0")/../../examples/fixture_data.sh"
+fixture_data "$fixture" "$data"
+job=(--data-dir "$data" --epochs 3 --batch-size 8 --log-every 1 --seed 5 --checks all)
+# The loss of every step, without the timings.
+losses() { grep -o '^epoch .* | loss [0-9.]*' "$1"; }
+path_line() { grep -o 'allreduce among MPI ranks: .*' "$1"; }
+
+for shape in 2x1 2x2; do
+  per_host=${shape#2x}
+  np=$((2 * per_host))
+  one=$work/one-$shape two=$work/two-$shape
+  timeout 120 "${onehost[@]}" -np "$np" "$bin" "${job[@]}" --checkpoint-dir "$one" > "$one.out" 2>&1 ||
+    { rc=$?; cat "$one.out"; fail "$shape: the one-host job exited $rc"; continue; }
+  timeout 120 "${multihost[@]}" --hostfile "$work/hosts$per_host" -np "$np" "$bin" "${job[@]}" \
+    --checkpoint-dir "$two" > "$two.out" 2>&1 ||
+    { rc=$?; cat "$two.out"; fail "$shape: the two-host job exited $rc"; continue; }
+  for host in fjit-node1 fjit-node2; do
+    grep -Eq "Data for node: $host[[:space:]].*Num procs: $per_host\$" "$two.out" ||
+      fail "$shape: mpirun did not place $per_host rank(s) on $host"
+  done
+  [ "$(losses "$two.out" | wc -l)" -eq 6 ] || fail "$shape: the two-host job printed no 6 step lines"
+  diff <(losses "$one.out") <(losses "$two.out") || fail "$shape: the step losses differ from one host's"
+  cmp "$one/ckpt-6.safetensors" "$two/ckpt-6.safetensors" ||
+    fail "$shape: the final checkpoint differs from one host's"
+  path_line "$two.out" | grep -q 'shared_window=0 messages=[1-9]' ||
+    fail "$shape: the two-host job did not reduce by messages: $(path_line "$two.out")"
+  path_line "$one.out" | grep -q 'shared_window=[1-9]' ||
+    fail "$shape: the one-host job did not reduce through its window: $(path_line "$one.out")"
+  echo "$shape: $(path_line "$two.out") (one host: $(path_line "$one.out" | sed 's/.*: //'))"
+done
+
+# Rank 3 (the second on fjit-node2) stopped while the job trains: the others warn after 1 s
+# and abort after 3 s, each naming it and its host.
+long=(--data-dir "$data" --epochs 100000 --batch-size 8 --log-every 1 --seed 5)
+out=$work/stall.out
+start=$(date +%s)
+FJIT_STALL_WARN_S=1 FJIT_STALL_ABORT_S=3 timeout 90 "${multihost[@]}" --hostfile "$work/hosts2" \
+  -np 4 "$bin" "${long[@]}" > "$out" 2>&1 &
+job_pid=$!
+rank3=
+for i in $(seq 300); do
+  if grep -q '^epoch .* step *20/' "$out"; then
+    ns=$(readlink "/proc/$node2/ns/net")
+    for pid in $(pgrep -f -- "$bin"); do
+      [ "$(readlink "/proc/$pid/ns/net" 2> /dev/null)" = "$ns" ] &&
+        tr '\0' '\n' < "/proc/$pid/environ" 2> /dev/null | grep -qx 'OMPI_COMM_WORLD_RANK=3' && rank3=$pid
+    done
+    break
+  fi
+  kill -0 "$job_pid" 2> /dev/null || break
+  sleep 0.1
+done
+if [ -z "$rank3" ]; then
+  cat "$out"
+  fail "the long job did not start training with a rank 3 on fjit-node2"
+else
+  kill -STOP "$rank3"
+  stopped=$(date +%s)
+  wait "$job_pid"
+  rc=$?
+  took=$(($(date +%s) - stopped))
+  echo "stopped rank 3 (pid $rank3) on fjit-node2 after $((stopped - start)) s; the job exited $rc after $took s more"
+  grep -E 'stall|aborting' "$out"
+  [ "$rc" -ne 0 ] || fail "the job exited 0 with a stopped rank"
+  [ "$rc" -ne 124 ] || fail "the job did not abort by itself"
+  [ "$took" -le 20 ] || fail "the job took $took s to abort (stall limits 1 s and 3 s)"
+  for rank in 0 1 2; do
+    grep -q "stall: rank $rank of 4 (mpi, on fjit-node[12]) has waited [0-9.]* s in .*; not arrived: rank 3 (on fjit-node2); waiting in it: " "$out" ||
+      fail "rank $rank's warning does not name rank 3 on fjit-node2"
+  done
+  grep -q "aborting the job (rank [012] of 4, mpi): stall: rank [012] (on fjit-node[12]) waited .* (abort_after 3000 ms); not arrived: rank 3 (on fjit-node2)" "$out" ||
+    fail "the abort does not name rank 3 on fjit-node2"
+fi
+
+[ "$failures" -eq 0 ] && echo "multihost_test: OK"
+exit $((failures > 0))
