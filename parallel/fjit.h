@@ -31,4 +31,5 @@
 #include "core/trace/ops.h"
 #include "core/trace/random.h"
 #include "core/trace/tensor.h"
+#include "parallel/join.h"
 #include "parallel/pmap.h"

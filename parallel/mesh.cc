@@ -93,9 +93,6 @@ std::vector<Array> Mesh::shard(const Array& batch) const {
   const int n = local_size();
   if (n == 1 && processes() > 1) return {batch};  // this process's replica holds its shard
   if (batch.rank() == 0) throw std::invalid_argument("Mesh::shard: cannot shard a scalar");
-  if (batch.shape()[0] < n)
-    throw std::invalid_argument("Mesh::shard: batch of " + std::to_string(batch.shape()[0]) +
-                                " rows cannot feed " + std::to_string(n) + " replicas");
   // Row views of the batch: sharding copies nothing.
   std::vector<Array> out;
   for (int r = 0; r < n; ++r) {

@@ -85,8 +85,9 @@ class Mesh {
 
   // Splits a batch along axis 0 into this process's replicas' shards (row views of the
   // batch, no copy), as evenly as possible (sizes differ by at most 1; pmean weights them so
-  // means stay exact). A process with one replica (an MPI rank) already holds its shard and
-  // gets it back unchanged.
+  // means stay exact). A batch with fewer rows than replicas (zero included: a process that
+  // joined, parallel/join.h) leaves the last replicas zero rows, whose pmean weight is 0. A
+  // process with one replica (an MPI rank) already holds its shard and gets it back unchanged.
   std::vector<Array> shard(const Array& batch) const;
   // Shard r's [begin, end) rows of a batch of `rows` over `parts` parts (io::split_rows).
   static std::pair<int64_t, int64_t> shard_range(int64_t rows, int parts, int r);

@@ -6,7 +6,7 @@
 //      also carries each rank's shard size. Different programs fail on every replica at once
 //      with an error showing each replica's program, instead of deadlocking in a collective;
 //   3. every replica runs the plan on its thread/rank with its communicator; shard weights
-//      (n_r * R / N) feed pmean so uneven batches give exact means;
+//      (n_r * R / N; 0 for a zero-row shard) feed pmean so uneven batches give exact means;
 //   4. optionally every K steps, replicas compare fingerprints of their outputs (parameters
 //      and optimizer state) and fail naming the first diverging tensor.
 // A replica that throws cancels the thread group so no other replica waits forever; the

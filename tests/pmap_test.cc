@@ -160,11 +160,18 @@ TEST(Pmap, UnknownAxisNameIsATraceError) {
   }
 }
 
-TEST(Pmap, BatchSmallerThanReplicasIsAClearError) {
+// Fewer rows than replicas leave the last replicas zero rows (weight 0 in pmean): the mean is
+// still the mean over the rows there are (tests/zero_rows_test.cc covers whole steps).
+TEST(Pmap, BatchSmallerThanReplicasLeavesZeroRowShards) {
   Mesh mesh = Mesh::threads(4);
-  auto f = pmap(mesh, "b", [](const Tensor& x) { return psum(sum(x), "b"); });
-  EXPECT_THROW(f(Array(DType::f32, {3, 2})), std::invalid_argument);
-  EXPECT_EQ(f(Array::full(DType::f32, {4, 2}, 1.0)).item<float>(), 8.0f);  // still usable
+  auto f = pmap(mesh, "b", [](const Tensor& x) { return std::tuple{psum(sum(x), "b"), pmean(mean(x), "b")}; });
+  Array x = Array::from_vector<float>({1, 2, 3, 4, 5, 6}, {3, 2});  // shards of 1, 1, 1, 0 rows
+  auto [s, m] = f(x);
+  EXPECT_EQ(s.item<float>(), 21.0f);
+  EXPECT_FLOAT_EQ(m.item<float>(), 3.5f);
+  auto [s4, m4] = f(Array::full(DType::f32, {4, 2}, 1.0));
+  EXPECT_EQ(s4.item<float>(), 8.0f);
+  EXPECT_EQ(m4.item<float>(), 1.0f);
 }
 
 TEST(Pmap, FusedGradientAllReduceUsesOneCollectivePerBucket) {

@@ -362,6 +362,17 @@ TEST(TrainOptionsParser, RejectsBadInput) {
     for (const char* value : {"inf", "infinity", "nan"})
       EXPECT_NE(parse({option, value}).error.find("is not a finite number >= 0"), std::string::npos)
           << option << " " << value;
+  EXPECT_NE(parse({"--examples-per-process", "30,x"}).error.find("'30,x' is not counts like"),
+            std::string::npos);
+}
+
+TEST(TrainOptionsParser, ExamplesPerProcessTakesCountsIncludingZero) {
+  ParsedOptions p = parse({"--examples-per-process", "30000,0,12"});
+  ASSERT_TRUE(p.error.empty()) << p.error;
+  EXPECT_EQ(p.options.examples_per_process, (std::vector<int64_t>{30000, 0, 12}));
+  EXPECT_NE(describe(p.options).find("examples per process 30000,0,12"), std::string::npos);
+  EXPECT_EQ(run_config(p.options).at("examples_per_process"), "30000,0,12");
+  EXPECT_EQ(run_config(TrainOptions{}).count("examples_per_process"), 0u);  // old checkpoints resume
 }
 
 }  // namespace

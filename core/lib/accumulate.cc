@@ -20,7 +20,9 @@ int64_t accumulation_rows(const std::vector<Tensor>& batch, int micro_batches, L
   const int64_t rows = batch[0].shape()[0];
   for (const Tensor& t : batch)
     if (t.shape()[0] != rows) fail("the batch arguments disagree on their number of rows");
-  if (rows < micro_batches) fail(fmt::format("{} rows cannot make {} micro-batches", rows, micro_batches));
+  // Zero rows (a replica that joined with no data) are one micro-batch: the empty batch.
+  if (rows > 0 && rows < micro_batches)
+    fail(fmt::format("{} rows cannot make {} micro-batches", rows, micro_batches));
   return rows;
 }
 

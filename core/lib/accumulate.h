@@ -18,9 +18,12 @@
 //    and the gradients are summed in micro-batch order, starting from zero, as
 //    sum_k (rows_k / rows) * value_k; the loss accumulator has the dtype of the first
 //    parameter (so loss_fn's loss must too).
-//  - A batch with fewer rows than micro_batches, batch arguments that disagree on their row
-//    count, or micro_batches < 1 is a TraceError naming accumulate_gradients, the shapes
-//    and the call site.
+//  - A batch of zero rows (a replica that joined with no data, parallel/join.h) is one
+//    micro-batch, the empty one: with a loss that is a mean (the mean of no rows is 0) the
+//    loss and every gradient are 0, and pmean gives such a replica weight 0.
+//  - A batch with fewer rows than micro_batches (but more than zero), batch arguments that
+//    disagree on their row count, or micro_batches < 1 is a TraceError naming
+//    accumulate_gradients, the shapes and the call site.
 //  - accumulate_gradients_aux: for loss_fn returning std::tuple{loss, aux} where aux is a
 //    Tensor with one row per example (logits, per-example losses): the micro-batches' aux
 //    values are concatenated back into the full batch's rows.
@@ -64,7 +67,7 @@ template <bool HasAux, class F, class... B>
 auto accumulate(const F& loss_fn, int micro_batches, Loc loc, const TensorDict& params,
                 const B&... batch) {
   const int64_t rows = accumulation_rows({batch...}, micro_batches, loc);
-  if (micro_batches == 1) return micro_step<HasAux>(loss_fn, loc, params, {batch...}, std::index_sequence_for<B...>{});
+  if (micro_batches == 1 || rows == 0) return micro_step<HasAux>(loss_fn, loc, params, {batch...}, std::index_sequence_for<B...>{});
   std::vector<Tensor> acc = zero_accumulators(params, loc);
   std::vector<Tensor> aux;
   for (const MicroGroup& grp : micro_groups(rows, micro_batches)) {

@@ -72,6 +72,15 @@ Dataset::Dataset(ArrayDict columns) : columns_(std::move(columns)) {
                                   describe() + ")");
 }
 
+Dataset Dataset::rows(int64_t begin, int64_t end) const {
+  if (begin < 0 || begin > end || end > size_)
+    throw std::out_of_range("Dataset::rows: examples [" + std::to_string(begin) + ", " +
+                            std::to_string(end) + ") of a data set of " + std::to_string(size_));
+  ArrayDict out;
+  for (const auto& [name, a] : columns_) out.set(name, a.rows(begin, end));
+  return Dataset(std::move(out));
+}
+
 Batch Batch::clone() const {
   Batch out = *this;
   for (auto& [name, a] : out.columns) a = a.clone();

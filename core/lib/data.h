@@ -61,6 +61,9 @@ class Dataset {
   // Throws std::out_of_range naming the columns there are.
   const Array& operator[](const std::string& name) const { return columns_.at(name); }
   const ArrayDict& columns() const { return columns_; }
+  // Examples [begin, end) as a data set of their own: row views of these columns (no copy).
+  // REQUIRES 0 <= begin <= end <= size() (std::out_of_range naming the range otherwise).
+  Dataset rows(int64_t begin, int64_t end) const;
 
  private:
   ArrayDict columns_;

@@ -32,7 +32,8 @@ int64_t default_fusion_bytes();
 
 Tensor psum(const Tensor& x, const std::string& axis, Loc loc = Loc::current());
 // Mean over replicas. When pmap split an uneven batch, each replica's term is weighted by its
-// share of the examples, so the mean of per-replica means is the exact mean over the batch.
+// share of the examples, so the mean of per-replica means is the exact mean over the batch;
+// a replica with zero rows (parallel/join.h) has weight 0 and its (zero) mean adds nothing.
 Tensor pmean(const Tensor& x, const std::string& axis, Loc loc = Loc::current());
 Tensor pmax(const Tensor& x, const std::string& axis, Loc loc = Loc::current());
 // Concatenation of every replica's x along axis 0, in replica order.

@@ -85,7 +85,9 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a = false, bool trans
               Loc loc = Loc::current());
 
 // Reductions. Empty `axes` reduces over every axis. sum, mean, max and min of f16 and bf16
-// accumulate in f32 and round the result once.
+// accumulate in f32 and round the result once. Over zero elements (a zero-row batch) sum and
+// mean are 0 (mean is sum / max(count, 1), so a replica that joined with no data contributes
+// 0, never NaN, to a pmean whose weight for it is 0).
 Tensor sum(const Tensor& x, Axes axes = {}, bool keepdims = false, Loc loc = Loc::current());
 Tensor mean(const Tensor& x, Axes axes = {}, bool keepdims = false, Loc loc = Loc::current());
 Tensor max(const Tensor& x, Axes axes = {}, bool keepdims = false, Loc loc = Loc::current());

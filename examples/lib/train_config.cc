@@ -15,10 +15,13 @@ namespace fjit::examples {
 std::string describe(const TrainOptions& o) {
   const std::string model = o.model == "mlp" ? "mlp " + join(o.layers)
                             : fmt::format("{} dropout {}", o.model, o.dropout);
-  return fmt::format("{} | epochs {} | global batch {}{} | AdamW lr {} ({}{}) wd {} | seed {} | "
+  return fmt::format("{} | epochs {} | global batch {}{}{} | AdamW lr {} ({}{}) wd {} | seed {} | "
                      "checks {} on failure {}",
                      model, o.epochs, o.batch_size,
                      o.micro_batches > 1 ? fmt::format(" in {} micro-batches", o.micro_batches) : "",
+                     o.examples_per_process.empty()
+                         ? ""
+                         : fmt::format(" | examples per process {}", join(o.examples_per_process)),
                      o.lr, o.lr_schedule,
                      o.warmup_steps > 0 ? fmt::format(", {} warm-up steps", o.warmup_steps) : "",
                      o.weight_decay, o.seed,
@@ -41,7 +44,10 @@ io::RunConfig run_config(const TrainOptions& o) {
                      {"epochs", std::to_string(o.epochs)},
                      {"micro_batches", std::to_string(o.micro_batches)}};
   // An MLP records its layers, as checkpoints always have (so theirs still resume); the
-  // other models record their name and dropout rate.
+  // other models record their name and dropout rate. The data each process reads (and so the
+  // data position) depends on examples_per_process: recorded only when set, so that earlier
+  // checkpoints still resume.
+  if (!o.examples_per_process.empty()) c["examples_per_process"] = join(o.examples_per_process);
   if (o.model == "mlp") {
     c["layers"] = join(o.layers);
   } else {

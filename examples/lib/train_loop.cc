@@ -60,9 +60,32 @@ ModelSpec model_spec(const TrainOptions& o) {
   return spec;
 }
 
-io::BatchIterator make_batches(const io::Dataset& train, const TrainOptions& o, const Mesh& mesh) {
-  return io::BatchIterator(train, {.batch_size = o.batch_size, .seed = o.seed, .shuffle = true,
-                                   .drop_last = true, .shard = mesh.data_shard()});
+// The batches this process trains on: its replicas' rows of each global batch, or with
+// examples_per_process its own part of the training set in batches of its replicas' share of
+// the global batch. Agrees with the other processes on the steps of an epoch.
+JoinedBatches make_batches(const io::Dataset& train, const TrainOptions& o, const Mesh& mesh) {
+  const std::vector<int64_t>& parts = o.examples_per_process;
+  if (parts.empty())
+    return JoinedBatches(mesh, io::BatchIterator(train, {.batch_size = o.batch_size, .seed = o.seed,
+                                                         .shuffle = true, .drop_last = true,
+                                                         .shard = mesh.data_shard()}));
+  int64_t total = 0;
+  for (int64_t n : parts) total += n;
+  if (static_cast<int>(parts.size()) != mesh.processes() || total > train.size())
+    throw std::invalid_argument(fmt::format(
+        "Trainer: examples per process {} must list one count per process ({}) and add up to at "
+        "most the {} training examples", join(parts), mesh.processes(), train.size()));
+  const int process = mesh.process_comm() ? mesh.process_comm()->rank() : 0;
+  int64_t begin = 0;
+  for (int p = 0; p < process; ++p) begin += parts[p];
+  const auto [first, last] = mesh.data_shard().rows(o.batch_size);
+  if (last == first)
+    throw std::invalid_argument(fmt::format("Trainer: a global batch of {} cannot feed {} replicas",
+                                            o.batch_size, mesh.size()));
+  return JoinedBatches(mesh, io::BatchIterator(train.rows(begin, begin + parts[process]),
+                                               {.batch_size = last - first, .seed = o.seed,
+                                                .shuffle = true, .drop_last = true,
+                                                .shard = {}}));
 }
 
 }  // namespace
@@ -106,7 +129,7 @@ Trainer::Trainer(Mesh mesh, TrainOptions options, io::Dataset train, io::Dataset
       batches_(make_batches(train_, options_, mesh_)),
       // The schedule spans every epoch, so a run cut short by max_steps (and resumed) sees
       // the learning rates of the whole run.
-      schedule_(learning_rate_schedule(options_, options_.epochs * batches_.batches_per_epoch())),
+      schedule_(learning_rate_schedule(options_, options_.epochs * batches_.steps_per_epoch())),
       train_step_(make_train_step(
           mesh_,
           TrainStepFn{.optimizer = AdamW{.lr = options_.lr, .weight_decay = options_.weight_decay},
@@ -133,9 +156,10 @@ Trainer::Trainer(Mesh mesh, TrainOptions options, io::Dataset train, io::Dataset
     throw std::invalid_argument(fmt::format("Trainer: a global batch of {} cannot feed {} replicas "
                                             "with {} micro-batches each", options_.batch_size,
                                             mesh_.size(), options_.micro_batches));
-  if (batches_.batches_per_epoch() == 0)
+  if (batches_.steps_per_epoch() == 0)
     throw std::invalid_argument(fmt::format("Trainer: {} training examples make no batch of {}",
-                                            batches_.num_examples(), options_.batch_size));
+                                            batches_.batches().num_examples(),
+                                            batches_.batches().options().batch_size));
   ArrayDict params = mesh_.replicate(init_model(model_spec(options_), options_.seed));
   AdamW opt{.lr = options_.lr, .weight_decay = options_.weight_decay};
   ArrayDict state = opt.init_state(params);
@@ -146,7 +170,7 @@ Trainer::Trainer(Mesh mesh, TrainOptions options, io::Dataset train, io::Dataset
 double Trainer::learning_rate(int64_t step) const { return schedule_(step); }
 
 int64_t Trainer::total_steps() const {
-  const int64_t all = options_.epochs * batches_.batches_per_epoch();
+  const int64_t all = options_.epochs * batches_per_epoch();
   return options_.max_steps >= 0 ? std::min(all, options_.max_steps) : all;
 }
 
@@ -154,6 +178,7 @@ bool Trainer::done() const { return steps_done_ >= total_steps(); }
 
 const io::Batch* Trainer::next_batch() {
   if (done()) return nullptr;
+  // Under examples_per_process, a process whose part has run out gets its zero-row batch.
   const io::Batch* b = batches_.next();
   if (!b) {
     batches_.set_epoch(epoch_ + 1);
@@ -256,9 +281,9 @@ void Trainer::load(const std::string& path) {
                                              "data position would not carry over",
                                              path, batch_size, options_.batch_size));
       const int64_t batch = metadata_int(ck, path, "batch_in_epoch");
-      if (batch > batches_.batches_per_epoch())
+      if (batch > batches_per_epoch())
         throw std::runtime_error(fmt::format("{}: batch {} of an epoch of {} batches", path, batch,
-                                             batches_.batches_per_epoch()));
+                                             batches_per_epoch()));
       position[0] = static_cast<uint64_t>(metadata_int(ck, path, "step"));
       position[1] = static_cast<uint64_t>(metadata_int(ck, path, "epoch"));
       position[2] = static_cast<uint64_t>(batch);
@@ -333,7 +358,7 @@ double Trainer::run() {
       save_at_step();
       saved_at = steps_done_;
     }
-    if (s->batch == batches_.batches_per_epoch() - 1) {
+    if (s->batch == batches_per_epoch() - 1) {
       const int64_t t0 = now_ns();
       accuracy = evaluate();
       evaluated_at = steps_done_;

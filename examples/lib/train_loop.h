@@ -13,7 +13,10 @@
 //    into the buffer it did not read (pmap's run_into).
 //  - Every replica (thread or MPI rank) runs the same sequence of calls; under MPI every rank
 //    holds the whole data set and reads its replicas' rows of each global batch
-//    (io::BatchIterator with Mesh::data_shard()).
+//    (io::BatchIterator with Mesh::data_shard()), or, with examples_per_process, its own
+//    part of it, the parts of any sizes: every process runs the epoch's steps of the process
+//    with the most batches, one whose part has run out with zero rows (JoinedBatches,
+//    parallel/join.h), so the job ends normally and each step's mean is over the rows fed.
 //  - A checkpoint records the run's configuration (run_config); resuming with a different
 //    model, optimizer or schedule is refused with the differences listed, unless
 //    allow_config_change.
@@ -32,7 +35,8 @@ namespace fjit::examples {
 class Trainer {
  public:
   // `test` may be empty (no evaluation). Throws std::invalid_argument when the data do not
-  // fit the model (image size vs. first layer) or the global batch is smaller than the mesh.
+  // fit the model (image size vs. first layer), the global batch is smaller than the mesh, or
+  // examples_per_process does not list one count per process within the training set.
   Trainer(Mesh mesh, TrainOptions options, io::Dataset train, io::Dataset test = {});
 
   // This process's rows of the global batch at the current position, advancing it (to the
@@ -73,7 +77,9 @@ class Trainer {
   int64_t steps_this_run() const { return steps_done_ - run_started_at_; }
   int64_t epoch() const { return epoch_; }
   int64_t batch_in_epoch() const { return batch_in_epoch_; }
-  int64_t batches_per_epoch() const { return batches_.batches_per_epoch(); }
+  // Steps of an epoch, the same on every process (with examples_per_process: the most batches
+  // of any process's part).
+  int64_t batches_per_epoch() const { return batches_.steps_per_epoch(); }
   int64_t total_steps() const;
   // The learning rate of step `step` (0-based) under the schedule: a function of the step and
   // of epochs * batches_per_epoch only, so a resumed or poisoned run sees the same values.
@@ -89,7 +95,7 @@ class Trainer {
   Mesh mesh_;
   TrainOptions options_;
   io::Dataset train_, test_;
-  io::BatchIterator batches_;
+  JoinedBatches batches_;
   Schedule schedule_;
   TrainStep train_step_;
   EvalStep eval_step_;

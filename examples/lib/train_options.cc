@@ -25,18 +25,23 @@ bool parse_number(const std::string& s, T& out) {
   return ec == std::errc() && p == end && !s.empty();
 }
 
-bool parse_layers(const std::string& s, std::vector<int64_t>& out) {
+// A comma-separated list of integers >= min.
+bool parse_counts(const std::string& s, std::vector<int64_t>& out, int64_t min) {
   out.clear();
   size_t pos = 0;
   while (pos <= s.size()) {
     size_t comma = s.find(',', pos);
     if (comma == std::string::npos) comma = s.size();
     int64_t v = 0;
-    if (!parse_number(s.substr(pos, comma - pos), v) || v < 1) return false;
+    if (!parse_number(s.substr(pos, comma - pos), v) || v < min) return false;
     out.push_back(v);
     pos = comma + 1;
   }
-  return out.size() >= 2;
+  return true;
+}
+
+bool parse_layers(const std::string& s, std::vector<int64_t>& out) {
+  return parse_counts(s, out, 1) && out.size() >= 2;
 }
 
 // Builds the CLI11 app over `o`. Every value goes through a strict parser of ours.
@@ -93,6 +98,13 @@ void add_options(CLI::App& app, TrainOptions& o) {
   real("--dropout", o.dropout, "dropout rate of the cnn and vit models");
   value("--layers", "A,B,...", "the MLP's layer sizes (" + join(o.layers) + ")",
         [&o](const std::string& v) { return parse_layers(v, o.layers); }, "sizes like 784,512,256,10");
+  value("--examples-per-process", "A,B,...",
+        "each process (MPI rank) trains on its own part of the training set: the first A "
+        "examples on rank 0, the next B on rank 1, ...; a rank whose part runs out joins the "
+        "epoch's remaining steps with zero rows (default: every rank reads its rows of each "
+        "global batch)",
+        [&o](const std::string& v) { return parse_counts(v, o.examples_per_process, 0); },
+        "counts like 30000,20000");
   value("--checkpoint-dir", "DIR", "write checkpoints here (none)",
         [&o](const std::string& v) { o.checkpoint_dir = v; return true; }, "");
   integer("--checkpoint-every", o.checkpoint_every, 0, "steps between checkpoints; 0 = at the end only");

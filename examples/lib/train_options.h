@@ -46,6 +46,13 @@ struct TrainOptions {
   std::vector<int64_t> layers = {784, 512, 256, 10};  // the MLP's
   std::string model = "mlp";         // mlp, cnn or vit (examples/lib/models.h)
   double dropout = 0.0;              // cnn and vit
+  // Empty: every process reads its replicas' rows of each global batch of the whole training
+  // set. Else one count per process (MPI rank): process p trains on its own examples only,
+  // the next examples_per_process[p] of the training set, in local batches of its replicas'
+  // share of batch_size, as when each rank reads its own files. Counts may differ by any
+  // amount: a process whose examples run out joins the epoch's remaining steps with zero rows
+  // (parallel/join.h), and each step's loss is the mean over the rows fed.
+  std::vector<int64_t> examples_per_process;
 };
 
 struct ParsedOptions {
