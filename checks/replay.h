@@ -61,7 +61,7 @@ struct ReplayResult {
   std::string bad_input;           // the input leaf holding non-finite values, if any
   std::vector<int64_t> bad_input_index;
   std::string bad_input_note;      // its bad values and the first op that reads it
-  std::string text;                // everything above, for people
+  std::string text;                // everything above for people (the check report cut to its head)
 };
 
 using ReplayTraceFn = std::function<std::vector<Tensor>(TraceContext& ctx, const std::vector<Tensor>& leaves)>;

@@ -14,6 +14,8 @@
 namespace fjit {
 namespace {
 
+constexpr size_t kReportLines = 16;
+
 bool may_be_non_finite(DType t) {
   return t == DType::f32 || t == DType::f64 || t == DType::f16 || t == DType::bf16;
 }
@@ -207,8 +209,16 @@ std::string format_replay(const ReplayResult& r) {
   if (r.check_report.empty())
     s += "  the replayed step raised no check (a collective's value, which the replay takes from this "
          "replica alone, or another replica's data made the step fail)\n";
-  else
-    s += fmt::format("  the replayed step's report:\n    {}\n", fmt::join(split_lines(r.check_report), "\n    "));
+  else {
+    // The report lists every raised check; its head (the first raised, the root causes) is
+    // what matters here. ReplayResult::check_report has all of it.
+    std::vector<std::string> lines = split_lines(r.check_report);
+    const size_t total = lines.size();
+    if (total > kReportLines) lines.resize(kReportLines);
+    s += fmt::format("  the replayed step's report{}:\n    {}\n",
+                     total > kReportLines ? fmt::format(" (its first {} of {} lines)", kReportLines, total) : "",
+                     fmt::join(lines, "\n    "));
+  }
   if (!r.bad_input.empty())
     s += fmt::format("  the non-finite values come with the input '{}': {}\n", r.bad_input, r.bad_input_note);
   if (!r.found) {
