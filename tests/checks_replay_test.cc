@@ -5,7 +5,9 @@
 // The oracle for "which op and which row" is the test's own poisoning: it puts a single bad
 // value at a row it chooses.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
