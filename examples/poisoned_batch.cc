@@ -18,6 +18,14 @@
 //
 // Accepts the options of train_fashion_mnist (see --help) plus --poison nan|label,
 // --poison-step N and --poison-replica R.
+//
+// Replaying the poisoned step (checks/replay.h): run with FJIT_CHECK_DUMP_DIR=DIR and every
+// replica that raised writes a bundle DIR/step<N>_replica<R>; then
+//   build/examples/poisoned_batch [the same training options] --replay DIR/step149_replica1
+// re-traces this program's training step, runs that step again with every automatic check
+// and prints the first op that went bad (or the input that brought the bad values), its row
+// and its stack. It exits 0 when the replayed step raised a check or an op or input was found,
+// 1 when neither, 2 for a bundle of another program.
 #include <spdlog/sinks/ostream_sink.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 
@@ -38,6 +46,7 @@ struct PoisonOptions {
   std::string kind = "nan";
   int64_t step = 149;  // 0-based here; --poison-step is 1-based
   int replica = 1;
+  std::string replay;  // a bundle to replay instead of training
 };
 
 // Copies `b` and poisons the first row that replica `p.replica` receives (when this process
@@ -99,12 +108,15 @@ std::string take_poison_options(int& argc, char** argv, PoisonOptions& p) {
   int out = 1;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
-    const bool ours = arg == "--poison" || arg == "--poison-step" || arg == "--poison-replica";
+    const bool ours = arg == "--poison" || arg == "--poison-step" || arg == "--poison-replica" ||
+                      arg == "--replay";
     if (!ours) { argv[out++] = argv[i]; continue; }
     if (i + 1 >= argc) return "option " + arg + " needs a value";
     const std::string v = argv[++i];
     char* end = nullptr;
-    if (arg == "--poison") {
+    if (arg == "--replay") {
+      p.replay = v;
+    } else if (arg == "--poison") {
       if (v != "nan" && v != "label") return "--poison: '" + v + "' is not nan or label";
       p.kind = v;
     } else if (arg == "--poison-step") {
@@ -119,6 +131,24 @@ std::string take_poison_options(int& argc, char** argv, PoisonOptions& p) {
   return "";
 }
 
+// Replays a bundle of this program's training step (see the top of this file).
+int replay_bundle(const std::string& bundle, const TrainOptions& o) {
+  try {
+    const std::string dir = o.data_dir.empty() ? io::kDebianFashionMnistDir : o.data_dir;
+    // The step function is built from the options; the data only have to fit the model.
+    Trainer t(Mesh::threads(1), o, io::load_fashion_mnist(dir, "train"));
+    const ReplayResult r = replay(bundle, t.train_step().function());
+    std::printf("%s", r.text.c_str());
+    return r.found || !r.bad_input.empty() || !r.check_report.empty() ? 0 : 1;
+  } catch (const ReplayMismatchError& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -131,7 +161,8 @@ int main(int argc, char** argv) {
   defaults.on_check_failure = CheckPolicy::skip_step;
   ParsedOptions parsed = parse_train_options(argc, argv, defaults);
   if (parsed.help) {
-    std::printf("%s\nand: --poison nan|label (nan), --poison-step N (150, from 1), --poison-replica R (1)\n",
+    std::printf("%s\nand: --poison nan|label (nan), --poison-step N (150, from 1), --poison-replica R (1),\n"
+                "     --replay BUNDLE_DIR (replay a step written under FJIT_CHECK_DUMP_DIR)\n",
                 train_usage(argv[0], defaults).c_str());
     return 0;
   }
@@ -141,6 +172,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   TrainOptions& o = parsed.options;
+  if (!poison_options.replay.empty()) return replay_bundle(poison_options.replay, o);
   bool explicit_replicas = std::getenv("FJIT_REPLICAS") != nullptr;
   for (int i = 1; i < argc; ++i) explicit_replicas |= std::strncmp(argv[i], "--replicas", 10) == 0;
   Mesh mesh = mesh_from_command_line(argc, argv);

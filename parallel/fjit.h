@@ -7,6 +7,7 @@
 #pragma once
 
 #include "checks/check.h"
+#include "checks/replay.h"
 #include "checks/step_check_handler.h"
 #include "core/autodiff/autodiff.h"
 #include "core/compile/compiler.h"

@@ -59,6 +59,8 @@ class Pmapped {
 
   PmapCore& core() { return *core_; }
   JitCore& jit_core() { return core_->jit(); }
+  // The step function (what fjit::replay re-traces).
+  const F& function() const { return fn_; }
 
  private:
   template <class Out, class... A>

@@ -193,6 +193,8 @@ class Jitted {
   }
 
   JitCore& core() { return *core_; }
+  // The traced function (what fjit::replay re-traces).
+  const F& function() const { return fn_; }
   const JitCore& core() const { return *core_; }
 
  private:

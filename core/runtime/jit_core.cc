@@ -246,9 +246,11 @@ StepResult JitCore::run(const CompiledEntry& entry, const FlatArgs& args, std::s
   s.ins.resize(args.leaves.size());
   for (size_t i = 0; i < args.leaves.size(); ++i) s.ins[i] = args.leaves[i]->raw();
   s.outs.resize(outputs.size());
+  // While replay bundles are written, a raising step's inputs must survive it: no donation.
   const bool may_donate = !options_.donate_argnums.empty() &&
                           (exe.num_check_sites() == 0 ||
-                           options_.policy.value_or(default_check_policy()) == CheckPolicy::log);
+                           (options_.policy.value_or(default_check_policy()) == CheckPolicy::log &&
+                            !check_dump_enabled()));
   for (size_t k = 0; k < outputs.size(); ++k) {
     bool fresh = !same_type(outputs[k], exe.output_types[k]);
     const int donor = may_donate && k < entry.out.passthrough.size() ? entry.out.passthrough[k] : -1;
@@ -309,6 +311,11 @@ StepResult JitCore::run(const CompiledEntry& entry, const FlatArgs& args, std::s
     sc.step = step;
     sc.policy = options_.policy.value_or(default_check_policy());
     sc.function = options_.name.c_str();
+    sc.inputs = args.leaves;
+    sc.input_paths = entry.leaf_paths;
+    sc.mode = entry.mode;
+    sc.axis_names = options_.axis_names;
+    sc.num_replicas = options_.num_replicas;
     result.skipped = step_check_handler()(sc);
     if (result.skipped) {
       if (own_count) metrics().steps_skipped.fetch_add(1, std::memory_order_relaxed);

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <stdexcept>
 #include <string>
 
@@ -40,6 +41,14 @@ struct StepChecks {
   int64_t step = 0;            // 0-based, the same on every replica of `comm`
   CheckPolicy policy = CheckPolicy::throw_error;
   const char* function = "fn";
+  // What a replay bundle records (checks/replay_bundle.h): this replica's input leaves in the
+  // plan's parameter order, intact when the handler runs (no donation while bundles are
+  // written), their paths ("arg0.w1", "arg2"), and how the step was traced.
+  std::span<const Array* const> inputs;
+  std::span<const std::string> input_paths;
+  CheckMode mode = CheckMode::user;
+  std::span<const std::string> axis_names;
+  int num_replicas = 1;
 };
 
 // Returns true when the step's outputs must be discarded (skip_step policy and a check raised
@@ -52,5 +61,19 @@ void set_step_check_handler(StepCheckHandler handler);
 // The installed handler. REQUIRES: one is installed; otherwise throws std::logic_error that
 // says which library to link (a plan with checks must never run with its flags unread).
 StepCheckHandler step_check_handler();
+
+// Replay bundles of raising steps (written by the checks layer, checks/replay_bundle.h).
+// `dir` empty: off. Process-wide; initialised from FJIT_CHECK_DUMP_DIR and
+// FJIT_CHECK_DUMP_MAX (an integer from 1 to 2^30, default 8; anything else throws
+// std::invalid_argument naming it when first read).
+struct CheckDumpOptions {
+  std::string dir;
+  int max_bundles = 8;  // bundles kept per directory: later raising steps write none
+};
+CheckDumpOptions check_dump_options();
+void set_check_dump_options(CheckDumpOptions options);
+// Cheap (one atomic load once initialised): whether bundles are being written. JitCore::run
+// reads it to keep a step's inputs intact (no donation) while it is true.
+bool check_dump_enabled();
 
 }  // namespace fjit

@@ -1,0 +1,218 @@
+// Replay bundles and fjit::replay (checks/replay_bundle.h, checks/replay.h): a raising step
+// writes one bundle per raising replica (and nothing with dumping off), the bundle holds the
+// step's inputs bit for bit, it is bounded, and replay names the op that first went bad and
+// the row of the element, with clear errors for a different function or a corrupt bundle.
+// The oracle for "which op and which row" is the test's own poisoning: it puts a single bad
+// value at a row it chooses.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+
+#include "fjit.h"
+#include "tests/test_util.h"
+
+namespace fjit {
+namespace {
+
+namespace fs = std::filesystem;
+
+// A fresh directory per test, removed afterwards; dumping points at it while the test runs.
+class ReplayTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = (fs::temp_directory_path() / ("fjit_replay_" + std::to_string(::getpid()) + "_" +
+                                         ::testing::UnitTest::GetInstance()->current_test_info()->name()))
+               .string();
+    fs::remove_all(dir_);
+    set_check_dump_options({dir_, 8});
+  }
+  void TearDown() override {
+    set_check_dump_options({});
+    fs::remove_all(dir_);
+  }
+  std::vector<std::string> entries() const {
+    std::vector<std::string> names;
+    if (!fs::exists(dir_)) return names;
+    for (const auto& e : fs::directory_iterator(dir_)) names.push_back(e.path().filename().string());
+    std::sort(names.begin(), names.end());
+    return names;
+  }
+  std::string dir_;
+};
+
+// x [8, 3] and p["w"] [3]: a log of each row's weighted values, summed per row; the loss check
+// fails when any row went bad.
+Tensor loss_of(const Params& p, const Tensor& x) {
+  Tensor per_row = sum(log(x * p["w"]), {1});  // log: negative product -> NaN
+  Tensor loss = mean(per_row);
+  check(isfinite(loss), "loss {} is not finite", loss);
+  return loss;
+}
+
+Array batch(int64_t rows, int64_t bad_row, float bad_value) {
+  std::vector<float> v(static_cast<size_t>(rows * 3));
+  for (size_t i = 0; i < v.size(); ++i) v[i] = 0.5f + 0.25f * static_cast<float>(i % 7);
+  if (bad_row >= 0) v[static_cast<size_t>(bad_row * 3 + 1)] = bad_value;
+  return Array::from_vector(v, {rows, 3});
+}
+
+ArrayDict weights() {
+  ArrayDict p;
+  p.set("w", Array::from_vector(std::vector<float>{1.0f, 2.0f, 0.5f}));
+  return p;
+}
+
+JitOptions throwing() {
+  JitOptions o;
+  o.checks = CheckMode::user;
+  o.policy = CheckPolicy::throw_error;
+  return o;
+}
+
+TEST_F(ReplayTest, DumpingOffWritesNothing) {
+  set_check_dump_options({});
+  EXPECT_FALSE(check_dump_enabled());
+  auto f = jit(loss_of, throwing());
+  EXPECT_THROW(f(weights(), batch(8, 5, -1.0f)), CheckError);
+  EXPECT_TRUE(entries().empty());
+}
+
+TEST_F(ReplayTest, JitBundleHoldsTheStepAndReplayNamesTheOpAndRow) {
+  auto f = jit(loss_of, throwing());
+  const ArrayDict p = weights();
+  const Array good = batch(8, -1, 0), bad = batch(8, 5, -1.0f);
+  EXPECT_NO_THROW(f(p, good));  // step 0: nothing raised, nothing written
+  EXPECT_TRUE(entries().empty());
+  EXPECT_THROW(f(p, bad), CheckError);  // step 1
+  ASSERT_EQ(entries(), std::vector<std::string>{"step1_replica0"});
+  const std::string bundle = dir_ + "/step1_replica0";
+  for (const char* file : {"inputs.safetensors", "meta.json", "report.txt"})
+    EXPECT_TRUE(fs::exists(bundle + "/" + file)) << file;
+
+  const ReplayBundle b = load_replay_bundle(bundle);
+  EXPECT_EQ(b.step, 1);
+  EXPECT_EQ(b.replica, 0);
+  EXPECT_EQ(b.function, "fn");
+  ASSERT_EQ(b.inputs.size(), 2u);
+  EXPECT_EQ(b.inputs[0].first, "arg0.w");
+  EXPECT_EQ(b.inputs[1].first, "arg1");
+  EXPECT_TRUE(b.inputs[0].second.bit_equal(p["w"]));
+  EXPECT_TRUE(b.inputs[1].second.bit_equal(bad));
+  EXPECT_NE(b.report.find("loss nan is not finite"), std::string::npos) << b.report;
+
+  const ReplayResult r = replay(bundle, loss_of);
+  ASSERT_TRUE(r.found) << r.text;
+  EXPECT_EQ(r.op, "log") << r.text;
+  ASSERT_EQ(r.index.size(), 2u);
+  EXPECT_EQ(r.index[0], 5) << "the poisoned row";
+  EXPECT_EQ(r.index[1], 1);
+  EXPECT_TRUE(r.bad_input.empty()) << "the inputs themselves are finite";
+  EXPECT_FALSE(r.after_collective);
+  EXPECT_NE(r.site.find("checks_replay_test.cc"), std::string::npos) << r.site;
+  EXPECT_NE(r.text.find("(row 5)"), std::string::npos) << r.text;
+  EXPECT_NE(r.text.find("at [5, 1] (row 5): -2"), std::string::npos) << "the operand x * w at the element\n" << r.text;
+  EXPECT_NE(r.check_report.find("NaN in log"), std::string::npos) << "automatic checks on\n" << r.check_report;
+}
+
+TEST_F(ReplayTest, NonFiniteInputIsNamedWithItsRowAndFirstReader) {
+  auto f = jit(loss_of, throwing());
+  EXPECT_THROW(f(weights(), batch(8, 6, std::numeric_limits<float>::quiet_NaN())), CheckError);
+  const ReplayResult r = replay(dir_ + "/step0_replica0", loss_of);
+  EXPECT_EQ(r.bad_input, "arg1") << r.text;
+  EXPECT_EQ(r.bad_input_index, (std::vector<int64_t>{6, 1})) << r.text;
+  EXPECT_FALSE(r.found) << "every NaN after it comes from the input\n" << r.text;
+  EXPECT_NE(r.bad_input_note.find("first read by mul"), std::string::npos) << r.text;
+}
+
+// Two thread replicas under pmap; rows 4..7 go to replica 1, whose shard row 2 is poisoned.
+TEST_F(ReplayTest, PmapWritesABundlePerRaisingReplicaAndReplaysIt) {
+  Mesh mesh = Mesh::threads(2);
+  auto step_fn = [](const Params& p, const Tensor& x) {
+    Tensor loss = loss_of(p, x);
+    return std::tuple{pmean(loss, "batch")};
+  };
+  PmapOptions o;
+  o.jit.checks = CheckMode::user;
+  o.jit.policy = CheckPolicy::skip_step;
+  auto step = pmap(mesh, "batch", step_fn, o);
+  const ArrayDict p = mesh.replicate(weights());
+  step(p, batch(8, 6, -3.0f));
+  ASSERT_EQ(entries(), std::vector<std::string>{"step0_replica1"}) << "only replica 1 raised";
+  const ReplayResult r = replay(dir_ + "/step0_replica1", step.function());
+  ASSERT_TRUE(r.found) << r.text;
+  EXPECT_EQ(r.op, "log");
+  EXPECT_EQ(r.index, (std::vector<int64_t>{2, 1})) << "row 6 of the batch is row 2 of replica 1's shard\n" << r.text;
+  EXPECT_EQ(r.bundle.num_replicas, 2);
+  EXPECT_EQ(r.bundle.axis_names, std::vector<std::string>{"batch"});
+}
+
+TEST_F(ReplayTest, ADifferentFunctionIsAClearError) {
+  auto f = jit(loss_of, throwing());
+  EXPECT_THROW(f(weights(), batch(8, 5, -1.0f)), CheckError);
+  auto other = [](const Params& p, const Tensor& x) {
+    Tensor loss = mean(sum(log(x * p["w"] + 1.0), {1}));
+    check(isfinite(loss), "loss {} is not finite", loss);
+    return loss;
+  };
+  const std::string msg = testing::error_of([&] { replay(dir_ + "/step0_replica0", other); });
+  EXPECT_NE(msg.find("different program"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("fingerprint"), std::string::npos) << msg;
+  auto wrong_kinds = [](const Tensor& w, const Tensor& x) { return sum(x * w); };
+  const std::string kinds = testing::error_of([&] { replay(dir_ + "/step0_replica0", wrong_kinds); });
+  EXPECT_NE(kinds.find("parameter 0 is a Tensor"), std::string::npos) << kinds;
+}
+
+TEST_F(ReplayTest, ACorruptBundleIsAnErrorNamingTheFile) {
+  auto f = jit(loss_of, throwing());
+  EXPECT_THROW(f(weights(), batch(8, 5, -1.0f)), CheckError);
+  const std::string bundle = dir_ + "/step0_replica0";
+  const std::string inputs = bundle + "/inputs.safetensors", meta = bundle + "/meta.json";
+  fs::resize_file(inputs, fs::file_size(inputs) - 5);
+  std::string msg = testing::error_of([&] { replay(bundle, loss_of); });
+  EXPECT_EQ(msg.rfind(inputs, 0), 0u) << msg;
+  std::ofstream(meta) << "{\"format\": \"fjit-replay-1\", \"step\": ";
+  msg = testing::error_of([&] { replay(bundle, loss_of); });
+  EXPECT_EQ(msg.rfind(meta + ": is not valid JSON", 0), 0u) << msg;
+  fs::remove(meta);
+  msg = testing::error_of([&] { replay(bundle, loss_of); });
+  EXPECT_EQ(msg.rfind(meta, 0), 0u) << msg;
+  msg = testing::error_of([&] { replay(dir_ + "/no_such_bundle", loss_of); });
+  EXPECT_NE(msg.find("no_such_bundle"), std::string::npos) << msg;
+}
+
+TEST_F(ReplayTest, BundlesAreBoundedAndNeverHalfWritten) {
+  set_check_dump_options({dir_, 2});
+  JitOptions o = throwing();
+  o.policy = CheckPolicy::log;
+  auto f = jit(loss_of, o);
+  for (int i = 0; i < 5; ++i) f(weights(), batch(8, i, -1.0f));
+  EXPECT_EQ(entries(), (std::vector<std::string>{"step0_replica0", "step1_replica0"}))
+      << "the first two, and no temporary directory left";
+}
+
+TEST_F(ReplayTest, DonatedInputsSurviveARaisingStepWhileDumping) {
+  JitOptions o = throwing();
+  o.policy = CheckPolicy::log;
+  o.donate_argnums = {0};
+  auto f = jit([](const Params& p, const Tensor& x) {
+    check(all(isfinite(x)), "x must be finite");
+    TensorDict next;
+    next.set("w", p["w"] * 2.0);
+    return next;
+  }, o);
+  const ArrayDict p = weights();
+  ArrayDict out = p;  // the outputs are the donated parameters (tests/donation_test.cc)
+  const Array before = p["w"].clone();
+  f.run_into(out, p, batch(8, 2, std::numeric_limits<float>::quiet_NaN()));
+  EXPECT_TRUE(p["w"].bit_equal(before)) << "not updated in place while dumping";
+  const ReplayBundle b = load_replay_bundle(dir_ + "/step0_replica0");
+  EXPECT_TRUE(b.inputs[0].second.bit_equal(before)) << "the step's input, not its output";
+}
+
+}  // namespace
+}  // namespace fjit
