@@ -340,8 +340,10 @@ TEST(MpiCommunicator, StalledRankIsReported) {
   EXPECT_EQ(x, static_cast<float>(c.size()));
   if (c.rank() == 0) {
     const std::string log = capture.text();
-    EXPECT_NE(log.find(fmt::format("warning stall: rank 0 of {} (mpi) has waited", c.size())),
+    EXPECT_NE(log.find(fmt::format("warning stall: rank 0 of {} (mpi, on ", c.size())),
               std::string::npos) << log;
+    EXPECT_NE(log.find(fmt::format("not arrived: rank {} (on ", c.size() - 1)), std::string::npos)
+        << log;
     EXPECT_NE(log.find("in all_reduce #1"), std::string::npos) << log;
   }
 }
