@@ -84,8 +84,9 @@ run checks_bench "$B/checks_bench" --benchmark_min_time="$MIN_TIME" "${G[@]}"
 run train_step_timeline env FJIT_BENCH_TIMELINE=1 "$B/train_step_bench" --benchmark_filter=none
 run checks_interleaved env FJIT_BENCH_INTERLEAVED=1 "$B/checks_bench" --benchmark_filter=none
 run allreduce_bench "${MPIEXEC[@]}" "$B/allreduce_bench" 7
-# The GEMM options side by side and one core's FMA peak (issue 18); OpenBLAS, BLIS, oneDNN only if installed.
-run gemm_options "$B/gemm_options" --rounds 7 --ms 20
+# The GEMM options side by side and one core's FMA peak (issue 18), pinned to one core so the
+# peak and the products share it; OpenBLAS, BLIS, oneDNN only if they were found at configure.
+run gemm_options taskset -c 0 "$B/gemm_options" --rounds 7 --ms 20
 if [ -x "$B/scaling_bench" ]; then
   run scaling_bench_threads "$B/scaling_bench"
   run scaling_bench_mpi "${MPIEXEC[@]}" "$B/scaling_bench"

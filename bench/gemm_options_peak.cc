@@ -1,0 +1,82 @@
+// The FMA-peak loop of gemm_options_peak.h. This file is compiled with -mavx2 -mfma
+// (bench/CMakeLists.txt), and the AVX-512 loop exists only when the build targets AVX-512.
+#include "bench/gemm_options_peak.h"
+
+#include <immintrin.h>
+#include <sched.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+
+namespace fjit::bench {
+namespace {
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// GFLOP/s of `iters` iterations of 12 independent FMA chains acc = a * b + acc on `lanes`-wide
+// vectors. The chains start from different values: chains the compiler could prove equal it
+// would merge into one (latency-bound) chain. All values stay normal: no denormal slow path.
+template <class V, class Set1, class Fma>
+double fma_loop_gflops(Set1 set1, int lanes, Fma fma, int64_t iters) {
+  constexpr int kAcc = 12;
+  V acc[kAcc];
+  for (int i = 0; i < kAcc; ++i) acc[i] = set1(1.0 + 0.125 * i);
+  const V a = set1(1e-3), b = set1(1e-4);
+  const double t0 = now_s();
+  for (int64_t it = 0; it < iters; ++it) {
+#pragma GCC unroll 12
+    for (int i = 0; i < kAcc; ++i) acc[i] = fma(a, b, acc[i]);
+  }
+  const double dt = now_s() - t0;
+  V s = acc[0];
+  for (int i = 1; i < kAcc; ++i) s = fma(s, b, acc[i]);
+  volatile V sink = s;  // the accumulators are used, so the loop stays
+  (void)sink;
+  return 2.0 * kAcc * lanes * static_cast<double>(iters) / dt * 1e-9;
+}
+
+template <class V, class Set1, class Fma>
+double best_of_5(Set1 set1, int lanes, Fma fma) {
+  cpu_set_t old, one;
+  sched_getaffinity(0, sizeof(old), &old);
+  CPU_ZERO(&one);
+  CPU_SET(sched_getcpu(), &one);
+  sched_setaffinity(0, sizeof(one), &one);
+  double best = 0;
+  for (int r = 0; r < 5; ++r) best = std::max(best, fma_loop_gflops<V>(set1, lanes, fma, 10'000'000));
+  sched_setaffinity(0, sizeof(old), &old);
+  return best;
+}
+
+}  // namespace
+
+FmaPeak measure_fma_peak() {
+  FmaPeak p;
+  if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) {
+    std::printf("FMA peak: this CPU has no AVX2+FMA; fractions of peak are not printed\n");
+    return p;
+  }
+  p.isa = "AVX2+FMA";
+  p.f32_gflops = best_of_5<__m256>([](double v) { return _mm256_set1_ps(float(v)); }, 8,
+                                   [](__m256 a, __m256 b, __m256 c) { return _mm256_fmadd_ps(a, b, c); });
+  p.f64_gflops = best_of_5<__m256d>([](double v) { return _mm256_set1_pd(v); }, 4,
+                                    [](__m256d a, __m256d b, __m256d c) { return _mm256_fmadd_pd(a, b, c); });
+  std::printf("FMA peak, one core, AVX2+FMA (12 chains of _mm256_fmadd, best of 5): "
+              "f32 %.1f GFLOP/s, f64 %.1f GFLOP/s\n", p.f32_gflops, p.f64_gflops);
+#ifdef __AVX512F__
+  const double f32 = best_of_5<__m512>([](double v) { return _mm512_set1_ps(float(v)); }, 16,
+                                       [](__m512 a, __m512 b, __m512 c) { return _mm512_fmadd_ps(a, b, c); });
+  const double f64 = best_of_5<__m512d>([](double v) { return _mm512_set1_pd(v); }, 8,
+                                        [](__m512d a, __m512d b, __m512d c) { return _mm512_fmadd_pd(a, b, c); });
+  std::printf("FMA peak, one core, AVX-512 (12 chains of _mm512_fmadd, best of 5): "
+              "f32 %.1f GFLOP/s, f64 %.1f GFLOP/s\n", f32, f64);
+  if (f32 > p.f32_gflops) p = {f32, std::max(f64, p.f64_gflops), "AVX-512"};
+#endif
+  return p;
+}
+
+}  // namespace fjit::bench
