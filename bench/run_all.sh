@@ -157,7 +157,10 @@ sed -n "/^$kept_heading\$/,\$p" "$ROOT/bench/RESULTS.md" > "$work/kept.md" 2>/de
   echo "step (64-128-10, b64) <= 1.2x hand-written and >= 3x faster than PyTorch eager; arena <="
   echo "1.3x the minimal live set. Issue 3: large <= 1.10x, small <= 1.5x. Issue 4: all-reduce"
   echo ">= 0.9x plain MPI_Allreduce from 1 MiB; weak scaling 1 -> 2 replicas >= 95% efficiency."
-  echo "Issue 5: production checks <= 2% (large) and <= 5% (small) over checks off."
+  echo "Issue 5: production checks <= 2% (large) and <= 5% (small) over checks off. Issue 18"
+  echo "replaces issue 4's weak-scaling target, which no synchronous step reaches on 2 cores: fjit's"
+  echo "efficiency >= 0.97x that of the \"sync only\" ceiling measured in the same rounds, for the"
+  echo "large MLP and the CNN, threads and MPI (scaling_bench's RESULT lines)."
   echo
   if pair=$(small_vs_torch); then
     read -r f t <<< "$pair"
