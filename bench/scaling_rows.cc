@@ -121,11 +121,14 @@ void print_efficiency_line(const char* name, const Row& one, const Row& two) {
 void print_ceiling_line(const char* what, const Row& one, const Row& two, const Row& ceiling_one,
                         const Row& ceiling_two, double target) {
   const Spread r = efficiency_ratio(one, two, ceiling_one, ceiling_two);
+  double others = 0;
+  for (const Row* x : {&one, &two, &ceiling_one, &ceiling_two})
+    others = std::max(others, median(x->others));
   std::printf(
       "RESULT weak scaling fjit/ceiling, %-11s | %.3fx (quartiles %.3f-%.3f; "
-      "efficiency fjit %.1f%%, ceiling %.1f%%) | target >= %.2fx: %s\n",
+      "efficiency fjit %.1f%%, ceiling %.1f%%; others %.2f cores) | target >= %.2fx: %s\n",
       what, r.median, r.low, r.high, efficiency(one, two).median * 100,
-      efficiency(ceiling_one, ceiling_two).median * 100, target,
+      efficiency(ceiling_one, ceiling_two).median * 100, others, target,
       r.median >= target ? "met" : "NOT met");
 }
 

@@ -70,7 +70,7 @@ Spread efficiency_ratio(const Row& one, const Row& two, const Row& ceiling_one,
 void print_efficiency_header();
 void print_efficiency_line(const char* name, const Row& one, const Row& two);
 // A "RESULT" line (bench/run_all.sh collects it into the summary): fjit's efficiency over the
-// ceiling's, per round, against `target`.
+// ceiling's, per round, against `target`, and the largest median Row::others of the four rows.
 void print_ceiling_line(const char* what, const Row& one, const Row& two, const Row& ceiling_one,
                         const Row& ceiling_two, double target);
 
