@@ -30,7 +30,8 @@
 //   hand, sync only  the ceiling for MPI: the same with one MPI_Barrier a step and no data
 // "others (1, 2)": the CPU that other processes used during the 1- and the 2-replica blocks,
 // in cores (median over the rounds); well above 0, a tenant took cores and the row's
-// figures are the tenant's as much as fjit's.
+// figures are the tenant's as much as fjit's. Rounds in which it took more than kBusyOthers
+// during a block compared are left out of that comparison ("rounds": those kept).
 // Thread rows are printed by the run without mpiexec only (under it the other rank would
 // take the second core from thread replica 1), MPI rows by the run under it. While rank 0
 // runs a one-process row, the other rank sleeps in a paced wait. Rows of one model are

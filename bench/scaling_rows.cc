@@ -6,9 +6,11 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <initializer_list>
 #include <string>
 
 #include "core/runtime/metrics.h"
@@ -21,7 +23,7 @@ using Clock = std::chrono::steady_clock;
 Spread spread(std::vector<double> r) {
   std::sort(r.begin(), r.end());
   if (r.empty()) return {};
-  return {r[r.size() / 2], r[r.size() / 4], r[(3 * r.size()) / 4]};
+  return {r[r.size() / 2], r[r.size() / 4], r[(3 * r.size()) / 4], static_cast<int>(r.size())};
 }
 
 // Busy CPU seconds of the whole machine (every process, /proc/stat, in clock ticks) and of
@@ -89,32 +91,42 @@ double median(std::vector<double> v) {
   return v.empty() ? 0 : v[v.size() / 2];
 }
 
+std::vector<size_t> quiet_rounds(std::initializer_list<const Row*> rows) {
+  size_t n = SIZE_MAX;
+  for (const Row* r : rows) n = std::min({n, r->ms.size(), r->others.size()});
+  std::vector<size_t> quiet, all;
+  for (size_t i = 0; i < n; ++i) {
+    all.push_back(i);
+    bool busy = false;
+    for (const Row* r : rows) busy |= r->others[i] > kBusyOthers;
+    if (!busy) quiet.push_back(i);
+  }
+  return quiet.empty() ? all : quiet;
+}
+
 Spread efficiency(const Row& one, const Row& two) {
   std::vector<double> r;
-  for (size_t i = 0; i < one.ms.size() && i < two.ms.size(); ++i)
-    r.push_back(one.ms[i] / two.ms[i]);
+  for (size_t i : quiet_rounds({&one, &two})) r.push_back(one.ms[i] / two.ms[i]);
   return spread(std::move(r));
 }
 
 Spread efficiency_ratio(const Row& one, const Row& two, const Row& ceiling_one,
                         const Row& ceiling_two) {
   std::vector<double> r;
-  for (size_t i = 0; i < one.ms.size() && i < two.ms.size() && i < ceiling_one.ms.size() &&
-                     i < ceiling_two.ms.size();
-       ++i)
+  for (size_t i : quiet_rounds({&one, &two, &ceiling_one, &ceiling_two}))
     r.push_back((one.ms[i] / two.ms[i]) / (ceiling_one.ms[i] / ceiling_two.ms[i]));
   return spread(std::move(r));
 }
 
 void print_efficiency_header() {
-  std::printf("%-26s %10s %10s %11s %16s %14s\n", "", "t(1) ms", "t(2) ms", "t(1)/t(2)",
-              "quartiles", "others (1, 2)");
+  std::printf("%-26s %10s %10s %11s %16s %7s %14s\n", "", "t(1) ms", "t(2) ms", "t(1)/t(2)",
+              "quartiles", "rounds", "others (1, 2)");
 }
 
 void print_efficiency_line(const char* name, const Row& one, const Row& two) {
   const Spread e = efficiency(one, two);
-  std::printf("%-26s %10.3f %10.3f %10.1f%%   %5.1f%% - %5.1f%%    %4.2f, %4.2f\n", name,
-              median(one.ms), median(two.ms), e.median * 100, e.low * 100, e.high * 100,
+  std::printf("%-26s %10.3f %10.3f %10.1f%%   %5.1f%% - %5.1f%% %7d    %4.2f, %4.2f\n", name,
+              median(one.ms), median(two.ms), e.median * 100, e.low * 100, e.high * 100, e.rounds,
               median(one.others), median(two.others));
 }
 
@@ -126,9 +138,10 @@ void print_ceiling_line(const char* what, const Row& one, const Row& two, const 
     others = std::max(others, median(x->others));
   std::printf(
       "RESULT weak scaling fjit/ceiling, %-11s | %.3fx (quartiles %.3f-%.3f; "
-      "efficiency fjit %.1f%%, ceiling %.1f%%; others %.2f cores) | target >= %.2fx: %s\n",
+      "efficiency fjit %.1f%%, ceiling %.1f%%; %d quiet rounds, others %.2f cores) | "
+      "target >= %.2fx: %s\n",
       what, r.median, r.low, r.high, efficiency(one, two).median * 100,
-      efficiency(ceiling_one, ceiling_two).median * 100, others, target,
+      efficiency(ceiling_one, ceiling_two).median * 100, r.rounds, others, target,
       r.median >= target ? "met" : "NOT met");
 }
 

@@ -45,10 +45,17 @@ struct Row {
   int64_t steps = 0, plan_runs = 0, execute_ns = 0, allreduce_ns = 0, collective_ns = 0;
 };
 
-// Median and quartiles.
+// Median and quartiles over `rounds` rounds.
 struct Spread {
   double median = 0, low = 0, high = 0;
+  int rounds = 0;
 };
+
+// A round in which another process took more than this many cores during the block of any
+// row compared is left out of the comparison (unless every round is: then none is). The
+// machine's CPU time is counted in clock ticks, so a block of 100 ms reads 0.1 cores for one
+// stray tick.
+inline constexpr double kBusyOthers = 0.2;
 
 // Runs every row: `rounds` rounds, each a block of `warm` untimed steps (the block before may
 // have been another row's, and the first steps after it pay for cold caches) and `steps`
@@ -59,9 +66,9 @@ void time_rows(std::vector<Row>& rows, const Ranks& ranks, int rounds, int steps
 const Row& row(const std::vector<Row>& rows, const std::string& name);
 double median(std::vector<double> v);
 
-// The rounds' own t(one) / t(two).
+// The quiet rounds' own t(one) / t(two).
 Spread efficiency(const Row& one, const Row& two);
-// The rounds' own efficiency of (one, two) divided by that of (ceiling_one, ceiling_two).
+// The quiet rounds' own efficiency of (one, two) over that of (ceiling_one, ceiling_two).
 Spread efficiency_ratio(const Row& one, const Row& two, const Row& ceiling_one,
                         const Row& ceiling_two);
 
