@@ -279,8 +279,9 @@ int main(int argc, char** argv) {
   if (ranks.rank == 0) {
     std::printf(
         "weak scaling, 1 vs 2 replicas, %d intra-op thread(s) each, %d interleaved "
-        "rounds (efficiency: median of the rounds' own t(1)/t(2))\n",
-        intra, args.rounds);
+        "rounds (efficiency: median of the rounds' own t(1)/t(2), over the rounds in which "
+        "other processes took at most %.1f cores)\n",
+        intra, args.rounds, kBusyOthers);
     print_efficiency_header();
   }
   if (args.mlp && ranks.rank == 0) {
