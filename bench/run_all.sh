@@ -168,6 +168,10 @@ sed -n "/^$kept_heading\$/,\$p" "$ROOT/bench/RESULTS.md" > "$work/kept.md" 2>/de
   else
     echo "- fjit vs PyTorch eager, small step: not measured (PyTorch not importable, or a figure missing)."
   fi
+  # Issue 18: one line per model and backend from scaling_bench's RESULT lines.
+  cat "$work"/scaling_bench_threads.out "$work"/scaling_bench_mpi.out 2>/dev/null |
+    grep '^RESULT weak scaling fjit/ceiling' |
+    sed -e 's/^RESULT weak scaling fjit\/ceiling, *\([^|]*[^ |]\) *| *\([0-9.]*x\) (\([^;]*\);.*) | target >= \([0-9.]*x\): \(.*\)$/- **weak scaling, \1:** fjit\/ceiling efficiency \2 (\3; target >= \4: \5)/'
   echo
   echo "Collected lines (RESULT lines, and lines that mention a ratio, target or efficiency):"
   echo
