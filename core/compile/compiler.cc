@@ -128,8 +128,10 @@ std::shared_ptr<Executable> Compiler::lower(std::shared_ptr<const Graph> gp, std
     static const std::vector<int> kNone;
     const std::vector<int>& extras = group >= 0 ? fusion.groups[group].extra_roots : kNone;
     const int main_id = group >= 0 ? fusion.groups[group].root : id;
+    const bool elementwise_group = group >= 0 && fusion.groups[group].kind == FusionGroup::kElementwise;
     int first = main_id;
-    for (int x : extras) first = std::min(first, x);
+    if (!elementwise_group)
+      for (int x : extras) first = std::min(first, x);
     if (first != id) continue;
     // Allocates the buffer of a value the instruction defines.
     auto define = [&](int node, const std::vector<int>& in_place, int index) {
@@ -180,18 +182,17 @@ std::shared_ptr<Executable> Compiler::lower(std::shared_ptr<const Graph> gp, std
     for (size_t k = 0; k < operands.size(); ++k) {
       const int p = input_of[operands[k]];
       if (p < 0) continue;
-      const bool ok = in_place_operand(k) && extras.empty();
+      // An elementwise group writes every result after its block's reads (fused.h).
+      const bool ok = in_place_operand(k) && (extras.empty() || elementwise_group);
       if (exe->input_last_read[p] == index) exe->input_last_read_in_place[p] = exe->input_last_read_in_place[p] && ok;
       else exe->input_last_read[p] = index, exe->input_last_read_in_place[p] = ok;
     }
-    {
-      std::vector<int> in_place;
-      for (size_t k = 0; k < operands.size() && output_of[main_id] < 0; ++k)
-        if (value_of[operands[k]] >= 0 && in_place_operand(k)) in_place.push_back(value_of[operands[k]]);
-      define(main_id, in_place, index);
-    }
+    std::vector<int> in_place;
+    for (size_t k = 0; k < operands.size(); ++k)
+      if (value_of[operands[k]] >= 0 && in_place_operand(k)) in_place.push_back(value_of[operands[k]]);
+    define(main_id, output_of[main_id] < 0 ? in_place : std::vector<int>{}, index);
     for (int x : extras) {  // further results' buffers follow the operands (fused.h)
-      define(x, {}, index);
+      define(x, elementwise_group ? in_place : std::vector<int>{}, index);
       instr.in_bufs.push_back(node_buf[x]);
     }
     for (int in : operands)
@@ -269,10 +270,11 @@ std::shared_ptr<const Executable> compile(const Graph& traced, std::vector<Check
       optimize(traced, options.verify, options.automatic_checks ? &sites : nullptr));
   FusionOptions fusion;
   fusion.elementwise = fusion.gemm_epilogue = options.fuse;
-  if (const char* env = std::getenv("FJIT_FUSION")) {  // 0, 1, elementwise or gemm
+  if (const char* env = std::getenv("FJIT_FUSION")) {  // 0, 1, elementwise, gemm or single
     const std::string v = env;
     if (v == "0" || v == "gemm") fusion.elementwise = false;
     if (v == "0" || v == "elementwise") fusion.gemm_epilogue = false;
+    if (v == "single") fusion.multi_output = false;
   }
   std::shared_ptr<Executable> exe = Compiler::lower(optimized, std::move(sites), fusion);
   if (!dir.empty()) {

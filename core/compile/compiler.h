@@ -20,7 +20,8 @@ struct CompileOptions {
   std::string dump_dir;  // empty: FJIT_DUMP_DIR, if set
   bool verify = true;    // run the verifier before and after the passes
   bool fuse = true;      // fused instructions (core/compile/passes/fusion.h); FJIT_FUSION=0
-                         // turns off, FJIT_FUSION=elementwise or =gemm keeps one kind
+                         // turns off, FJIT_FUSION=elementwise or =gemm keeps one kind,
+                         // FJIT_FUSION=single keeps elementwise groups to one result
   // The automatic-checks pass first in the pipeline (CheckMode::all): checks for NaN/Inf,
   // division by zero, indices and domains, with their sites appended to the plan's.
   bool automatic_checks = false;

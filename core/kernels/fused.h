@@ -40,9 +40,15 @@ struct FusedOp {
 // broadcasts to instr.out.shape. Operands of unary ops (and cast) must have the output's shape.
 // Returns false, leaving instr.fn null, when the program cannot run fused (a broadcast pattern
 // that does not collapse to rows, too many operands, an op without a block kernel); the caller
-// then runs its nodes one by one. The output may alias an external operand of the same shape
-// and element size.
-bool select_fused_elementwise(Instr& instr, const std::vector<FusedOp>& program);
+// then runs its nodes one by one.
+// extras: steps of the program (before the last) whose values are further results, each
+// written to one more buffer the caller appends to in_bufs after the operands', in this order,
+// with the output's shape and the step's dtype (multi-output fusion: Adam's new moments and
+// parameters in one pass). Each block's further results are written after every step of the
+// block has run, and the output by the last step, which reads each element before it writes
+// it: so any result may alias an external operand of its shape and element size.
+bool select_fused_elementwise(Instr& instr, const std::vector<FusedOp>& program,
+                              const std::vector<int>& extras = {});
 
 // Prepares a fused full sum: instr.out is a scalar (size 1) of value.dtype (f32 or f64), the
 // sum of every element of `program`'s last result, of type `value`; instr.ins as above, each

@@ -39,6 +39,10 @@ struct FusedPlan {
   int64_t tail = 0;         // size of the last, shorter block (0: none)
   std::vector<int64_t> s0, s1, esize;  // per external operand, s0/s1 in elements
   int64_t out_esize = 0;
+  // Further results: per extra, the scratch register holding its step's value (kept to the
+  // end of the block) and its element size. Copied out once every step of a block has run.
+  std::vector<int> extra_reg;
+  std::vector<int64_t> extra_esize;
   std::vector<Instr> full, last;  // per step; in_bufs / out_buf index the register table
 };
 
@@ -50,22 +54,28 @@ void run_fused(const Instr& in, const Frame& f) {
   for (int s = 0; s < P.num_scratch; ++s) regs[P.num_ext + s] = scratch + s * P.reg_bytes;
   std::byte* out = in.output<std::byte>(f);
   const Frame sub{regs, f.ctx};
-  auto block = [&](int64_t row, int64_t col, const std::vector<Instr>& steps) {
+  // `elems`: the block's element count, for copying out the further results.
+  auto block = [&](int64_t row, int64_t col, int64_t elems, const std::vector<Instr>& steps) {
     for (int k = 0; k < P.num_ext; ++k)
       regs[k] = const_cast<std::byte*>(in.in<std::byte>(f, k)) +
                 (row * P.s0[k] + col * P.s1[k]) * P.esize[k];
-    regs[out_reg] = out + (row * P.n + col) * P.out_esize;
+    const int64_t at = row * P.n + col;
+    regs[out_reg] = out + at * P.out_esize;
     for (const Instr& s : steps) s.fn(s, sub);
+    for (size_t e = 0; e < P.extra_reg.size(); ++e) {
+      auto* dst = static_cast<std::byte*>(f.bufs[in.in_bufs[P.num_ext + e]]);
+      std::memcpy(dst + at * P.extra_esize[e], regs[P.extra_reg[e]], elems * P.extra_esize[e]);
+    }
   };
   if (P.rows_mode) {
     int64_t r = 0;
-    for (; r + P.block <= P.rows; r += P.block) block(r, 0, P.full);
-    if (P.tail) block(r, 0, P.last);
+    for (; r + P.block <= P.rows; r += P.block) block(r, 0, P.block * P.n, P.full);
+    if (P.tail) block(r, 0, P.tail * P.n, P.last);
   } else {
     for (int64_t r = 0; r < P.rows; ++r) {
       int64_t c = 0;
-      for (; c + P.block <= P.n; c += P.block) block(r, c, P.full);
-      if (P.tail) block(r, c, P.last);
+      for (; c + P.block <= P.n; c += P.block) block(r, c, P.block, P.full);
+      if (P.tail) block(r, c, P.tail, P.last);
     }
   }
 }
@@ -148,8 +158,10 @@ bool build_steps(FusedPlan& P, const std::vector<ValueType>& ins,
 // The plan of `program` computing a value of type `value` from external operands `ins`; null
 // when it cannot run fused. sum_leaf > 0: blocks of exactly sum_leaf elements along a single
 // row (what the fused sum needs), with the last step writing a scratch leaf, not the output.
+// extras: program steps (before the last) whose values are written too.
 std::shared_ptr<FusedPlan> make_plan(const ValueType& value, const std::vector<ValueType>& ins,
-                                     const std::vector<FusedOp>& program, int64_t sum_leaf) {
+                                     const std::vector<FusedOp>& program, int64_t sum_leaf,
+                                     const std::vector<int>& extras = {}) {
   const int num_ext = static_cast<int>(ins.size());
   if (program.empty() || num_ext > kMaxExternal || value.size() == 0) return nullptr;
   if (program.back().dtype != value.dtype) return nullptr;
@@ -187,6 +199,10 @@ std::shared_ptr<FusedPlan> make_plan(const ValueType& value, const std::vector<V
       if (a >= i) return nullptr;
       if (a >= 0) last_read[a] = i;
     }
+  for (int e : extras) {
+    if (e < 0 || e >= steps - 1) return nullptr;
+    last_read[e] = steps;  // held to the end of the block, then copied out
+  }
   std::vector<int> reg_of(steps, -1), free_regs;
   for (int i = 0; i < steps; ++i) {
     for (int j = 0; j < i; ++j)  // registers whose last reader was step i - 1 come free
@@ -203,6 +219,10 @@ std::shared_ptr<FusedPlan> make_plan(const ValueType& value, const std::vector<V
   }
   if (P->num_scratch > kMaxScratch) return nullptr;
   reg_of[steps - 1] = num_ext + P->num_scratch;
+  for (int e : extras) {
+    P->extra_reg.push_back(reg_of[e]);
+    P->extra_esize.push_back(dtype_size(program[e].dtype));
+  }
   // Block size: about kBlockElems, within the scratch area. Every block starts at a flat
   // output index that is a multiple of kPhase, as the unfused kernels' spans do (rows or the
   // whole buffer from a 64-byte aligned start): Eigen computes the unaligned ends of a span
@@ -239,9 +259,10 @@ std::shared_ptr<FusedPlan> make_plan(const ValueType& value, const std::vector<V
 
 }  // namespace
 
-bool select_fused_elementwise(Instr& instr, const std::vector<FusedOp>& program) {
+bool select_fused_elementwise(Instr& instr, const std::vector<FusedOp>& program,
+                              const std::vector<int>& extras) {
   instr.fn = nullptr;
-  auto P = make_plan(instr.out, instr.ins, program, 0);
+  auto P = make_plan(instr.out, instr.ins, program, 0, extras);
   if (!P) return false;
   instr.prepared = P;
   instr.fn = &run_fused;

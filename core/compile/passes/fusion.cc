@@ -67,9 +67,10 @@ class Planner {
         const int e = n.inputs[0];
         if (plan.group_of[e] < 0 && fusable(e) && g_.node(e).op != Op::BroadcastTo &&
             sole_consumer(e) == id && g_.node(e).dtype == n.dtype)
-          try_elementwise(e, id);
+          try_elementwise(e, id, false);
       } else if (fusable(id) && n.op != Op::BroadcastTo) {
-        try_elementwise(id, -1);
+        // Multi-output first; when that program cannot run fused, the single-output group.
+        if (!(opt_.multi_output && try_elementwise(id, -1, true))) try_elementwise(id, -1, false);
       }
     }
   }
@@ -276,11 +277,32 @@ class Planner {
     return false;
   }
 
+  // Where the instruction that reads `c` runs: a GEMM or all-reduce update at the earliest of
+  // its results, anything else at c or later (an elementwise group at its root).
+  int runs_at(int c) const {
+    const int grp = plan.group_of[c];
+    if (grp < 0 || plan.groups[grp].kind == FusionGroup::kElementwise) return c;
+    int first = plan.groups[grp].root;
+    for (int x : plan.groups[grp].extra_roots) first = std::min(first, x);
+    return first;
+  }
+
+  // Whether `p`, read outside a group whose instruction runs at `root` (or an output), can be
+  // one of its further results: every outside reader runs after root.
+  bool writable_extra(int p, int root, const std::vector<bool>& in_group) const {
+    if (g_.node(p).op == Op::BroadcastTo) return false;  // no step of its own to write
+    for (int c : consumers_[p])
+      if (!in_group[c] && runs_at(c) <= root) return false;
+    return true;
+  }
+
   // A group with `root` as its last elementwise node; with `sum` >= 0, that full reduce_sum
-  // of root's value is the group's result instead.
-  void try_elementwise(int root, int sum) {
+  // of root's value is the group's result instead. multi_output: members may be read outside
+  // the group (or be outputs) too, and are then written as further results (extra_roots).
+  // False when no group was made.
+  bool try_elementwise(int root, int sum, bool multi_output) {
     const Shape& shape = g_.node(root).shape;
-    std::vector<int> members{root};
+    std::vector<int> members{root}, extras;
     std::vector<bool> in_group(g_.size(), false);
     in_group[root] = true;
     for (bool grew = true; grew && static_cast<int>(members.size()) < opt_.max_members;) {
@@ -288,23 +310,31 @@ class Planner {
       for (size_t i = 0; i < members.size() && static_cast<int>(members.size()) < opt_.max_members;
            ++i) {
         for (int p : g_.node(members[i]).inputs) {
-          if (in_group[p] || plan.group_of[p] >= 0 || !live_[p] || output_[p] || !fusable(p))
-            continue;
+          if (in_group[p] || plan.group_of[p] >= 0 || !live_[p] || !fusable(p)) continue;
           const Node& pn = g_.node(p);
           if (pn.shape != shape) continue;
           // A broadcast is absorbed only over an operand that stays external.
           if (pn.op == Op::BroadcastTo && g_.node(pn.inputs[0]).shape == shape) continue;
-          bool all_inside = true;
+          bool all_inside = !output_[p];
           for (int c : consumers_[p]) all_inside = all_inside && in_group[c];
-          if (!all_inside) continue;
+          if (!all_inside) {
+            if (!multi_output || static_cast<int>(extras.size()) >= opt_.max_extra_results ||
+                !writable_extra(p, root, in_group))
+              continue;
+            extras.push_back(p);
+          }
           in_group[p] = true;
           members.push_back(p);
           grew = true;
         }
       }
     }
-    if (members.size() < (sum >= 0 ? 1u : 2u)) return;
+    if (members.size() < (sum >= 0 ? 1u : 2u)) return false;
     std::sort(members.begin(), members.end());
+    // Further results: the members still read outside once the group stopped growing.
+    extras.clear();
+    for (int m : members)
+      if (m != root && read_outside(m, members)) extras.push_back(m);
     FusionGroup grp;
     grp.kind = sum >= 0 ? FusionGroup::kSum : FusionGroup::kElementwise;
     grp.root = sum >= 0 ? sum : root;
@@ -334,21 +364,25 @@ class Planner {
     }
     if (grp.program.size() < (sum >= 0 ? 1u : 2u) ||
         value[root] != static_cast<int>(grp.program.size()) - 1)
-      return;
+      return false;
     grp.members = members;
+    grp.extra_roots = extras;
+    std::vector<int> extra_steps;
+    for (int x : extras) extra_steps.push_back(value[x]);
     Instr& in = grp.instr;
     for (int x : grp.inputs) in.ins.push_back({g_.node(x).dtype, g_.node(x).shape});
     if (sum >= 0) {
       grp.members.push_back(sum);
       in.op = Op::ReduceSum;
       in.out = {g_.node(sum).dtype, g_.node(sum).shape};
-      if (!select_fused_sum(in, {g_.node(root).dtype, shape}, grp.program)) return;
+      if (!select_fused_sum(in, {g_.node(root).dtype, shape}, grp.program)) return false;
     } else {
       in.op = g_.node(root).op;
       in.out = {g_.node(root).dtype, shape};
-      if (!select_fused_elementwise(in, grp.program)) return;
+      if (!select_fused_elementwise(in, grp.program, extra_steps)) return false;
     }
     add_group(std::move(grp));
+    return true;
   }
 
   void add_group(FusionGroup grp) {

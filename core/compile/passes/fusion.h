@@ -3,8 +3,11 @@
 // Unlike the graph passes in pass.h, fusion does not rewrite the graph: the optimized graph
 // stays the one the user's ops made (checks and their upstream analysis read it), and the
 // compiler lowers each group of this plan into one fused instruction (core/kernels/fused.h).
-//   elementwise  a DAG of elementwise ops (and broadcasts) whose intermediates are used only
-//                inside the group, with the shape of its root: one pass over memory.
+//   elementwise  a DAG of elementwise ops (and broadcasts) with the shape of its root: one
+//                pass over memory. Its intermediates are used only inside the group, except
+//                members read after the group's instruction (at its root) or returned, which
+//                it writes out too (extra_roots, multi-output fusion): Adam's new moments and
+//                its new parameter come from one pass over parameter, gradient and moments.
 //   sum          such a group (one op is enough) whose value only a full reduce_sum reads:
 //                summed block by block, bit-identical to the unfused sum (sum(g*g) for a
 //                global norm never writes the squares).
@@ -49,10 +52,11 @@ struct FusionGroup {
   std::vector<FusedOp> program;  // kElementwise
   int product = -1;              // kGemm: the matmul node; kReduceUpdate: the all-reduce
   GemmUpdateForm form;           // kGemm: what the instruction reads and writes besides A, B
-  // kGemm, kReduceUpdate: further results the instruction writes, each through one more
-  // buffer after its operands, in this order: the product (the reduced sum) when it is read
-  // outside the group, then the sum of its squares (kGemm). The instruction runs at the
-  // earliest of root and these.
+  // Further results the instruction writes, each through one more buffer after its operands,
+  // in this order. kGemm, kReduceUpdate: the product (the reduced sum) when it is read outside
+  // the group, then the sum of its squares (kGemm); the instruction runs at the earliest of
+  // root and these. kElementwise: members read after root or returned, in graph order; the
+  // instruction runs at root.
   std::vector<int> extra_roots;
   // The instruction with its kernel already selected (fn, prepared state); the compiler adds
   // buffers and the node id.
@@ -69,7 +73,11 @@ struct FusionPlan {
 struct FusionOptions {
   bool elementwise = true;
   bool gemm_epilogue = true;
+  // Elementwise groups may write members that are read outside the group, or are outputs,
+  // as further results (at most max_extra_results of them).
+  bool multi_output = true;
   int max_members = 24;
+  int max_extra_results = 6;
 };
 
 // REQUIRES: `live` from live_nodes(g). Parameters and constants are never members.

@@ -7,8 +7,14 @@ namespace fjit {
 
 std::string FusionPlan::describe(int group) const {
   const FusionGroup& grp = groups[group];
-  if (grp.kind == FusionGroup::kElementwise)
-    return "fused[" + fused_program_string(grp.program) + "]";
+  if (grp.kind == FusionGroup::kElementwise) {
+    std::string s = "fused[" + fused_program_string(grp.program);
+    if (!grp.extra_roots.empty()) {
+      s += "; also writes";
+      for (int x : grp.extra_roots) s += " %" + std::to_string(x);
+    }
+    return s + "]";
+  }
   if (grp.kind == FusionGroup::kSum)
     return "fused_sum[" + fused_program_string(grp.program) + "; %" + std::to_string(grp.root) +
            " = sum]";
