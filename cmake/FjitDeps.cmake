@@ -14,3 +14,17 @@ pkg_check_modules(LIBDW REQUIRED IMPORTED_TARGET libdw)
 # Eigen's GEMM uses OpenMP for intra-op threads (core/runtime/threads.h); libgomp comes with g++.
 find_package(OpenMP REQUIRED COMPONENTS CXX)
 include(GNUInstallDirs)
+# BLIS (libblis-dev) computes the plain products when found (core/kernels/gemm_library.h);
+# without it, or with -DFJIT_BLIS=OFF, fjit's own Eigen-based driver computes them all.
+option(FJIT_BLIS "Use BLIS for plain matrix products when it is installed" ON)
+if(FJIT_BLIS)
+  find_path(FJIT_BLIS_INCLUDE_DIR blis.h)
+  find_library(FJIT_BLIS_LIBRARY blis)
+endif()
+if(FJIT_BLIS AND FJIT_BLIS_INCLUDE_DIR AND FJIT_BLIS_LIBRARY)
+  set(FJIT_HAVE_BLIS ON)
+  message(STATUS "fjit: plain products on BLIS (${FJIT_BLIS_LIBRARY})")
+else()
+  set(FJIT_HAVE_BLIS OFF)
+  message(STATUS "fjit: BLIS not used (FJIT_BLIS=${FJIT_BLIS}; apt-get install libblis-dev)")
+endif()

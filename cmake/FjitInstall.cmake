@@ -25,6 +25,10 @@ write_basic_package_version_file(${PROJECT_BINARY_DIR}/fjitConfigVersion.cmake
 install(FILES ${PROJECT_BINARY_DIR}/fjitConfig.cmake ${PROJECT_BINARY_DIR}/fjitConfigVersion.cmake
   DESTINATION ${FJIT_CMAKE_DIR})
 
+set(FJIT_PC_BLIS "")
+if(FJIT_HAVE_BLIS)
+  set(FJIT_PC_BLIS "-lblis")
+endif()
 set(FJIT_PC_NATIVE "")
 if(FJIT_NATIVE)
   set(FJIT_PC_NATIVE "-march=native")

@@ -4,9 +4,11 @@
 // Eigen's own product parallelizes with OpenMP and then picks its blocking for the thread
 // count, which moves the depth blocks' boundaries and so the rounding. So nothing here calls
 // it. The paths:
-//   blocked  a rank-2 f32/f64 product (also x[..., M, K] @ w[K, N], folded into one GEMM of
-//            batch*M rows) runs on the GEMM update's driver (gemm_update.cc), whose threads
-//            split fixed blocks of output rows, never the depth;
+//   library  a rank-2 f32/f64 product (also x[..., M, K] @ w[K, N], folded into one GEMM of
+//            batch*M rows) deep and large enough goes to BLIS when the build has it
+//            (gemm_library.h), which never splits the depth either;
+//   blocked  otherwise such a product runs on the GEMM update's driver (gemm_update.cc),
+//            whose threads split fixed blocks of output rows, never the depth;
 //   narrow   N <= kNarrowN columns (below);
 //   batched  a batch of products (attention's [B, T, T] @ [B, T, D]) or i32: one sequential
 //            Eigen GEMM per batch entry; threads take whole entries.
@@ -20,6 +22,7 @@
 #include <cassert>
 
 #include "core/kernels/fused.h"
+#include "core/kernels/gemm_library.h"
 #include "core/kernels/structural.h"
 #include "core/runtime/threads.h"
 
@@ -162,6 +165,7 @@ bool select_matmul(Instr& instr) {
     instr.fn = t == DType::f32 ? pick_narrow<float>(ta, tb) : pick_narrow<double>(ta, tb);
     return true;
   }
+  if (instr.p[3] == 1 && select_library_matmul(instr, instr.p[0], instr.p[1], instr.p[2])) return true;
   if (instr.p[3] == 1 && select_blocked_matmul(instr, instr.p[0], instr.p[1], instr.p[2])) return true;
   switch (t) {
     case DType::f32: instr.fn = pick<float>(ta, tb); return true;

@@ -1,0 +1,30 @@
+// Plain products by a GEMM library (BLIS, when the build found it: CMake's FJIT_BLIS).
+//
+// BLIS's gemm threads its loops over output columns and rows, never the depth, and every
+// output tile goes through the same micro-kernel (edge tiles included, through a temporary
+// tile), so each element's arithmetic depends on the shapes only: results are the same with 1,
+// 2 or more intra-op threads (tests/determinism_test.cc checks every path). fjit's own driver
+// (gemm_update.cc) still runs the GEMM updates with fused epilogues, the narrow and batched
+// products, i32, and everything when BLIS is absent or FJIT_GEMM=eigen.
+#pragma once
+
+#include <cstdint>
+
+#include "core/kernels/kernel.h"
+
+namespace fjit {
+
+// Whether plain products go to the library: built with it, and FJIT_GEMM is not "eigen"
+// (read once).
+bool gemm_library_enabled();
+
+// "BLIS 0.9.0 (zen3)" or "none".
+const char* gemm_library_name();
+
+// Prepares out[m, n] = op(A) op(B) (instr.ins = {A, B}; the attrs' trans_a / trans_b; A may be
+// [batch, M, K] folded into m = batch * M rows) on the library. False, with instr.fn untouched,
+// when the library is off, the dtype is not f32/f64, or the product is too small or too shallow
+// to gain from it (fjit's driver then takes it).
+bool select_library_matmul(Instr& instr, int64_t m, int64_t k, int64_t n);
+
+}  // namespace fjit
