@@ -36,6 +36,7 @@
 
 #include "bench/gemm_options_libs.h"
 #include "bench/gemm_options_peak.h"
+#include "core/kernels/gemm_library.h"
 #include "parallel/fjit.h"
 
 using namespace fjit;
@@ -87,7 +88,10 @@ Candidate fjit_candidate() {
     Array out;
   };
   auto entries = std::make_shared<std::map<const Product*, Entry>>();
-  return {"fjit matmul", "", "jit(matmul(a, b, ta, tb)), run_into a kept output",
+  return {"fjit matmul", "",
+          std::string("jit(matmul(a, b, ta, tb)), run_into a kept output; plain products on ") +
+              (gemm_library_enabled() ? gemm_library_name() : "fjit's Eigen driver") +
+              " (FJIT_GEMM=eigen: the driver)",
           [](int n) { set_intra_op_threads(n); },
           [entries](const Product& p) {
             Entry& e = (*entries)[&p];

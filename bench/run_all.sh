@@ -84,6 +84,11 @@ run checks_bench "$B/checks_bench" --benchmark_min_time="$MIN_TIME" "${G[@]}"
 run train_step_timeline env FJIT_BENCH_TIMELINE=1 "$B/train_step_bench" --benchmark_filter=none
 run checks_interleaved env FJIT_BENCH_INTERLEAVED=1 "$B/checks_bench" --benchmark_filter=none
 run allreduce_bench "${MPIEXEC[@]}" "$B/allreduce_bench" 7
+# One Adam update alone: fused into one pass, one pass per result, and a hand-written loop.
+run optimizer_bench env FJIT_INTRA_OP_THREADS=1 taskset -c 0 "$B/optimizer_bench" \
+  --benchmark_enable_random_interleaving=true --benchmark_repetitions=9 \
+  --benchmark_report_aggregates_only=true "${G[@]}"
+
 # The GEMM options side by side and one core's FMA peak (issue 18), pinned to one core so the
 # peak and the products share it; OpenBLAS, BLIS, oneDNN only if they were found at configure.
 run gemm_options taskset -c 0 "$B/gemm_options" --rounds 7 --ms 20
