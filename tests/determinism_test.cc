@@ -3,6 +3,7 @@
 //  - Every matmul path (blocked, folded batch, narrow, batched, deep products of many depth
 //    blocks, transposed operands, f32/f64/i32) gives the same bits with 1, 2, 3 and 4 threads,
 //    and matches a double-accumulated product to rounding.
+//  - Large fused elementwise passes (Adam's update, with further results) likewise.
 //  - Training steps of the example models (MLP, CNN, ViT) on two thread replicas give the same
 //    parameters and optimizer state with 1 and 2 intra-op threads per replica.
 // The MPI side (ranks against thread replicas with another thread count) is
@@ -14,6 +15,7 @@
 #include <random>
 #include <string>
 
+#include "core/lib/optimizers.h"
 #include "lib/train_loop.h"
 #include "tests/test_util.h"
 
@@ -102,6 +104,39 @@ TEST(Determinism, MatMulBitsDoNotDependOnThreads) {
       set_intra_op_threads(threads);
       EXPECT_TRUE(f(a, b).bit_equal(one)) << c.what << ": " << threads << " threads differ from 1";
     }
+  }
+  set_intra_op_threads(saved);
+}
+
+// Fused elementwise passes large enough to be split among threads: Adam's update (one pass
+// with further results, rows of 512) and a long-row program (chunks, with a shorter last one).
+TEST(Determinism, FusedPassBitsDoNotDependOnThreads) {
+  const int saved = intra_op_threads();
+  const Adam opt{.lr = 1e-2};
+  const ArrayDict p{{"w", random_values(DType::f32, {784, 512}, 3)}},
+      g{{"w", random_values(DType::f32, {784, 512}, 4)}};
+  ArrayDict s = opt.init_state(p);
+  s.set("m.w", random_values(DType::f32, {784, 512}, 5));
+  auto adam = jit([&](const TensorDict& p, const TensorDict& g, const TensorDict& s) {
+    auto [p2, s2] = opt.update(p, g, s);
+    return std::tuple{p2, s2};
+  });
+  auto chain = jit([](const Tensor& x, const Tensor& y) {
+    const Tensor z = tanh(x * 3.0 + y);
+    return std::tuple{sqrt(abs(z - y)) / (abs(x) + 1.0), z};
+  });
+  const Array x = random_values(DType::f32, {3, 100003}, 6), y = random_values(DType::f32, {3, 100003}, 7);
+  set_intra_op_threads(1);
+  const auto [p1, s1] = adam(p, g, s);
+  const auto [c1, z1] = chain(x, y);
+  EXPECT_NE(adam.core().last_entry()->exe->plan_string().find("also writes"), std::string::npos);
+  for (int threads : {2, 3, 4}) {
+    set_intra_op_threads(threads);
+    const auto [pt, st] = adam(p, g, s);
+    EXPECT_TRUE(pt.at("w").bit_equal(p1.at("w"))) << threads << " threads";
+    for (const char* k : {"m.w", "v.w"}) EXPECT_TRUE(st.at(k).bit_equal(s1.at(k))) << k << ", " << threads << " threads";
+    const auto [ct, zt] = chain(x, y);
+    EXPECT_TRUE(ct.bit_equal(c1) && zt.bit_equal(z1)) << threads << " threads";
   }
   set_intra_op_threads(saved);
 }

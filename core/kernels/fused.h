@@ -6,7 +6,8 @@
 // in blocks of at most ~1-2 thousand elements; each op of the program runs over a block with
 // the ordinary fast elementwise kernel, its intermediate results held in block-sized registers
 // on the stack. So intermediates never leave L1, the values are exactly those of the unfused
-// kernels (the same kernels compute them), and dispatch is paid once per op and block.
+// kernels (the same kernels compute them), and dispatch is paid once per op and block. A large
+// pass splits its blocks among the intra-op threads, which changes no value.
 //
 // Fused sum: the same program with a full reduce_sum as its root, so sum(x*x) for a global
 // gradient norm reads x once and never writes the squares.

@@ -17,6 +17,7 @@
 
 #include "core/kernels/elementwise_common.h"
 #include "core/kernels/fused.h"
+#include "core/runtime/threads.h"
 
 namespace fjit {
 namespace {
@@ -26,6 +27,9 @@ constexpr int64_t kScratchBytes = 64 << 10;  // registers for intermediates, on 
 constexpr int64_t kSumLeaf = 2048;           // = blocked_sum's leaf in reduce.cc
 constexpr int64_t kPhase = 16;               // elements in a 64-byte vector of f32
 constexpr int kMaxExternal = 32;
+// Element-steps (elements x program steps) from which a fused pass is split among the
+// intra-op threads: a few hundred microseconds of work, well above a parallel region's start.
+constexpr int64_t kParallelWork = int64_t{1} << 20;
 constexpr int kMaxScratch = 16;
 constexpr int kMaxRegs = kMaxExternal + kMaxScratch + 1;
 
@@ -46,38 +50,45 @@ struct FusedPlan {
   std::vector<Instr> full, last;  // per step; in_bufs / out_buf index the register table
 };
 
-void run_fused(const Instr& in, const Frame& f) {
-  const FusedPlan& P = *static_cast<const FusedPlan*>(in.prepared.get());
+// Blocks [b0, b1) in the order of a walk over the output: rows mode numbers blocks of rows,
+// chunk mode the chunks of each row in turn.
+void run_blocks(const FusedPlan& P, const Instr& in, const Frame& f, int64_t b0, int64_t b1) {
   alignas(64) std::byte scratch[kScratchBytes];
   void* regs[kMaxRegs];
   const int out_reg = P.num_ext + P.num_scratch;
   for (int s = 0; s < P.num_scratch; ++s) regs[P.num_ext + s] = scratch + s * P.reg_bytes;
   std::byte* out = in.output<std::byte>(f);
   const Frame sub{regs, f.ctx};
-  // `elems`: the block's element count, for copying out the further results.
-  auto block = [&](int64_t row, int64_t col, int64_t elems, const std::vector<Instr>& steps) {
+  const int64_t per_row = P.rows_mode ? 1 : (P.n + P.block - 1) / P.block;
+  for (int64_t b = b0; b < b1; ++b) {
+    const int64_t row = P.rows_mode ? b * P.block : b / per_row;
+    const int64_t col = P.rows_mode ? 0 : (b % per_row) * P.block;
+    const bool last = P.rows_mode ? row + P.block > P.rows : col + P.block > P.n;
+    const int64_t elems = P.rows_mode ? (last ? P.tail : P.block) * P.n : (last ? P.tail : P.block);
     for (int k = 0; k < P.num_ext; ++k)
       regs[k] = const_cast<std::byte*>(in.in<std::byte>(f, k)) +
                 (row * P.s0[k] + col * P.s1[k]) * P.esize[k];
     const int64_t at = row * P.n + col;
     regs[out_reg] = out + at * P.out_esize;
-    for (const Instr& s : steps) s.fn(s, sub);
-    for (size_t e = 0; e < P.extra_reg.size(); ++e) {
+    for (const Instr& s : last ? P.last : P.full) s.fn(s, sub);
+    for (size_t e = 0; e < P.extra_reg.size(); ++e) {  // further results, after every read
       auto* dst = static_cast<std::byte*>(f.bufs[in.in_bufs[P.num_ext + e]]);
       std::memcpy(dst + at * P.extra_esize[e], regs[P.extra_reg[e]], elems * P.extra_esize[e]);
     }
-  };
-  if (P.rows_mode) {
-    int64_t r = 0;
-    for (; r + P.block <= P.rows; r += P.block) block(r, 0, P.block * P.n, P.full);
-    if (P.tail) block(r, 0, P.tail * P.n, P.last);
-  } else {
-    for (int64_t r = 0; r < P.rows; ++r) {
-      int64_t c = 0;
-      for (; c + P.block <= P.n; c += P.block) block(r, c, P.block, P.full);
-      if (P.tail) block(r, c, P.tail, P.last);
-    }
   }
+}
+
+// Blocks are fixed by the shapes and each is computed the same way on any thread, so
+// intra-op threads (contiguous ranges of blocks) change no bit of the results.
+void run_fused(const Instr& in, const Frame& f) {
+  const FusedPlan& P = *static_cast<const FusedPlan*>(in.prepared.get());
+  const int64_t blocks = P.rows_mode ? (P.rows + P.block - 1) / P.block
+                                     : P.rows * ((P.n + P.block - 1) / P.block);
+  const int64_t work = P.rows * P.n * static_cast<int64_t>(P.full.size());
+  const int threads = work >= kParallelWork ? static_cast<int>(std::min<int64_t>(blocks, intra_op_threads())) : 1;
+  if (threads <= 1) return run_blocks(P, in, f, 0, blocks);
+#pragma omp parallel for num_threads(threads) schedule(static)
+  for (int t = 0; t < threads; ++t) run_blocks(P, in, f, blocks * t / threads, blocks * (t + 1) / threads);
 }
 
 // The fused full sum: the program's values are summed leaf by leaf in the very tree of the

@@ -1,9 +1,10 @@
 // Intra-op threads: how many threads the kernels of one plan run may use.
 //
-// Today the only multi-threaded kernel is Eigen's GEMM, parallelised with OpenMP. OpenMP keeps
-// its worker threads alive between parallel regions (no per-call thread start-up), and Eigen
-// only splits a product that is large enough to pay for it, so small matrices always run on
-// the calling thread.
+// The multi-threaded kernels (GEMMs on fjit's driver or BLIS, batched products, large fused
+// elementwise passes) use OpenMP, which keeps its worker threads alive between parallel
+// regions (no per-call thread start-up), and split only work large enough to pay for it, so
+// small ones always run on the calling thread. Threads only ever take whole output blocks
+// fixed by the shapes, so no result depends on the thread count (README: reproducibility).
 //
 // The setting is per calling thread (OpenMP's nthreads ICV), so thread replicas in one process
 // each get their own share: Mesh gives every replica max(1, cores / replicas on this machine)
