@@ -86,7 +86,7 @@ run checks_interleaved env FJIT_BENCH_INTERLEAVED=1 "$B/checks_bench" --benchmar
 run allreduce_bench "${MPIEXEC[@]}" "$B/allreduce_bench" 7
 # One Adam update alone: fused into one pass, one pass per result, and a hand-written loop.
 run optimizer_bench env FJIT_INTRA_OP_THREADS=1 taskset -c 0 "$B/optimizer_bench" \
-  --benchmark_enable_random_interleaving=true --benchmark_repetitions=9 \
+  --benchmark_enable_random_interleaving=true --benchmark_repetitions=9 --benchmark_min_time=0.2 \
   --benchmark_report_aggregates_only=true "${G[@]}"
 
 # The GEMM options side by side and one core's FMA peak (issue 18), pinned to one core so the
