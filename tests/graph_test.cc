@@ -1,5 +1,6 @@
 // Graph IR: hash-consing (CSE), the passes (shown before and after), printers and verifier.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <fstream>
@@ -97,7 +98,8 @@ TEST(Graph, PlanReusesBuffersOfDeadValues) {
 }
 
 TEST(Graph, DumpDirWritesBeforeAfterAndPlan) {
-  const std::string dir = ::testing::TempDir();
+  // A folder that does not exist yet is made, as XLA's --xla_dump_to makes its own.
+  const std::string dir = ::testing::TempDir() + "/fjit_dump_" + std::to_string(::getpid()) + "/nested";
   CompileOptions o;
   o.name = "dumped";
   o.dump_dir = dir;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 
 #include "absl/container/flat_hash_map.h"
@@ -26,6 +27,8 @@ namespace {
 
 void dump(const std::string& dir, const std::string& stem, const std::string& suffix,
           const std::string& text) {
+  std::error_code ignored;  // a folder that cannot be made shows as the warning below
+  std::filesystem::create_directories(dir, ignored);
   std::ofstream f(dir + "/" + stem + suffix);
   if (!f) {
     log().warn("FJIT_DUMP_DIR: cannot write {}/{}{}", dir, stem, suffix);
