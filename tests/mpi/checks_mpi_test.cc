@@ -13,6 +13,7 @@
 
 #include "fjit.h"
 #include "parallel/pmap.h"
+#include "tests/mpi/mpi_test_main.h"
 
 namespace fjit {
 namespace {
@@ -174,11 +175,5 @@ int main(int argc, char** argv) {
   // A rank left waiting would abort the job with the stall report instead of hanging it.
   setenv("FJIT_STALL_ABORT_S", "60", 0);
   fjit::mesh();  // initialises MPI
-  if (fjit::rank() != 0) {
-    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
-    delete listeners.Release(listeners.default_result_printer());
-  }
-  int failed = RUN_ALL_TESTS() != 0 ? 1 : 0;
-  MPI_Allreduce(MPI_IN_PLACE, &failed, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-  return failed;
+  return fjit::mpi_testing::run_all_tests_on_ranks(fjit::rank() == 0);
 }

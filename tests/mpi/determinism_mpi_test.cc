@@ -9,6 +9,7 @@
 #include <random>
 
 #include "lib/train_loop.h"
+#include "tests/mpi/mpi_test_main.h"
 
 namespace fjit::examples {
 namespace {
@@ -72,11 +73,5 @@ int main(int argc, char** argv) {
   setenv("FJIT_INTRA_OP_THREADS", "1", 1);
   fjit::examples::mesh();  // initialises MPI, one intra-op thread per rank
   unsetenv("FJIT_INTRA_OP_THREADS");
-  if (!fjit::examples::mesh().is_primary()) {
-    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
-    delete listeners.Release(listeners.default_result_printer());
-  }
-  int failed = RUN_ALL_TESTS() != 0 ? 1 : 0;
-  MPI_Allreduce(MPI_IN_PLACE, &failed, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-  return failed;
+  return fjit::mpi_testing::run_all_tests_on_ranks(fjit::examples::mesh().is_primary());
 }

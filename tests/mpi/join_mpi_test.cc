@@ -11,6 +11,7 @@
 
 #include "lib/train_loop.h"
 #include "parallel/join.h"
+#include "tests/mpi/mpi_test_main.h"
 
 namespace fjit::examples {
 namespace {
@@ -239,11 +240,5 @@ int main(int argc, char** argv) {
   setenv("FJIT_STALL_ABORT_S", "30", 0);
   ::testing::InitGoogleTest(&argc, argv);
   fjit::examples::mesh();  // initialises MPI
-  if (!fjit::examples::mesh().is_primary()) {
-    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
-    delete listeners.Release(listeners.default_result_printer());
-  }
-  int failed = RUN_ALL_TESTS() != 0 ? 1 : 0;
-  MPI_Allreduce(MPI_IN_PLACE, &failed, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-  return failed;
+  return fjit::mpi_testing::run_all_tests_on_ranks(fjit::examples::mesh().is_primary());
 }

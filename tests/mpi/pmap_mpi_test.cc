@@ -9,6 +9,7 @@
 #include "fjit.h"
 #include "parallel/pmap.h"
 #include "tests/test_util.h"
+#include "tests/mpi/mpi_test_main.h"
 
 namespace fjit {
 namespace {
@@ -187,12 +188,5 @@ TEST(PmapMpi, ATraceErrorOnOneRankIsRaisedOnEveryRank) {
 int main(int argc, char** argv) {
   ::testing::InitGoogleTest(&argc, argv);
   fjit::mesh();  // initialises MPI
-  int rank = fjit::mesh().first_replica();
-  if (rank != 0) {
-    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
-    delete listeners.Release(listeners.default_result_printer());
-  }
-  int failed = RUN_ALL_TESTS() != 0 ? 1 : 0;
-  MPI_Allreduce(MPI_IN_PLACE, &failed, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-  return failed;
+  return fjit::mpi_testing::run_all_tests_on_ranks(fjit::mesh().first_replica() == 0);
 }
