@@ -69,8 +69,7 @@ class Planner {
             sole_consumer(e) == id && g_.node(e).dtype == n.dtype)
           try_elementwise(e, id, false);
       } else if (fusable(id) && n.op != Op::BroadcastTo) {
-        // Multi-output first; when that program cannot run fused, the single-output group.
-        if (!(opt_.multi_output && try_elementwise(id, -1, true))) try_elementwise(id, -1, false);
+        try_elementwise(id, -1, opt_.multi_output);
       }
     }
   }
@@ -298,9 +297,9 @@ class Planner {
 
   // A group with `root` as its last elementwise node; with `sum` >= 0, that full reduce_sum
   // of root's value is the group's result instead. multi_output: members may be read outside
-  // the group (or be outputs) too, and are then written as further results (extra_roots).
-  // False when no group was made.
-  bool try_elementwise(int root, int sum, bool multi_output) {
+  // the group (or be outputs) too, and are then written as further results (extra_roots);
+  // when such a program cannot run fused, the single-output group is tried instead.
+  void try_elementwise(int root, int sum, bool multi_output) {
     const Shape& shape = g_.node(root).shape;
     std::vector<int> members{root}, extras;
     std::vector<bool> in_group(g_.size(), false);
@@ -329,7 +328,7 @@ class Planner {
         }
       }
     }
-    if (members.size() < (sum >= 0 ? 1u : 2u)) return false;
+    if (members.size() < (sum >= 0 ? 1u : 2u)) return;
     std::sort(members.begin(), members.end());
     // Further results: the members still read outside once the group stopped growing.
     extras.clear();
@@ -364,7 +363,7 @@ class Planner {
     }
     if (grp.program.size() < (sum >= 0 ? 1u : 2u) ||
         value[root] != static_cast<int>(grp.program.size()) - 1)
-      return false;
+      return;
     grp.members = members;
     grp.extra_roots = extras;
     std::vector<int> extra_steps;
@@ -375,14 +374,16 @@ class Planner {
       grp.members.push_back(sum);
       in.op = Op::ReduceSum;
       in.out = {g_.node(sum).dtype, g_.node(sum).shape};
-      if (!select_fused_sum(in, {g_.node(root).dtype, shape}, grp.program)) return false;
+      if (!select_fused_sum(in, {g_.node(root).dtype, shape}, grp.program)) return;
     } else {
       in.op = g_.node(root).op;
       in.out = {g_.node(root).dtype, shape};
-      if (!select_fused_elementwise(in, grp.program, extra_steps)) return false;
+      if (!select_fused_elementwise(in, grp.program, extra_steps)) {
+        if (!extras.empty()) try_elementwise(root, sum, false);
+        return;
+      }
     }
     add_group(std::move(grp));
-    return true;
   }
 
   void add_group(FusionGroup grp) {
