@@ -3,6 +3,7 @@
 #include <mpi.h>
 
 #include <cstdio>
+#include <string>
 #include <tuple>
 
 #include "bench/scaling_sync_threads.h"
@@ -41,6 +42,12 @@ struct CnnStepFn {
   }
 };
 
+PmapOptions options(bool overlap) {
+  PmapOptions o;
+  o.jit.overlap_collectives = overlap;
+  return o;
+}
+
 // One pmap'd CNN training loop with double-buffered parameters and state.
 struct CnnRunner {
   Pmapped<CnnStepFn> step;
@@ -48,8 +55,8 @@ struct CnnRunner {
   std::tuple<ArrayDict, ArrayDict, Array> out;
   Array x, y;
 
-  CnnRunner(const Mesh& mesh, int64_t rows, bool reduce)
-      : step(pmap(mesh, "batch", CnnStepFn{reduce})),
+  CnnRunner(const Mesh& mesh, int64_t rows, bool reduce, bool overlap = false)
+      : step(pmap(mesh, "batch", CnnStepFn{reduce}, options(overlap))),
         params(mesh.replicate(examples::init_model(cnn_spec(), 1))),
         state(AdamW{}.init_state(params)),
         x(DType::u8, {rows, 28 * 28}),
@@ -71,7 +78,7 @@ struct CnnRunner {
 
 struct CnnScaling::Impl {
   Ranks ranks;
-  std::unique_ptr<CnnRunner> one, threads2, mpi2;
+  std::unique_ptr<CnnRunner> one, threads2, mpi2, threads2_overlap, mpi2_overlap;
   std::unique_ptr<CnnRunner> local[2];  // the ceiling's one-replica steps, gradients local
   std::unique_ptr<SyncThreads> sync;
   std::vector<Row> rows;
@@ -88,7 +95,9 @@ CnnScaling::CnnScaling(const Ranks& ranks, const Mesh& mpi_mesh, int intra_op_th
     m.threads2 = std::make_unique<CnnRunner>(Mesh::threads(2), 2 * kCnnBatch, true);
     for (auto& l : m.local) l = std::make_unique<CnnRunner>(Mesh::threads(1), kCnnBatch, false);
     m.sync = std::make_unique<SyncThreads>(2, intra_op_threads);
+    m.threads2_overlap = std::make_unique<CnnRunner>(Mesh::threads(2), 2 * kCnnBatch, true, true);
     m.rows.emplace_back("cnn threads 2", false, [&m](int n) { m.threads2->run(n); });
+    m.rows.emplace_back("cnn threads 2 overlap", false, [&m](int n) { m.threads2_overlap->run(n); });
     m.rows.emplace_back("cnn threads sync", false, [&m](int n) {
       m.sync->run([&m, n](int r) {
         for (int i = 0; i < n; ++i) {
@@ -100,7 +109,9 @@ CnnScaling::CnnScaling(const Ranks& ranks, const Mesh& mpi_mesh, int intra_op_th
   } else {
     m.mpi2 = std::make_unique<CnnRunner>(mpi_mesh, kCnnBatch, true);
     m.local[0] = std::make_unique<CnnRunner>(one, kCnnBatch, false);
+    m.mpi2_overlap = std::make_unique<CnnRunner>(mpi_mesh, kCnnBatch, true, true);
     m.rows.emplace_back("cnn MPI 2", true, [&m](int n) { m.mpi2->run(n); });
+    m.rows.emplace_back("cnn MPI 2 overlap", true, [&m](int n) { m.mpi2_overlap->run(n); });
     m.rows.emplace_back("cnn MPI sync", true, [&m](int n) {
       for (int i = 0; i < n; ++i) {
         m.local[0]->run(1);
@@ -128,9 +139,11 @@ void CnnScaling::print_efficiencies() const {
   const Row& one = row(rows, "cnn 1");
   if (!impl_->ranks.mpi) {
     print_efficiency_line("fjit threads", one, row(rows, "cnn threads 2"));
+    print_efficiency_line("fjit threads, overlap", one, row(rows, "cnn threads 2 overlap"));
     print_efficiency_line("threads, sync only (*)", one, row(rows, "cnn threads sync"));
   } else {
     print_efficiency_line("fjit MPI", one, row(rows, "cnn MPI 2"));
+    print_efficiency_line("fjit MPI, overlap", one, row(rows, "cnn MPI 2 overlap"));
     print_efficiency_line("MPI, sync only (*)", one, row(rows, "cnn MPI sync"));
   }
   std::printf(
@@ -142,12 +155,12 @@ void CnnScaling::print_ceilings(double target) const {
   const std::vector<Row>& rows = impl_->rows;
   if (impl_->ranks.rank != 0) return;
   const Row& one = row(rows, "cnn 1");
-  if (!impl_->ranks.mpi)
-    print_ceiling_line("CNN threads", one, row(rows, "cnn threads 2"), one,
-                       row(rows, "cnn threads sync"), target);
-  else
-    print_ceiling_line("CNN MPI", one, row(rows, "cnn MPI 2"), one, row(rows, "cnn MPI sync"),
-                       target);
+  const bool mpi = impl_->ranks.mpi;
+  const std::string two = mpi ? "cnn MPI 2" : "cnn threads 2";
+  const Row& sync = row(rows, mpi ? "cnn MPI sync" : "cnn threads sync");
+  print_ceiling_line(mpi ? "CNN MPI" : "CNN threads", one, row(rows, two), one, sync, target);
+  print_ceiling_line(mpi ? "CNN MPI, overlap" : "CNN threads, overlap", one, row(rows, two + " overlap"),
+                     one, sync, target);
 }
 
 void CnnScaling::print_breakdown() const {

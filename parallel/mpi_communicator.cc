@@ -56,6 +56,7 @@ MpiCommunicator::MpiCommunicator(MPI_Comm comm, StallPolicy policy) : policy_(po
   MPI_Comm_dup(comm, &comm_);
   MPI_Comm_rank(comm_, &rank_);
   MPI_Comm_size(comm_, &size_);
+  serialized_ = mpi_serialized_threads();
   if (comm == MPI_COMM_WORLD) timeline::set_process(rank_, size_);  // names this rank's file
   MPI_Comm local;
   MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &local);

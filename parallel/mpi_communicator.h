@@ -71,6 +71,7 @@ class MpiCommunicator final : public Communicator {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   std::string backend() const override { return "mpi"; }
+  bool callable_from_any_thread() const override { return serialized_; }
 
   void all_reduce(void* data, int64_t count, DType dtype, ReduceOp op) override;
   void all_reduce_apply(const void* src, void* scratch, int64_t count, DType dtype, void* ctx,
@@ -138,6 +139,7 @@ class MpiCommunicator final : public Communicator {
   MPI_Comm comm_ = MPI_COMM_NULL;
   int rank_ = 0;
   int size_ = 1;
+  bool serialized_ = false;  // mpi_serialized_threads(), read once
   int local_size_ = 1;  // ranks of comm on this machine
   const StallPolicy policy_;
   WaitPacing pacing_;  // spins less when more ranks share this machine than it has cores

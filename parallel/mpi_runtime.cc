@@ -53,7 +53,7 @@ void mpi_init_once(int* argc, char*** argv) {
     MPI_Initialized(&initialized);
     if (initialized) return;  // the user initialised MPI and owns its finalisation
     int provided = MPI_THREAD_SINGLE;
-    if (MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS) {
+    if (MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS) {
       log().critical("MPI_Init_thread failed");
       log().flush();
       std::abort();
@@ -65,6 +65,13 @@ void mpi_init_once(int* argc, char*** argv) {
     }
     std::atexit(finalize_at_exit);
   });
+}
+
+bool mpi_serialized_threads() {
+  if (!mpi_active()) return false;
+  int level = MPI_THREAD_SINGLE;
+  MPI_Query_thread(&level);
+  return level >= MPI_THREAD_SERIALIZED;
 }
 
 namespace {

@@ -5,12 +5,15 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <stdexcept>
+#include <string_view>
 
 #include "absl/container/flat_hash_map.h"
 #include "core/runtime/log.h"
 #include "core/runtime/timeline.h"
 #include "core/compile/control_flow.h"
 #include "core/compile/memory_plan.h"
+#include "core/compile/schedule.h"
 #include "core/ir/region.h"
 #include "core/compile/passes/fusion.h"
 #include "core/compile/passes/pass.h"
@@ -20,7 +23,8 @@ namespace fjit {
 class Compiler {
  public:
   static std::shared_ptr<Executable> lower(std::shared_ptr<const Graph> g, std::vector<CheckSite> sites,
-                                           const FusionOptions& fusion);
+                                           const FusionOptions& fusion, bool overlap);
+
 };
 
 namespace {
@@ -49,6 +53,13 @@ bool in_place_ok(const Node& n, const Node& in) {
 
 }  // namespace
 
+bool overlap_collectives_from_env() {
+  const char* text = std::getenv("FJIT_OVERLAP");
+  if (text == nullptr || *text == '\0' || std::string_view(text) == "0") return false;
+  if (std::string_view(text) == "1") return true;
+  throw std::invalid_argument(std::string("FJIT_OVERLAP must be 0 or 1, got '") + text + "'");
+}
+
 Graph optimize(const Graph& traced, bool verify, std::vector<CheckSite>* sites) {
   if (verify) traced.verify();
   // The pipeline, in order: the one place that says which passes run.
@@ -68,7 +79,7 @@ Graph optimize(const Graph& traced, bool verify, std::vector<CheckSite>* sites) 
 }
 
 std::shared_ptr<Executable> Compiler::lower(std::shared_ptr<const Graph> gp, std::vector<CheckSite> sites,
-                                            const FusionOptions& fusion_options) {
+                                            const FusionOptions& fusion_options, bool overlap) {
   const Graph& g = *gp;
   auto exe = std::make_shared<Executable>();
   exe->graph = gp;
@@ -113,29 +124,26 @@ std::shared_ptr<Executable> Compiler::lower(std::shared_ptr<const Graph> gp, std
   }
   const GraphCompiler compile_graph = [&fusion_options](const Graph& sub) {
     auto optimized = std::make_shared<const Graph>(optimize(sub, true));
-    return std::shared_ptr<const Executable>(Compiler::lower(optimized, {}, fusion_options));
+    return std::shared_ptr<const Executable>(Compiler::lower(optimized, {}, fusion_options, false));
   };
   for (int id = 0; id < g.size(); ++id) {
     const Node& n = g.node(id);
-    if (!live[id] || n.op == Op::Parameter || n.op == Op::Output) continue;
-    if (n.op == Op::Constant) {
-      auto data = n.attrs.value ? n.attrs.value
-                                : std::make_shared<const Array>(Array::full(n.dtype, n.shape, n.attrs.scalar));
-      exe->constants.push_back(data);
-      node_buf[id] = new_buffer({BufferRef::kConstant, 0, data->raw()});
-      continue;
-    }
-    // A fused group becomes one instruction at its root (or, for a group with further results,
-    // at the earliest of them); its other members have none.
+    if (!live[id] || n.op != Op::Constant) continue;
+    auto data = n.attrs.value ? n.attrs.value
+                              : std::make_shared<const Array>(Array::full(n.dtype, n.shape, n.attrs.scalar));
+    exe->constants.push_back(data);
+    node_buf[id] = new_buffer({BufferRef::kConstant, 0, data->raw()});
+  }
+  std::vector<uint8_t> async;  // per instruction: runs on the collective worker
+  // A fused group becomes one instruction at its root (or, for a group with further results,
+  // at the earliest of them); its other members have none (core/compile/schedule.h).
+  for (int id : schedule_instructions(g, live, fusion, overlap)) {
+    const Node& n = g.node(id);
     const int group = fusion.group_of[id];
     static const std::vector<int> kNone;
     const std::vector<int>& extras = group >= 0 ? fusion.groups[group].extra_roots : kNone;
     const int main_id = group >= 0 ? fusion.groups[group].root : id;
     const bool elementwise_group = group >= 0 && fusion.groups[group].kind == FusionGroup::kElementwise;
-    int first = main_id;
-    if (!elementwise_group)
-      for (int x : extras) first = std::min(first, x);
-    if (first != id) continue;
     // Allocates the buffer of a value the instruction defines.
     auto define = [&](int node, const std::vector<int>& in_place, int index) {
       if (output_of[node] >= 0) {
@@ -224,6 +232,7 @@ std::shared_ptr<Executable> Compiler::lower(std::shared_ptr<const Graph> gp, std
       select_kernel(instr);
     }
     exe->instrs.push_back(std::move(instr));
+    async.push_back(overlap && overlappable(g, fusion, id));
   }
   // Outputs that are inputs, constants, or repeats of another output are copied.
   for (size_t k = 0; k < g.outputs.size(); ++k) {
@@ -245,15 +254,13 @@ std::shared_ptr<Executable> Compiler::lower(std::shared_ptr<const Graph> gp, std
     }
     select_kernel(copy);
     exe->instrs.push_back(std::move(copy));
+    async.push_back(0);
   }
   for (Instr& instr : exe->instrs) {
     if (instr.out_buf < 0) instr.out_buf = node_buf[instr.node];
     instr.trace_name = timeline::intern(instr.label.empty() ? op_name(instr.op) : instr.label);
   }
-  MemoryPlan plan = plan_memory(planned);
-  for (size_t v = 0; v < planned.size(); ++v) exe->buffers[planned_buf[v]].where = plan.offset[v];
-  exe->arena_bytes = plan.arena_bytes;
-  exe->min_live_bytes = plan.min_live_bytes;
+  plan_arena(*exe, async, planned, planned_buf);
   exe->table_bytes_ = (exe->buffers.size() * sizeof(void*) + 63) / 64 * 64;
   return exe;
 }
@@ -279,7 +286,8 @@ std::shared_ptr<const Executable> compile(const Graph& traced, std::vector<Check
     if (v == "0" || v == "elementwise") fusion.gemm_epilogue = false;
     if (v == "single") fusion.multi_output = false;
   }
-  std::shared_ptr<Executable> exe = Compiler::lower(optimized, std::move(sites), fusion);
+  const bool overlap = options.overlap_collectives.value_or(overlap_collectives_from_env());
+  std::shared_ptr<Executable> exe = Compiler::lower(optimized, std::move(sites), fusion, overlap);
   if (!dir.empty()) {
     dump(dir, stem, ".after.txt", optimized->to_string(true));
     dump(dir, stem, ".after.dot", optimized->to_dot(options.name + " (optimized)"));

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "core/compile/executable.h"
@@ -25,7 +26,15 @@ struct CompileOptions {
   // The automatic-checks pass first in the pipeline (CheckMode::all): checks for NaN/Inf,
   // division by zero, indices and domains, with their sites appended to the plan's.
   bool automatic_checks = false;
+  // All-reduces run on the replica's collective worker while the plan goes on, started as
+  // soon as their operands exist (core/compile/schedule.h). Unset: FJIT_OVERLAP (0 or 1, read
+  // strictly), else off. Values do not change, only when they are computed.
+  std::optional<bool> overlap_collectives;
 };
+
+// FJIT_OVERLAP: unset or empty is false; "0" or "1"; anything else throws std::invalid_argument
+// naming the variable.
+bool overlap_collectives_from_env();
 
 std::shared_ptr<const Executable> compile(const Graph& traced, std::vector<CheckSite> sites,
                                           const CompileOptions& options = {});

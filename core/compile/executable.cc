@@ -2,6 +2,7 @@
 
 #include <sstream>
 
+#include "core/runtime/collective_worker.h"
 #include "core/runtime/metrics.h"
 #include "core/runtime/timeline.h"
 
@@ -22,6 +23,10 @@ void Executable::run(const void* const* inputs, void* const* outputs, RunContext
     }
   }
   const Frame frame{table, &ctx};
+  if (num_overlapped > 0 && ctx.worker != nullptr && ctx.comm != nullptr) {
+    run_overlapped(frame);
+    return;
+  }
   if (timeline::enabled()) {
     run_recorded(frame);
     return;
@@ -40,6 +45,32 @@ void Executable::run_recorded(const Frame& frame) const {
   }
 }
 
+void Executable::run_overlapped(const Frame& frame) const {
+  CollectiveWorker& worker = *frame.ctx->worker;
+  worker.begin(num_overlapped);
+  // Leaving by an exception: nothing the worker runs may outlive this run's frame.
+  struct Drain {
+    CollectiveWorker& worker;
+    ~Drain() { worker.drain(); }
+  } drain{worker};
+  const bool recorded = timeline::enabled();
+  const size_t n = instrs.size();
+  for (size_t i = 0; i < n; ++i) {
+    if (await_before[i] > 0) worker.wait(await_before[i]);
+    const Instr& instr = instrs[i];
+    if (overlapped[i]) {
+      worker.submit(instr, frame, recorded);
+      continue;
+    }
+    const int64_t t0 = recorded ? now_ns() : 0;
+    instr.fn(instr, frame);
+    if (recorded)
+      timeline::event(instr.trace_name, op_kind(instr.op) == OpKind::kCollective ? "collective" : "op", t0,
+                      now_ns(), instr.out.size() * dtype_size(instr.out.dtype));
+  }
+  worker.wait(num_overlapped);
+}
+
 std::string Executable::plan_string() const {
   std::ostringstream os;
   auto buf = [this](int b) {
@@ -55,14 +86,19 @@ std::string Executable::plan_string() const {
   };
   os << "plan: " << instrs.size() << " instructions, arena " << arena_bytes << " bytes (min live "
      << min_live_bytes << "), " << check_sites.size() << " check sites\n";
+  int ticket = 0;
   for (size_t i = 0; i < instrs.size(); ++i) {
     const Instr& in = instrs[i];
     os << "  " << i << ": " << buf(in.out_buf) << " = "
        << (in.label.empty() ? std::string(op_name(in.op)) : in.label) << " "
        << type_str(in.out.dtype, in.out.shape);
     for (size_t k = 0; k < in.in_bufs.size(); ++k) os << (k ? ", " : " ") << buf(in.in_bufs[k]);
-    os << "   (%" << in.node << ")\n";
+    os << "   (%" << in.node << ")";
+    if (i < overlapped.size() && overlapped[i]) os << "  [overlapped #" << ++ticket << "]";
+    if (i < await_before.size() && await_before[i] > 0) os << "  [waits for overlapped #" << await_before[i] << "]";
+    os << "\n";
   }
+  if (num_overlapped > 0) os << "  end: waits for overlapped #" << num_overlapped << "\n";
   return os.str();
 }
 

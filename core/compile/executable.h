@@ -27,7 +27,9 @@ class Executable {
   // Runs the plan. `inputs[i]` / `outputs[k]` point to caller-owned storage of input_types[i] /
   // output_types[k]; outputs must not overlap inputs. `workspace` is at least
   // workspace_bytes() bytes, 64-byte aligned. Check flags go to ctx.flags / ctx.payload when
-  // num_check_sites() > 0 (the caller zeroes them before the run).
+  // num_check_sites() > 0 (the caller zeroes them before the run). A plan with overlapped
+  // collectives runs them on ctx.worker when there is one, else in plan order on this thread;
+  // either way they have all finished when run() returns or throws.
   void run(const void* const* inputs, void* const* outputs, RunContext& ctx, void* workspace) const;
 
   size_t workspace_bytes() const { return table_bytes_ + arena_bytes; }
@@ -58,10 +60,18 @@ class Executable {
   std::vector<int> output_writer;
   std::vector<int> input_last_read;
   std::vector<bool> input_last_read_in_place;
+  // Overlapped collectives (core/compile/schedule.h): per instruction, whether it runs on the
+  // collective worker; per instruction (and once more for the end), how many of them must
+  // have finished before it runs.
+  std::vector<uint8_t> overlapped;
+  std::vector<int> await_before;
+  int num_overlapped = 0;
 
  private:
   // run()'s loop while the timeline records: one event per instruction.
   void run_recorded(const Frame& frame) const;
+  // run()'s loop with overlapped collectives on frame.ctx->worker.
+  void run_overlapped(const Frame& frame) const;
   friend class Compiler;
   size_t table_bytes_ = 0;
 };

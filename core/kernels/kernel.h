@@ -24,6 +24,8 @@ namespace fjit {
 class Communicator;
 
 // Per-run state shared by all instructions of one execution.
+class CollectiveWorker;
+
 struct RunContext {
   Communicator* comm = nullptr;  // null outside pmap
   int replica = 0;
@@ -33,6 +35,9 @@ struct RunContext {
   // The iteration of the innermost scan or fori_loop running (-1: none); a raised check
   // records it in its payload's kIterationSlot.
   int64_t iteration = -1;
+  // Where the plan's overlapped collectives run (core/runtime/collective_worker.h); null:
+  // every instruction runs on the calling thread, in plan order.
+  CollectiveWorker* worker = nullptr;
 };
 
 struct Instr;

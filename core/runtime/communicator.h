@@ -62,6 +62,10 @@ class Communicator {
     (void)bytes;
     return nullptr;
   }
+  // Whether another thread than the one that made the communicator may make its calls (one
+  // thread at a time): a plan's overlapped collectives run on the replica's collective worker
+  // (core/runtime/collective_worker.h), and otherwise on the plan's own thread.
+  virtual bool callable_from_any_thread() const { return true; }
   // Copies `nbytes` from `root`'s buffer into every replica's buffer.
   virtual void broadcast(void* data, size_t nbytes, int root) = 0;
   // recv (size()*nbytes_per_rank bytes) receives every rank's `send` block in rank order.

@@ -8,6 +8,7 @@
 #include "core/runtime/env.h"
 #include "core/runtime/log.h"
 #include "core/runtime/metrics.h"
+#include "core/runtime/collective_worker.h"
 #include "core/runtime/communicator.h"
 #include "core/runtime/step_checks.h"
 #include "core/runtime/timeline.h"
@@ -56,6 +57,19 @@ struct Scratch {
 };
 thread_local Scratch t_scratch;
 
+// The calling thread's collective worker (a replica's thread keeps its own, and its thread,
+// for as long as it lives).
+CollectiveWorker& collective_worker(int replica) {
+  thread_local std::unique_ptr<CollectiveWorker> worker;
+  thread_local int worker_replica = -1;
+  if (!worker || worker_replica != replica) {
+    worker.reset();
+    worker = std::make_unique<CollectiveWorker>(replica);
+    worker_replica = replica;
+  }
+  return *worker;
+}
+
 bool same_type(const Array& a, const ValueType& t) {
   // valid(): a moved-from Array keeps its type but not its storage (pmap moves outputs out).
   return a.defined() && a.valid() && a.dtype() == t.dtype && a.shape() == t.shape;
@@ -86,6 +100,7 @@ JitOptions JitOptions::resolved() const {
   JitOptions o = *this;
   // Strict (core/runtime/env.h): a malformed value throws here, when the jit or pmap is constructed.
   if (o.recompile_warn_threshold < 0) o.recompile_warn_threshold = env_count("FJIT_RECOMPILE_WARN", 8, 1 << 30);
+  if (!o.overlap_collectives) o.overlap_collectives = overlap_collectives_from_env();
   if (o.large_constant_bytes < 0) o.large_constant_bytes = env_count("FJIT_LARGE_CONSTANT_BYTES", 1 << 20, 1 << 30);
   return o;
 }
@@ -169,6 +184,7 @@ std::shared_ptr<const CompiledEntry> JitCore::compile_locked(const FlatArgs& arg
   TraceOptions topts;
   topts.checks = mode;
   topts.large_constant_bytes = options_.large_constant_bytes;
+  topts.overlap_collectives = options_.overlap_collectives.value_or(false) && options_.num_replicas > 1;
   TraceContext ctx(topts);
   ctx.axis_names = options_.axis_names;
   ctx.num_replicas = options_.num_replicas;
@@ -193,6 +209,7 @@ std::shared_ptr<const CompiledEntry> JitCore::compile_locked(const FlatArgs& arg
   CompileOptions copts;
   copts.name = options_.name;
   copts.automatic_checks = mode == CheckMode::all;
+  copts.overlap_collectives = topts.overlap_collectives;
   entry->exe = compile(ctx.graph, ctx.check_sites, copts);
   entry->structure_hash = args.structure_hash;
   entry->mode = mode;
@@ -279,6 +296,8 @@ StepResult JitCore::run(const CompiledEntry& entry, const FlatArgs& args, std::s
   // a gradient where the plan wrote it (core/runtime/communicator.h).
   void* ws = comm != nullptr ? comm->shared_workspace(exe.workspace_bytes()) : nullptr;
   if (ws == nullptr) ws = s.ensure(exe.workspace_bytes());
+  if (exe.num_overlapped > 0 && comm != nullptr && comm->callable_from_any_thread())
+    ctx.worker = &collective_worker(replica);
   const bool recorded = timeline::enabled();
   const int64_t t0 = now_ns();
   if (recorded) {

@@ -134,9 +134,19 @@ TensorDict reduce_dict(const TensorDict& xs, const std::string& axis, bool mean,
     }
     leaves.push_back(t);
   }
-  std::vector<Tensor> r = detail::fused_all_reduce(leaves, ReduceOp::sum, axis, default_fusion_bytes(), loc);
+  // In computation order when the plan overlaps its collectives (TraceOptions).
+  std::vector<size_t> order(leaves.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  const TraceContext* ctx = TraceContext::current();
+  if (ctx != nullptr && ctx->options.overlap_collectives)
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return xs.value(a).id() < xs.value(b).id(); });
+  std::vector<Tensor> packed;
+  for (size_t i : order) packed.push_back(leaves[i]);
+  std::vector<Tensor> r = detail::fused_all_reduce(packed, ReduceOp::sum, axis, default_fusion_bytes(), loc);
+  std::vector<Tensor> reduced(leaves.size());
+  for (size_t k = 0; k < order.size(); ++k) reduced[order[k]] = r[k];
   TensorDict out;
-  for (size_t i = 0; i < r.size(); ++i) out.set(xs.name(i), r[i]);
+  for (size_t i = 0; i < reduced.size(); ++i) out.set(xs.name(i), reduced[i]);
   return out;
 }
 }  // namespace

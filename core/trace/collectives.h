@@ -22,9 +22,11 @@ namespace fjit {
 // 1 MiB buckets and a tensor of 1 MiB or more is reduced alone, in place, without copies.
 // bench/scaling_bench.cc times a training step against the bucket size and
 // bench/allreduce_bench.cc the all-reduce against the buffer size; the figures that chose the
-// default are in bench/RESULTS.md ("Figures quoted by the sources"). Buckets are not reduced
-// while backward still runs: a replica's plan runs on one thread, and with one core per
-// replica there is nothing to overlap with (the shared-memory all-reduce is itself CPU work).
+// default are in bench/RESULTS.md ("Figures quoted by the sources"). By default buckets are
+// reduced after the backward pass, in dict order; with overlap (FJIT_OVERLAP=1,
+// JitOptions::overlap_collectives) they are packed in the order the tensors were computed and
+// each is reduced on the replica's collective worker as soon as it is complete, while the
+// backward pass goes on (core/compile/schedule.h).
 // Read on every call (on the tracing thread: psum/pmean of a TensorDict), strictly: an integer
 // from 1 to 2^30 (1 GiB), raised to at least 1024; unset or empty gives the default; anything
 // else throws std::invalid_argument naming FJIT_FUSION_BYTES, out of the trace to the caller.

@@ -30,6 +30,10 @@ struct TraceOptions {
   bool capture_stacks = false;
   // Captured constants above this size are reported as warnings (FJIT_LARGE_CONSTANT_BYTES).
   int64_t large_constant_bytes = 1 << 20;
+  // The plan will overlap its all-reduces with the instructions after them
+  // (core/compile/schedule.h): the dict forms of psum and pmean then fill their buckets in
+  // the order the tensors were computed, so the first buckets are ready first.
+  bool overlap_collectives = false;
 };
 
 class Tensor;

@@ -5,6 +5,8 @@
 #include <mpi.h>
 
 #include <random>
+#include <string>
+#include <vector>
 
 #include "fjit.h"
 #include "parallel/pmap.h"
@@ -117,6 +119,62 @@ TEST(PmapMpi, StepEqualsSingleProcessStepOnWholeBatch) {
   std::vector<uint64_t> all(n);
   mesh().comm(0).all_gather(&fp, all.data(), sizeof fp);
   for (int r = 0; r < n; ++r) EXPECT_EQ(all[r], all[0]);
+}
+
+Tensor two_layer_loss(const Params& p, const Tensor& x, const Tensor& y) {
+  Tensor h = tanh(matmul(x, p["w1"]) + p["b1"]);
+  Tensor e = matmul(h, p["w2"]) + p["b2"] - y;
+  return mean(e * e);
+}
+
+// Overlapped all-reduces (each rank's collective worker calls MPI, MPI_THREAD_SERIALIZED) give
+// the plain plan's values bit for bit: SGD's fused all-reduce updates, and momentum, whose
+// update reads the reduced gradients (tests/overlap_test.cc has the thread backend).
+TEST(PmapMpi, OverlappedCollectivesMatchThePlainPlan) {
+  const int n = mesh().size(), rank = mesh().first_replica();
+  ASSERT_TRUE(mesh().comm(0).callable_from_any_thread());
+  setenv("FJIT_FUSION_BYTES", "1024", 1);
+  const int64_t batch = 6 * n + 1;
+  Array x = random_f32({batch, 24}, 1), y = random_f32({batch, 4}, 2);
+  auto [b, e] = Mesh::shard_range(batch, n, rank);
+  Array xs = rows(x, b, e), ys = rows(y, b, e);
+  ArrayDict p0;
+  p0.set("w1", random_f32({24, 40}, 3));
+  p0.set("b1", random_f32({40}, 4));
+  p0.set("w2", random_f32({40, 4}, 5));
+  p0.set("b2", random_f32({4}, 6));
+  for (bool momentum : {false, true}) {
+    std::vector<ArrayDict> finals;
+    for (bool overlap : {false, true}) {
+      PmapOptions o;
+      o.jit.overlap_collectives = overlap;
+      auto step = pmap(mesh(), "b", [momentum](const Params& p, const Params& v, const Tensor& x, const Tensor& y) {
+        auto [loss, g] = value_and_grad(two_layer_loss)(p, x, y);
+        const TensorDict mean_g = pmean(g, "b");
+        TensorDict p2, v2;
+        for (size_t i = 0; i < p.size(); ++i) {
+          v2.set(p.name(i), momentum ? v.value(i) * 0.9f + mean_g.value(i) : v.value(i));
+          p2.set(p.name(i), p.value(i) - (momentum ? v2.value(i) : mean_g.value(i)) * 0.05f);
+        }
+        return std::tuple{p2, v2, pmean(loss, "b")};
+      }, o);
+      ArrayDict p = mesh().replicate(p0), v = mesh().replicate(p0);
+      for (int s = 0; s < 4; ++s) {
+        auto out = step(p, v, xs, ys);
+        p = std::get<0>(out);
+        v = std::get<1>(out);
+      }
+      if (overlap) {
+        const std::string plan = step.jit_core().last_entry()->exe->plan_string();
+        EXPECT_NE(plan.find("[overlapped #"), std::string::npos) << plan;
+      }
+      finals.push_back(p);
+    }
+    for (size_t i = 0; i < finals[0].size(); ++i)
+      EXPECT_TRUE(finals[0].value(i).bit_equal(finals[1].value(i)))
+          << (momentum ? "momentum " : "sgd ") << finals[0].name(i) << " differs on rank " << rank;
+  }
+  unsetenv("FJIT_FUSION_BYTES");
 }
 
 TEST(PmapMpi, RanksTracingDifferentProgramsFailTogether) {

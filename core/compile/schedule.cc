@@ -1,0 +1,208 @@
+#include "core/compile/schedule.h"
+
+#include <algorithm>
+#include <cassert>
+#include <functional>
+#include <queue>
+#include <utility>
+
+#include "core/compile/memory_plan.h"
+
+#include "core/ir/region.h"
+
+namespace fjit {
+namespace {
+
+// The node at which the instruction computing `id` is lowered (compiler.cc: a GEMM or
+// all-reduce update at the earliest of its results, anything else at its root).
+int lowered_at(const FusionPlan& fusion, int id) {
+  const int group = fusion.group_of[id];
+  if (group < 0) return id;
+  const FusionGroup& grp = fusion.groups[group];
+  int first = grp.root;
+  if (grp.kind != FusionGroup::kElementwise)
+    for (int x : grp.extra_roots) first = std::min(first, x);
+  return first;
+}
+
+// Instructions that keep their graph order among themselves: collectives, and control flow
+// whose bodies may call collectives or raise checks.
+bool ordered(const Graph& g, const FusionPlan& fusion, int id) {
+  const Node& n = g.node(id);
+  if (op_kind(n.op) == OpKind::kCollective || overlappable(g, fusion, id)) return true;
+  return op_kind(n.op) == OpKind::kControl && n.attrs.region && n.attrs.region->has_effects;
+}
+
+const std::vector<int>& operands_of(const Graph& g, const FusionPlan& fusion, int id) {
+  const int group = fusion.group_of[id];
+  return group >= 0 ? fusion.groups[group].inputs : g.node(id).inputs;
+}
+
+}  // namespace
+
+bool overlappable(const Graph& g, const FusionPlan& fusion, int id) {
+  const int group = fusion.group_of[id];
+  if (group >= 0) return fusion.groups[group].kind == FusionGroup::kReduceUpdate;
+  return g.node(id).op == Op::AllReduce;
+}
+
+std::vector<int> schedule_instructions(const Graph& g, const std::vector<bool>& live,
+                                       const FusionPlan& fusion, bool overlap) {
+  std::vector<int> units;
+  for (int id = 0; id < g.size(); ++id) {
+    const Op op = g.node(id).op;
+    if (live[id] && op != Op::Parameter && op != Op::Output && op != Op::Constant &&
+        lowered_at(fusion, id) == id)
+      units.push_back(id);
+  }
+  if (!overlap) return units;
+
+  // Which unit defines each value: a group's results are defined where it is lowered, a
+  // control result (an Output node) by its control instruction.
+  const int n = g.size();
+  std::vector<int> def(n, -1);
+  for (int u : units) {
+    def[u] = u;
+    const int group = fusion.group_of[u];
+    if (group < 0) continue;
+    def[fusion.groups[group].root] = u;
+    for (int x : fusion.groups[group].extra_roots) def[x] = u;
+  }
+  for (int id = 0; id < n; ++id)
+    if (live[id] && g.node(id).op == Op::Output) def[id] = g.node(id).inputs[0];
+
+  // Dependencies: operands, and the chain of ordered instructions in the order of their
+  // collectives (an all-reduce update's is its all-reduce node, not where it is lowered).
+  std::vector<std::vector<int>> users(n);
+  std::vector<int> pending(n, 0);
+  for (int u : units)
+    for (int x : operands_of(g, fusion, u))
+      if (const int d = def[x]; d >= 0 && d != u) {
+        users[d].push_back(u);
+        ++pending[u];
+      }
+  std::vector<std::pair<int, int>> chain;  // (collective node, unit)
+  for (int u : units)
+    if (ordered(g, fusion, u)) {
+      const int group = fusion.group_of[u];
+      chain.emplace_back(group >= 0 ? fusion.groups[group].product : u, u);
+    }
+  std::sort(chain.begin(), chain.end());
+  const int none = static_cast<int>(chain.size());
+  std::vector<int> reach(n, none);  // the first link of the chain an instruction leads to
+  for (size_t k = 0; k < chain.size(); ++k) {
+    reach[chain[k].second] = static_cast<int>(k);
+    if (k > 0) {
+      users[chain[k - 1].second].push_back(chain[k].second);
+      ++pending[chain[k].second];
+    }
+  }
+  for (auto it = units.rbegin(); it != units.rend(); ++it)
+    for (int w : users[*it]) reach[*it] = std::min(reach[*it], reach[w]);
+  // What leads to no collective (an optimizer's update of reduced gradients, checks) runs
+  // after the last link it depends on, the earliest such first.
+  std::vector<int> after(n, -1);  // the last link of the chain an instruction depends on
+  for (int u : units) {
+    if (reach[u] < none && ordered(g, fusion, u)) after[u] = reach[u];
+    for (int w : users[u]) after[w] = std::max(after[w], after[u]);
+  }
+  std::vector<int> key(n);
+  for (int u : units) key[u] = reach[u] < none ? reach[u] : none + 1 + after[u];
+
+  // List scheduling: of the instructions whose operands exist, the one that leads to the
+  // earliest collective runs first (ties in graph order), so each collective starts as soon
+  // as the work it needs is done; what leads to no collective runs last.
+  std::vector<int> order;
+  order.reserve(units.size());
+  using Key = std::pair<int, int>;  // (key, unit)
+  std::priority_queue<Key, std::vector<Key>, std::greater<Key>> ready;
+  for (int u : units)
+    if (pending[u] == 0) ready.emplace(key[u], u);
+  while (!ready.empty()) {
+    const int u = ready.top().second;
+    ready.pop();
+    order.push_back(u);
+    for (int w : users[u])
+      if (--pending[w] == 0) ready.emplace(key[w], w);
+  }
+  assert(order.size() == units.size());
+  return order;
+}
+
+std::vector<int> overlap_waits(const Executable& exe, const std::vector<uint8_t>& async) {
+  const int n = static_cast<int>(exe.instrs.size());
+  std::vector<int> wait(n, n);
+  for (int s = 0; s < n; ++s) {
+    if (!async[s]) continue;
+    const Instr& in = exe.instrs[s];
+    std::vector<int> written{in.out_buf};
+    written.insert(written.end(), in.in_bufs.begin() + static_cast<std::ptrdiff_t>(in.ins.size()),
+                   in.in_bufs.end());
+    auto touches = [&](int b) { return b >= 0 && std::find(written.begin(), written.end(), b) != written.end(); };
+    for (int j = s + 1; j < n && wait[s] == n; ++j) {
+      if (async[j]) continue;  // the worker runs it after s
+      const Instr& next = exe.instrs[j];
+      const OpKind kind = op_kind(next.op);
+      if (kind == OpKind::kCollective || kind == OpKind::kControl || touches(next.out_buf) ||
+          std::any_of(next.in_bufs.begin(), next.in_bufs.end(), touches))
+        wait[s] = j;
+    }
+  }
+  return wait;
+}
+
+void plan_arena(Executable& exe, const std::vector<uint8_t>& async,
+                            std::vector<PlannedValue>& planned, const std::vector<int>& planned_buf) {
+  const int n = static_cast<int>(exe.instrs.size());
+  exe.overlapped.assign(n, 0);
+  exe.await_before.assign(n + 1, 0);
+  exe.num_overlapped = 0;
+  std::vector<int> wait(n, n);
+  std::vector<int> value_of_buf(exe.buffers.size(), -1);
+  for (size_t v = 0; v < planned.size(); ++v) value_of_buf[planned_buf[v]] = static_cast<int>(v);
+  if (std::find(async.begin(), async.end(), 1) != async.end()) {
+    wait = overlap_waits(exe, async);
+    for (int s = 0; s < n; ++s) {
+      if (!async[s]) continue;
+      const Instr& in = exe.instrs[s];
+      exe.overlapped[s] = 1;
+      exe.await_before[wait[s]] = ++exe.num_overlapped;  // later tickets wait later
+      std::vector<int> written{in.out_buf};
+      written.insert(written.end(), in.in_bufs.begin() + static_cast<std::ptrdiff_t>(in.ins.size()),
+                     in.in_bufs.end());
+      for (int b : written)
+        if (const int v = b >= 0 ? value_of_buf[b] : -1; v >= 0)
+          planned[v].last_use = std::max(planned[v].last_use, wait[s]);
+      // Donation (Executable::can_alias): an input read by the worker counts as read until the wait.
+      for (size_t k = 0; k < in.ins.size(); ++k) {
+        const BufferRef& r = exe.buffers[in.in_bufs[k]];
+        if (r.kind != BufferRef::kInput || exe.input_last_read[r.where] >= wait[s]) continue;
+        exe.input_last_read[r.where] = wait[s];
+        exe.input_last_read_in_place[r.where] = false;
+      }
+    }
+  }
+  for (;;) {
+    MemoryPlan plan = plan_memory(planned);
+    bool changed = false;
+    for (int s = 0; s < n; ++s) {
+      if (!async[s]) continue;
+      const Instr& in = exe.instrs[s];
+      const int result = value_of_buf[in.out_buf];
+      for (size_t k = 0; k < in.ins.size(); ++k) {
+        const int v = value_of_buf[in.in_bufs[k]];
+        if (v < 0 || planned[v].last_use >= wait[s]) continue;
+        if (result >= 0 && plan.offset[v] == plan.offset[result]) continue;  // in place
+        planned[v].last_use = wait[s];
+        changed = true;
+      }
+    }
+    if (changed) continue;
+    for (size_t v = 0; v < planned.size(); ++v) exe.buffers[planned_buf[v]].where = plan.offset[v];
+    exe.arena_bytes = plan.arena_bytes;
+    exe.min_live_bytes = plan.min_live_bytes;
+    return;
+  }
+}
+
+}  // namespace fjit
