@@ -24,8 +24,12 @@
 //                  all-reduce is a no-op) vs pmap on Mesh::mpi() with 2 ranks, 128 per rank
 //   fjit MPI, no comm  the same without pmean: pmap still meets once a step (its all-gather
 //                  of program fingerprints)
-//   ..., overlap   fjit threads / fjit MPI with the all-reduces on each replica's collective
-//                  worker while the backward pass goes on (FJIT_OVERLAP=1)
+//   ..., schedule  fjit threads / fjit MPI with each all-reduce placed as soon as its
+//                  gradients exist (FJIT_OVERLAP=schedule)
+//   ..., worker    the same with the all-reduces on each replica's collective worker thread
+//                  while the backward pass goes on (FJIT_OVERLAP=1). Under MPI the worker
+//                  needs MPI_THREAD_SERIALIZED, which fjit asks for only when FJIT_OVERLAP=1 is
+//                  set at start-up: without it this row runs as "schedule" (the row says so)
 //   hand MPI       the hand-written step, gradients in one flat buffer reduced with one
 //                  MPI_Allreduce (2 ranks) or not reduced (rank 0 alone)
 //   hand, no comm  the same step on 2 ranks without any reduction or meeting
@@ -93,9 +97,9 @@ struct StepFn {
 };
 // overlap: the all-reduces run on each replica's collective worker, overlapping the rest of
 // the backward pass (core/compile/schedule.h).
-auto make_step(const Mesh& mesh, bool reduce, bool overlap = false) {
+auto make_step(const Mesh& mesh, bool reduce, Overlap overlap = Overlap::off) {
   PmapOptions o;
-  o.jit.overlap_collectives = overlap;
+  o.jit.overlap = overlap;
   return pmap(mesh, "batch", StepFn{reduce}, o);
 }
 using Step = decltype(make_step(Mesh::threads(1), true));
@@ -115,7 +119,7 @@ struct FjitRunner {
   Array x, y;
 
   FjitRunner(const Mesh& mesh, int64_t rows, int64_t fusion_bytes, bool reduce = true,
-             bool overlap = false)
+             Overlap overlap = Overlap::off)
       : step(make_step(mesh, reduce, overlap)),
         params(mesh.replicate(mlp_params(kSizes, 1))),
         x(batch_x(rows, 2)),
@@ -210,7 +214,8 @@ int main(int argc, char** argv) {
   // Meshes and runners are built on every rank (rank 0 alone runs the one-process rows).
   Mesh one = Mesh::threads(1), two = Mesh::threads(2);
   std::vector<Row> scaling;
-  std::unique_ptr<FjitRunner> thr1, thr2, thr2_local, thr2_overlap, mpi2, mpi2_local, mpi2_overlap;
+  std::unique_ptr<FjitRunner> thr1, thr2, thr2_local, thr2_schedule, thr2_worker, mpi2, mpi2_local,
+      mpi2_schedule, mpi2_worker;
   HandReplica hand[2];
   std::unique_ptr<SyncThreads> sync;
   if (args.mlp) {
@@ -223,11 +228,13 @@ int main(int argc, char** argv) {
   if (args.mlp && !ranks.mpi) {
     thr2 = std::make_unique<FjitRunner>(two, 2 * kBatch, 0);
     thr2_local = std::make_unique<FjitRunner>(two, 2 * kBatch, 0, false);
-    thr2_overlap = std::make_unique<FjitRunner>(two, 2 * kBatch, 0, true, true);
+    thr2_schedule = std::make_unique<FjitRunner>(two, 2 * kBatch, 0, true, Overlap::schedule);
+    thr2_worker = std::make_unique<FjitRunner>(two, 2 * kBatch, 0, true, Overlap::worker);
     sync = std::make_unique<SyncThreads>(2, intra);
     scaling.emplace_back("fjit threads 2", false, [&](int n) { thr2->run(n); });
     scaling.emplace_back("fjit threads 2 local", false, [&](int n) { thr2_local->run(n); });
-    scaling.emplace_back("fjit threads 2 overlap", false, [&](int n) { thr2_overlap->run(n); });
+    scaling.emplace_back("fjit threads 2 schedule", false, [&](int n) { thr2_schedule->run(n); });
+    scaling.emplace_back("fjit threads 2 worker", false, [&](int n) { thr2_worker->run(n); });
     scaling.emplace_back("hand threads 2 barrier", false, [&](int n) {
       sync->run([&](int r) {
         for (int i = 0; i < n; ++i) {
@@ -240,10 +247,12 @@ int main(int argc, char** argv) {
   if (args.mlp && ranks.mpi) {
     mpi2 = std::make_unique<FjitRunner>(mpi_mesh, kBatch, 0);
     mpi2_local = std::make_unique<FjitRunner>(mpi_mesh, kBatch, 0, false);
-    mpi2_overlap = std::make_unique<FjitRunner>(mpi_mesh, kBatch, 0, true, true);
+    mpi2_schedule = std::make_unique<FjitRunner>(mpi_mesh, kBatch, 0, true, Overlap::schedule);
+    mpi2_worker = std::make_unique<FjitRunner>(mpi_mesh, kBatch, 0, true, Overlap::worker);
     scaling.emplace_back("fjit MPI 2", true, [&](int n) { mpi2->run(n); });
     scaling.emplace_back("fjit MPI 2 local", true, [&](int n) { mpi2_local->run(n); });
-    scaling.emplace_back("fjit MPI 2 overlap", true, [&](int n) { mpi2_overlap->run(n); });
+    scaling.emplace_back("fjit MPI 2 schedule", true, [&](int n) { mpi2_schedule->run(n); });
+    scaling.emplace_back("fjit MPI 2 worker", true, [&](int n) { mpi2_worker->run(n); });
     scaling.emplace_back("hand MPI 2", true, [&](int n) {
       for (int i = 0; i < n; ++i)
         hand[1].step([](float* g, int64_t count) {
@@ -304,13 +313,17 @@ int main(int argc, char** argv) {
     if (!ranks.mpi) {
       print_efficiency_line("fjit threads", fjit1, row(scaling, "fjit threads 2"));
       print_efficiency_line("threads, no comm", fjit1, row(scaling, "fjit threads 2 local"));
-      print_efficiency_line("fjit threads, overlap", fjit1, row(scaling, "fjit threads 2 overlap"));
+      print_efficiency_line("fjit threads, schedule", fjit1, row(scaling, "fjit threads 2 schedule"));
+      print_efficiency_line("fjit threads, worker", fjit1, row(scaling, "fjit threads 2 worker"));
       print_efficiency_line("hand threads, sync only", hand1,
                             row(scaling, "hand threads 2 barrier"));
     } else {
+      const std::string worker_name =
+          mpi_serialized_threads() ? "fjit MPI, worker" : "fjit MPI, worker (as schedule)";
       print_efficiency_line("fjit MPI", fjit1, row(scaling, "fjit MPI 2"));
       print_efficiency_line("fjit MPI, no comm", fjit1, row(scaling, "fjit MPI 2 local"));
-      print_efficiency_line("fjit MPI, overlap", fjit1, row(scaling, "fjit MPI 2 overlap"));
+      print_efficiency_line("fjit MPI, schedule", fjit1, row(scaling, "fjit MPI 2 schedule"));
+      print_efficiency_line(worker_name.c_str(), fjit1, row(scaling, "fjit MPI 2 worker"));
       print_efficiency_line("hand MPI", hand1, row(scaling, "hand MPI 2"));
       print_efficiency_line("hand, no comm", hand1, row(scaling, "hand 2 no reduce"));
       print_efficiency_line("hand, sync only", hand1, row(scaling, "hand 2 barrier"));
@@ -328,8 +341,9 @@ int main(int argc, char** argv) {
       const std::string two_rows = ranks.mpi ? "fjit MPI 2" : "fjit threads 2";
       const std::string name = ranks.mpi ? "MLP MPI" : "MLP threads";
       print_ceiling_line(name.c_str(), fjit1, row(scaling, two_rows), hand1, row(scaling, sync_row), kTarget);
-      print_ceiling_line((name + ", overlap").c_str(), fjit1, row(scaling, two_rows + " overlap"), hand1,
-                         row(scaling, sync_row), kTarget);
+      for (const char* mode : {"schedule", "worker"})
+        print_ceiling_line((name + ", overlap " + mode).c_str(), fjit1,
+                           row(scaling, two_rows + " " + mode), hand1, row(scaling, sync_row), kTarget);
     }
   }
   if (cnn) cnn->print_ceilings(kTarget);

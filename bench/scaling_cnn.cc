@@ -42,9 +42,9 @@ struct CnnStepFn {
   }
 };
 
-PmapOptions options(bool overlap) {
+PmapOptions options(Overlap overlap) {
   PmapOptions o;
-  o.jit.overlap_collectives = overlap;
+  o.jit.overlap = overlap;
   return o;
 }
 
@@ -55,7 +55,7 @@ struct CnnRunner {
   std::tuple<ArrayDict, ArrayDict, Array> out;
   Array x, y;
 
-  CnnRunner(const Mesh& mesh, int64_t rows, bool reduce, bool overlap = false)
+  CnnRunner(const Mesh& mesh, int64_t rows, bool reduce, Overlap overlap = Overlap::off)
       : step(pmap(mesh, "batch", CnnStepFn{reduce}, options(overlap))),
         params(mesh.replicate(examples::init_model(cnn_spec(), 1))),
         state(AdamW{}.init_state(params)),
@@ -95,7 +95,7 @@ CnnScaling::CnnScaling(const Ranks& ranks, const Mesh& mpi_mesh, int intra_op_th
     m.threads2 = std::make_unique<CnnRunner>(Mesh::threads(2), 2 * kCnnBatch, true);
     for (auto& l : m.local) l = std::make_unique<CnnRunner>(Mesh::threads(1), kCnnBatch, false);
     m.sync = std::make_unique<SyncThreads>(2, intra_op_threads);
-    m.threads2_overlap = std::make_unique<CnnRunner>(Mesh::threads(2), 2 * kCnnBatch, true, true);
+    m.threads2_overlap = std::make_unique<CnnRunner>(Mesh::threads(2), 2 * kCnnBatch, true, Overlap::worker);
     m.rows.emplace_back("cnn threads 2", false, [&m](int n) { m.threads2->run(n); });
     m.rows.emplace_back("cnn threads 2 overlap", false, [&m](int n) { m.threads2_overlap->run(n); });
     m.rows.emplace_back("cnn threads sync", false, [&m](int n) {
@@ -109,7 +109,7 @@ CnnScaling::CnnScaling(const Ranks& ranks, const Mesh& mpi_mesh, int intra_op_th
   } else {
     m.mpi2 = std::make_unique<CnnRunner>(mpi_mesh, kCnnBatch, true);
     m.local[0] = std::make_unique<CnnRunner>(one, kCnnBatch, false);
-    m.mpi2_overlap = std::make_unique<CnnRunner>(mpi_mesh, kCnnBatch, true, true);
+    m.mpi2_overlap = std::make_unique<CnnRunner>(mpi_mesh, kCnnBatch, true, Overlap::worker);
     m.rows.emplace_back("cnn MPI 2", true, [&m](int n) { m.mpi2->run(n); });
     m.rows.emplace_back("cnn MPI 2 overlap", true, [&m](int n) { m.mpi2_overlap->run(n); });
     m.rows.emplace_back("cnn MPI sync", true, [&m](int n) {

@@ -4,8 +4,9 @@
 //  - launched_under_mpi() is true exactly when the process was started by an MPI launcher
 //    (OpenMPI, or any PMI/PMIx one), without initialising MPI.
 //  - mpi_init_once() initialises MPI at most once per process, asking for
-//    MPI_THREAD_SERIALIZED (a rank's collectives may come from its collective worker, one
-//    thread at a time) and needing at least MPI_THREAD_FUNNELED, and finalises it at exit
+//    MPI_THREAD_FUNNELED (collectives come from one thread), or MPI_THREAD_SERIALIZED when
+//    FJIT_OVERLAP is 1 or worker (a rank's collectives then come from its collective worker,
+//    one thread at a time), needing at least MPI_THREAD_FUNNELED; and finalises it at exit
 //    unless someone else already has.
 //  - install_mpi_terminate_handler(): an uncaught exception on any rank logs its what() and
 //    calls MPI_Abort(MPI_COMM_WORLD, 1), so mpiexec exits non-zero instead of the other ranks

@@ -56,7 +56,7 @@ ArrayDict mlp_params() {
 auto mlp_step(const Mesh& mesh, bool overlap, CheckMode mode, bool momentum) {
   PmapOptions o;
   o.jit.checks = mode;
-  o.jit.overlap_collectives = overlap;
+  o.jit.overlap = overlap ? Overlap::worker : Overlap::off;
   return pmap(mesh, "b", [momentum](const Params& p, const Params& v, const Tensor& x, const Tensor& y) {
     auto [loss, g] = value_and_grad(mlp_loss)(p, x, y);
     const TensorDict mean_g = pmean(g, "b");
@@ -198,10 +198,13 @@ TEST(Overlap, EnvironmentIsReadStrictly) {
   } catch (const std::invalid_argument& e) {
     EXPECT_NE(std::string(e.what()).find("FJIT_OVERLAP"), std::string::npos) << e.what();
   }
-  setenv("FJIT_OVERLAP", "1", 1);
-  EXPECT_TRUE(JitOptions{}.resolved().overlap_collectives.value());
+  for (auto [text, mode] : {std::pair{"1", Overlap::worker}, {"worker", Overlap::worker},
+                             {"schedule", Overlap::schedule}, {"0", Overlap::off}, {"", Overlap::off}}) {
+    setenv("FJIT_OVERLAP", text, 1);
+    EXPECT_EQ(JitOptions{}.resolved().overlap.value(), mode) << text;
+  }
   unsetenv("FJIT_OVERLAP");
-  EXPECT_FALSE(JitOptions{}.resolved().overlap_collectives.value());
+  EXPECT_EQ(JitOptions{}.resolved().overlap.value(), Overlap::off);
 }
 
 // The worker itself: submission order, waits, and a task's exception handed to the waiter.

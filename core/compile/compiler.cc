@@ -53,11 +53,23 @@ bool in_place_ok(const Node& n, const Node& in) {
 
 }  // namespace
 
-bool overlap_collectives_from_env() {
+const char* overlap_name(Overlap mode) {
+  switch (mode) {
+    case Overlap::off: return "off";
+    case Overlap::schedule: return "schedule";
+    case Overlap::worker: return "worker";
+  }
+  return "?";
+}
+
+Overlap overlap_from_env() {
   const char* text = std::getenv("FJIT_OVERLAP");
-  if (text == nullptr || *text == '\0' || std::string_view(text) == "0") return false;
-  if (std::string_view(text) == "1") return true;
-  throw std::invalid_argument(std::string("FJIT_OVERLAP must be 0 or 1, got '") + text + "'");
+  const std::string_view v = text == nullptr ? "" : text;
+  if (v.empty() || v == "0" || v == "off") return Overlap::off;
+  if (v == "schedule") return Overlap::schedule;
+  if (v == "1" || v == "worker") return Overlap::worker;
+  throw std::invalid_argument("FJIT_OVERLAP must be 0 (off), schedule, or 1 (worker), got '" +
+                              std::string(v) + "'");
 }
 
 Graph optimize(const Graph& traced, bool verify, std::vector<CheckSite>* sites) {
@@ -286,7 +298,7 @@ std::shared_ptr<const Executable> compile(const Graph& traced, std::vector<Check
     if (v == "0" || v == "elementwise") fusion.gemm_epilogue = false;
     if (v == "single") fusion.multi_output = false;
   }
-  const bool overlap = options.overlap_collectives.value_or(overlap_collectives_from_env());
+  const bool overlap = options.overlap_collectives.value_or(overlap_from_env() != Overlap::off);
   std::shared_ptr<Executable> exe = Compiler::lower(optimized, std::move(sites), fusion, overlap);
   if (!dir.empty()) {
     dump(dir, stem, ".after.txt", optimized->to_string(true));

@@ -26,15 +26,25 @@ struct CompileOptions {
   // The automatic-checks pass first in the pipeline (CheckMode::all): checks for NaN/Inf,
   // division by zero, indices and domains, with their sites appended to the plan's.
   bool automatic_checks = false;
-  // All-reduces run on the replica's collective worker while the plan goes on, started as
-  // soon as their operands exist (core/compile/schedule.h). Unset: FJIT_OVERLAP (0 or 1, read
-  // strictly), else off. Values do not change, only when they are computed.
+  // Each all-reduce is placed as soon as its operands exist and marked for the collective
+  // worker (core/compile/schedule.h). Unset: FJIT_OVERLAP is not off. Values do not change,
+  // only when they are computed.
   std::optional<bool> overlap_collectives;
 };
 
-// FJIT_OVERLAP: unset or empty is false; "0" or "1"; anything else throws std::invalid_argument
-// naming the variable.
-bool overlap_collectives_from_env();
+// How a step's all-reduces overlap the rest of its plan (core/compile/schedule.h).
+enum class Overlap : uint8_t {
+  off,       // graph order: the gradients are reduced after the backward pass
+  schedule,  // each all-reduce placed as soon as its gradients exist, run on the plan's thread
+  worker,    // the same order, each all-reduce run on the replica's collective worker thread
+             // while the plan goes on (under MPI only when MPI allows it, mpi_runtime.h;
+             // otherwise as schedule)
+};
+const char* overlap_name(Overlap mode);
+
+// FJIT_OVERLAP: unset, empty or "0": off; "schedule"; "1" or "worker"; anything else throws
+// std::invalid_argument naming the variable.
+Overlap overlap_from_env();
 
 std::shared_ptr<const Executable> compile(const Graph& traced, std::vector<CheckSite> sites,
                                           const CompileOptions& options = {});

@@ -100,7 +100,7 @@ JitOptions JitOptions::resolved() const {
   JitOptions o = *this;
   // Strict (core/runtime/env.h): a malformed value throws here, when the jit or pmap is constructed.
   if (o.recompile_warn_threshold < 0) o.recompile_warn_threshold = env_count("FJIT_RECOMPILE_WARN", 8, 1 << 30);
-  if (!o.overlap_collectives) o.overlap_collectives = overlap_collectives_from_env();
+  if (!o.overlap) o.overlap = overlap_from_env();
   if (o.large_constant_bytes < 0) o.large_constant_bytes = env_count("FJIT_LARGE_CONSTANT_BYTES", 1 << 20, 1 << 30);
   return o;
 }
@@ -184,7 +184,7 @@ std::shared_ptr<const CompiledEntry> JitCore::compile_locked(const FlatArgs& arg
   TraceOptions topts;
   topts.checks = mode;
   topts.large_constant_bytes = options_.large_constant_bytes;
-  topts.overlap_collectives = options_.overlap_collectives.value_or(false) && options_.num_replicas > 1;
+  topts.overlap_collectives = options_.overlap.value_or(Overlap::off) != Overlap::off && options_.num_replicas > 1;
   TraceContext ctx(topts);
   ctx.axis_names = options_.axis_names;
   ctx.num_replicas = options_.num_replicas;
@@ -296,7 +296,8 @@ StepResult JitCore::run(const CompiledEntry& entry, const FlatArgs& args, std::s
   // a gradient where the plan wrote it (core/runtime/communicator.h).
   void* ws = comm != nullptr ? comm->shared_workspace(exe.workspace_bytes()) : nullptr;
   if (ws == nullptr) ws = s.ensure(exe.workspace_bytes());
-  if (exe.num_overlapped > 0 && comm != nullptr && comm->callable_from_any_thread())
+  if (exe.num_overlapped > 0 && options_.overlap == Overlap::worker && comm != nullptr &&
+      comm->callable_from_any_thread())
     ctx.worker = &collective_worker(replica);
   const bool recorded = timeline::enabled();
   const int64_t t0 = now_ns();

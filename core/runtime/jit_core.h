@@ -33,9 +33,9 @@ struct JitOptions {
   // a raised check must leave the previous state intact (check sites under the throw or
   // skip_step policy), a fresh output is allocated as without donation. Not used by pmap.
   std::vector<int> donate_argnums;
-  // Under pmap, all-reduces overlap the instructions after them (CompileOptions::
-  // overlap_collectives, core/compile/schedule.h). Unset: FJIT_OVERLAP, else off.
-  std::optional<bool> overlap_collectives;
+  // Under pmap, how the all-reduces overlap the instructions after them (Overlap,
+  // core/compile/compiler.h). Unset: FJIT_OVERLAP, else off.
+  std::optional<Overlap> overlap;
   // Set by pmap: the named axis collectives may use, and the number of replicas on it.
   std::vector<std::string> axis_names;
   int num_replicas = 1;

@@ -23,10 +23,10 @@ namespace fjit {
 // bench/scaling_bench.cc times a training step against the bucket size and
 // bench/allreduce_bench.cc the all-reduce against the buffer size; the figures that chose the
 // default are in bench/RESULTS.md ("Figures quoted by the sources"). By default buckets are
-// reduced after the backward pass, in dict order; with overlap (FJIT_OVERLAP=1,
-// JitOptions::overlap_collectives) they are packed in the order the tensors were computed and
-// each is reduced on the replica's collective worker as soon as it is complete, while the
-// backward pass goes on (core/compile/schedule.h).
+// reduced after the backward pass, in dict order; with overlap (FJIT_OVERLAP,
+// JitOptions::overlap) they are packed in the order the tensors were computed and each is
+// reduced as soon as it is complete, on the replica's collective worker while the backward
+// pass goes on, or between its instructions (core/compile/schedule.h).
 // Read on every call (on the tracing thread: psum/pmean of a TensorDict), strictly: an integer
 // from 1 to 2^30 (1 GiB), raised to at least 1024; unset or empty gives the default; anything
 // else throws std::invalid_argument naming FJIT_FUSION_BYTES, out of the trace to the caller.

@@ -63,6 +63,30 @@ TEST_P(PlacementDeterminism, RanksWithOneThreadMatchThreadReplicasWithTwo) {
   expect_bit_equal(ranks.optimizer_state(), threads.optimizer_state(), o.model + " optimizer state");
 }
 
+// FJIT_OVERLAP=1 after MPI started at MPI_THREAD_FUNNELED: the ranks' plans place their
+// all-reduces early and run them on the plan's thread (no worker may call MPI); the values
+// stay those of the plain plan.
+TEST_P(PlacementDeterminism, OverlappedRanksMatchPlainThreadReplicas) {
+  ASSERT_FALSE(mesh().comm(0).callable_from_any_thread());
+  TrainOptions o;
+  o.model = GetParam();
+  o.layers = {784, 256, 10};
+  o.batch_size = 48;
+  o.dropout = o.model == "mlp" ? 0.0 : 0.1;
+  o.seed = 5;
+  o.log_every = 0;
+  const io::Dataset data = synthetic_images(2 * o.batch_size, 22);
+  setenv("FJIT_OVERLAP", "1", 1);
+  Trainer ranks(mesh(), o, data);
+  unsetenv("FJIT_OVERLAP");
+  for (int i = 0; i < 2; ++i) ASSERT_TRUE(ranks.step().has_value());
+  if (!mesh().is_primary()) return;
+  Trainer threads(Mesh::threads(mesh().size()), o, data);
+  for (int i = 0; i < 2; ++i) ASSERT_TRUE(threads.step().has_value());
+  expect_bit_equal(ranks.params(), threads.params(), o.model + " parameters");
+  expect_bit_equal(ranks.optimizer_state(), threads.optimizer_state(), o.model + " optimizer state");
+}
+
 INSTANTIATE_TEST_SUITE_P(Models, PlacementDeterminism, ::testing::Values("mlp", "cnn"));
 
 }  // namespace

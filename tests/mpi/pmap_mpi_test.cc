@@ -127,7 +127,8 @@ Tensor two_layer_loss(const Params& p, const Tensor& x, const Tensor& y) {
   return mean(e * e);
 }
 
-// Overlapped all-reduces (each rank's collective worker calls MPI, MPI_THREAD_SERIALIZED) give
+// Overlapped all-reduces (each rank's collective worker calls MPI: main() set FJIT_OVERLAP=1
+// before MPI started, so MPI_THREAD_SERIALIZED) give
 // the plain plan's values bit for bit: SGD's fused all-reduce updates, and momentum, whose
 // update reads the reduced gradients (tests/overlap_test.cc has the thread backend).
 TEST(PmapMpi, OverlappedCollectivesMatchThePlainPlan) {
@@ -147,7 +148,7 @@ TEST(PmapMpi, OverlappedCollectivesMatchThePlainPlan) {
     std::vector<ArrayDict> finals;
     for (bool overlap : {false, true}) {
       PmapOptions o;
-      o.jit.overlap_collectives = overlap;
+      o.jit.overlap = overlap ? Overlap::worker : Overlap::off;
       auto step = pmap(mesh(), "b", [momentum](const Params& p, const Params& v, const Tensor& x, const Tensor& y) {
         auto [loss, g] = value_and_grad(two_layer_loss)(p, x, y);
         const TensorDict mean_g = pmean(g, "b");
@@ -245,6 +246,8 @@ TEST(PmapMpi, ATraceErrorOnOneRankIsRaisedOnEveryRank) {
 
 int main(int argc, char** argv) {
   ::testing::InitGoogleTest(&argc, argv);
-  fjit::mesh();  // initialises MPI
+  setenv("FJIT_OVERLAP", "1", 1);  // MPI_THREAD_SERIALIZED, for the collective worker
+  fjit::mesh();                    // initialises MPI
+  unsetenv("FJIT_OVERLAP");
   return fjit::mpi_testing::run_all_tests_on_ranks(fjit::mesh().first_replica() == 0);
 }
