@@ -95,6 +95,9 @@ run gemm_options taskset -c 0 "$B/gemm_options" --rounds 7 --ms 20
 if [ -x "$B/scaling_bench" ]; then
   run scaling_bench_threads "$B/scaling_bench"
   run scaling_bench_mpi "${MPIEXEC[@]}" "$B/scaling_bench"
+  # The same with MPI at MPI_THREAD_SERIALIZED, so that the "worker" rows run the all-reduces
+  # on each rank's collective worker (FJIT_OVERLAP=1 is read when MPI starts).
+  run scaling_bench_mpi_worker env FJIT_OVERLAP=1 "${MPIEXEC[@]}" -x FJIT_OVERLAP "$B/scaling_bench" --model mlp
 else
   echo "(no $B/scaling_bench: weak scaling skipped)" | tee -a "$sections"
 fi
@@ -177,7 +180,7 @@ sed -n "/^$kept_heading\$/,\$p" "$ROOT/bench/RESULTS.md" > "$work/kept.md" 2>/de
     echo "- fjit vs PyTorch eager, small step: not measured (PyTorch not importable, or a figure missing)."
   fi
   # Issue 18: one line per model and backend from scaling_bench's RESULT lines.
-  cat "$work"/scaling_bench_threads.out "$work"/scaling_bench_mpi.out 2>/dev/null |
+  cat "$work"/scaling_bench_threads.out "$work"/scaling_bench_mpi.out "$work"/scaling_bench_mpi_worker.out 2>/dev/null |
     grep '^RESULT weak scaling fjit/ceiling' |
     sed -e 's/^RESULT weak scaling fjit\/ceiling, *\([^|]*[^ |]\) *| *\([0-9.]*x\) (\([^;]*\);.*) | target >= \([0-9.]*x\): \(.*\)$/- **weak scaling, \1:** fjit\/ceiling efficiency \2 (\3; target >= \4: \5)/'
   echo

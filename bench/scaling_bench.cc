@@ -339,7 +339,9 @@ int main(int argc, char** argv) {
       const Row &fjit1 = row(scaling, "fjit threads 1"), &hand1 = row(scaling, "hand 1");
       const char* sync_row = ranks.mpi ? "hand 2 barrier" : "hand threads 2 barrier";
       const std::string two_rows = ranks.mpi ? "fjit MPI 2" : "fjit threads 2";
-      const std::string name = ranks.mpi ? "MLP MPI" : "MLP threads";
+      const std::string name = !ranks.mpi ? "MLP threads"
+                               : mpi_serialized_threads() ? "MLP MPI (MPI_THREAD_SERIALIZED)"
+                                                          : "MLP MPI";
       print_ceiling_line(name.c_str(), fjit1, row(scaling, two_rows), hand1, row(scaling, sync_row), kTarget);
       for (const char* mode : {"schedule", "worker"})
         print_ceiling_line((name + ", overlap " + mode).c_str(), fjit1,

@@ -54,9 +54,8 @@ void mpi_init_once(int* argc, char*** argv) {
     MPI_Initialized(&initialized);
     if (initialized) return;  // the user initialised MPI and owns its finalisation
     int provided = MPI_THREAD_SINGLE;
-    // OpenMPI's shared-memory transport takes locks at MPI_THREAD_SERIALIZED and above, which
-    // slows a step's all-reduces (bench/RESULTS.md, "Overlapped all-reduces"): only a job
-    // whose collectives run on a worker thread asks for it.
+    // Steps measured slower under MPI_THREAD_SERIALIZED than under FUNNELED (bench/RESULTS.md,
+    // "Overlapped all-reduces"): only a job whose collectives run on a worker thread asks for it.
     const char* overlap = std::getenv("FJIT_OVERLAP");
     const bool worker = overlap != nullptr && (std::strcmp(overlap, "1") == 0 || std::strcmp(overlap, "worker") == 0);
     const int wanted = worker ? MPI_THREAD_SERIALIZED : MPI_THREAD_FUNNELED;
