@@ -17,7 +17,9 @@
 //   max |value| (beyond 1e-4 the candidate is not timed and the exit status is 1), and whether
 //   its bits are the same with 1 and with 2 threads;
 // - per candidate, the MLP step's 8 products together: their FLOPs over the sum of the
-//   medians, as GFLOP/s and as a fraction of the peak (RESULT lines for bench/run_all.sh).
+//   medians, as GFLOP/s and as a fraction of the peak (RESULT lines for bench/run_all.sh);
+// - the whole SGD training step of that MLP (bench/gemm_options_step.h): its products' FLOPs
+//   over its median time, as a fraction of the peak.
 // Everything runs with 1 thread except the 2-thread run of the bits check; pin the process to
 // one core (taskset) so that the peak and the products are measured on the same core.
 #include <Eigen/Core>
@@ -36,6 +38,7 @@
 
 #include "bench/gemm_options_libs.h"
 #include "bench/gemm_options_peak.h"
+#include "bench/gemm_options_step.h"
 #include "core/kernels/gemm_library.h"
 #include "parallel/fjit.h"
 
@@ -283,6 +286,15 @@ int main(int argc, char** argv) {
     std::printf("RESULT MLP step GEMMs, %s, 1 thread | %.1f us, %.1f GFLOP/s | %.0f%% of the "
                 "f32 FMA peak, %.2fx fjit's time\n", live[c]->name.c_str(), mlp_seconds[c] * 1e6, gf,
                 100 * gf / peak_gflops, mlp_seconds[c] / mlp_seconds[0]);
+  }
+  // The whole step: the products, and everything else the step does (issue 18: >= 75%).
+  const bench::StepTiming step = bench::time_large_mlp_step(rounds, 10 * ms);
+  if (peak_gflops > 0 && step.seconds > 0) {
+    const double gf = step.flops / step.seconds * 1e-9;
+    std::printf("RESULT whole MLP 784-512-512-10 b128 SGD step, 1 thread | %.1f us, %.1f GFLOP/s "
+                "(%.1f MFLOP) | %.0f%% of the f32 FMA peak (target >= 75%%: %s)\n",
+                step.seconds * 1e6, gf, step.flops * 1e-6, 100 * gf / peak_gflops,
+                gf >= 0.75 * peak_gflops ? "met" : "NOT met");
   }
   // The clock of a shared or power-managed core drifts: the peak again, for comparison.
   const bench::FmaPeak after = bench::measure_fma_peak();

@@ -69,7 +69,10 @@ class Pmapped {
     bind(out, ptrs);
     if (outs_.empty()) outs_.resize(core_->mesh().local_size());
     outs_[0].resize(ptrs.size());
-    for (size_t k = 0; k < ptrs.size(); ++k) outs_[0][k] = std::move(*ptrs[k]);
+    std::vector<const Array*> arg_arrays;
+    (collect(args, arg_arrays), ...);
+    for (size_t k = 0; k < ptrs.size(); ++k)
+      outs_[0][k] = detail::is_argument(ptrs[k], arg_arrays) ? *ptrs[k] : std::move(*ptrs[k]);
     StepResult r = step(args...);
     using R = typename detail::TracedResult<F, A...>::type;
     if (ptrs.size() != outs_[0].size()) {
@@ -85,6 +88,10 @@ class Pmapped {
     if constexpr (std::is_same_v<Out, Array>) ptrs.push_back(&out);
     else if constexpr (std::is_same_v<Out, ArrayDict>) for (auto& kv : out) ptrs.push_back(&kv.second);
     else std::apply([&](auto&... h) { (bind(h, ptrs), ...); }, out);
+  }
+  template <class A> static void collect(const A& a, std::vector<const Array*>& arrays) {
+    if constexpr (std::is_same_v<A, Array>) arrays.push_back(&a);
+    else if constexpr (std::is_same_v<A, ArrayDict>) for (const auto& kv : a) arrays.push_back(&kv.second);
   }
 
   bool is_replicated(int arg) const {

@@ -131,3 +131,42 @@ TEST(Donation, AnArrayPassedTwiceIsNotDonated) {
 
 }  // namespace
 }  // namespace fjit
+
+namespace fjit {
+namespace {
+
+// run_into(state, std::get<0>(state), ...): the output dict is the very object passed as the
+// argument. The step reads the argument before replacing it, with and without donation, under
+// jit and pmap, and gives what separate objects give.
+TEST(Donation, AnOutputThatIsTheArgumentObjectItselfIsReadBeforeItIsReplaced) {
+  Batch b;
+  for (std::vector<int> donate : {std::vector<int>{}, std::vector<int>{0}}) {
+    auto separate = make_step({}), same = make_step(donate);
+    ArrayDict ref = params();
+    std::tuple<ArrayDict, Array> state{deep_copy(params()), Array()};
+    for (int step = 0; step < 4; ++step) {
+      auto [next, loss] = separate(ref, b.x, b.y);
+      same.run_into(state, std::get<0>(state), b.x, b.y);
+      ASSERT_TRUE(loss.bit_equal(std::get<1>(state))) << "step " << step;
+      for (const auto& [name, a] : next) ASSERT_TRUE(a.bit_equal(std::get<0>(state)[name])) << name;
+      ref = next;
+    }
+  }
+  Mesh mesh = Mesh::threads(2);
+  auto pstep = pmap(mesh, "b", [](const Params& p, const Tensor& x, const Tensor& y) {
+    auto [loss, g] = value_and_grad(loss_fn)(p, x, y);
+    return std::tuple{sgd(p, pmean(g, "b"), 0.1), pmean(loss, "b")};
+  });
+  ArrayDict ref = mesh.replicate(params());
+  std::tuple<ArrayDict, Array> state{mesh.replicate(params()), Array()};
+  for (int step = 0; step < 3; ++step) {
+    auto [next, loss] = pstep(ref, b.x, b.y);
+    pstep.run_into(state, std::get<0>(state), b.x, b.y);
+    ASSERT_TRUE(loss.bit_equal(std::get<1>(state))) << "pmap step " << step;
+    for (const auto& [name, a] : next) ASSERT_TRUE(a.bit_equal(std::get<0>(state)[name])) << name;
+    ref = next;
+  }
+}
+
+}  // namespace
+}  // namespace fjit

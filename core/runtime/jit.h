@@ -22,6 +22,15 @@ namespace detail {
 uint64_t mix_hash(uint64_t h, uint64_t v);
 uint64_t hash_string(const std::string& s);
 
+// run_into's outputs are moved out of `out` for the run and back after it. An output that is
+// the very object passed as an argument too (run_into(state, std::get<0>(state), ...)) must
+// stay where the argument reads it: it is copied instead (a handle, sharing its storage).
+inline bool is_argument(const Array* a, const std::vector<const Array*>& args) {
+  for (const Array* x : args)
+    if (x == a) return true;
+  return false;
+}
+
 // Host argument -> traced argument, flattening and parameter creation.
 template <class A> struct ArgTraits;
 template <> struct ArgTraits<Array> {
@@ -185,7 +194,8 @@ class Jitted {
         return r;
       }
       tmp.resize(ptrs.size());
-      for (size_t k = 0; k < ptrs.size(); ++k) tmp[k] = std::move(*ptrs[k]);
+      for (size_t k = 0; k < ptrs.size(); ++k)
+        tmp[k] = detail::is_argument(ptrs[k], flat().leaves) ? *ptrs[k] : std::move(*ptrs[k]);
       StepResult r = core_->run(*entry, flat(), tmp);
       for (size_t k = 0; k < ptrs.size(); ++k) *ptrs[k] = std::move(tmp[k]);
       return r;
