@@ -17,6 +17,7 @@
 
 #include "core/kernels/elementwise_common.h"
 #include "core/kernels/fused.h"
+#include "core/kernels/fused_compiled.h"
 #include "core/runtime/threads.h"
 
 namespace fjit {
@@ -362,6 +363,7 @@ std::shared_ptr<FusedPlan> make_plan(const ValueType& value, const std::vector<V
 bool select_fused_elementwise(Instr& instr, const std::vector<FusedOp>& program,
                               const std::vector<int>& extras) {
   instr.fn = nullptr;
+  if (select_compiled_fused(instr, program, extras)) return true;
   auto P = make_plan(instr.out, instr.ins, program, 0, extras);
   if (!P) return false;
   instr.prepared = P;
