@@ -45,9 +45,10 @@ struct FusedOp {
 // extras: steps of the program (before the last) whose values are further results, each
 // written to one more buffer the caller appends to in_bufs after the operands', in this order,
 // with the output's shape and the step's dtype (multi-output fusion: Adam's new moments and
-// parameters in one pass). Each block's further results are written after every step of the
-// block has run, and the output by the last step, which reads each element before it writes
-// it: so any result may alias an external operand of its shape and element size.
+// parameters in one pass). A further result is written by its step when no later step reads
+// an operand it overlaps, else after every step of the block has run; the output is written by
+// the last step, which reads each element before it writes it: so any result may alias an
+// external operand of its shape and element size.
 bool select_fused_elementwise(Instr& instr, const std::vector<FusedOp>& program,
                               const std::vector<int>& extras = {});
 

@@ -17,6 +17,7 @@
 
 #include "core/kernels/elementwise_common.h"
 #include "core/kernels/fused.h"
+#include "core/kernels/fused_compiled.h"
 #include "core/runtime/threads.h"
 
 namespace fjit {
@@ -43,39 +44,112 @@ struct FusedPlan {
   int64_t tail = 0;         // size of the last, shorter block (0: none)
   std::vector<int64_t> s0, s1, esize;  // per external operand, s0/s1 in elements
   int64_t out_esize = 0;
-  // Further results: per extra, the scratch register holding its step's value (kept to the
-  // end of the block) and its element size. Copied out once every step of a block has run.
+  // Further results: per extra, its own register (no other step writes it), its element size
+  // and the external operands read by later steps. When its buffer overlaps none of those,
+  // the register is the buffer itself and the step writes the result in place; otherwise it
+  // is scratch, copied out once every step of a block has run.
   std::vector<int> extra_reg;
   std::vector<int64_t> extra_esize;
+  std::vector<std::vector<int>> extra_later_reads;
   std::vector<Instr> full, last;  // per step; in_bufs / out_buf index the register table
 };
 
+// Where block b lies: its first row and column in the collapsed output, and its size.
+struct BlockAt {
+  int64_t row, col, elems;
+  bool last;
+};
+BlockAt block_at(const FusedPlan& P, int64_t b) {
+  const int64_t per_row = P.rows_mode ? 1 : (P.n + P.block - 1) / P.block;
+  const int64_t row = P.rows_mode ? b * P.block : b / per_row;
+  const int64_t col = P.rows_mode ? 0 : (b % per_row) * P.block;
+  const bool last = P.rows_mode ? row + P.block > P.rows : col + P.block > P.n;
+  const int64_t elems = P.rows_mode ? (last ? P.tail : P.block) * P.n : (last ? P.tail : P.block);
+  return {row, col, elems, last};
+}
+
+// The memory a block streams through: each external operand that is walked like the output
+// (not a broadcast row, column or scalar), the output and the further results. The steps read
+// them one after another, so the hardware prefetchers see short bursts per stream; the next
+// block's lines are requested a slice before each step of the current one instead.
+struct Streams {
+  int count = 0;
+  const std::byte* base[kMaxRegs];
+  int64_t s0[kMaxRegs], s1[kMaxRegs], esize[kMaxRegs];
+  bool write[kMaxRegs];
+
+  void add(const void* p, int64_t row_stride, int64_t col_stride, int64_t es, bool w) {
+    base[count] = static_cast<const std::byte*>(p);
+    s0[count] = row_stride;
+    s1[count] = col_stride;
+    esize[count] = es;
+    write[count++] = w;
+  }
+};
+
+// Requests the cache lines [from, to) of block `at`, numbered stream after stream.
+void prefetch_lines(const Streams& S, const BlockAt& at, int64_t from, int64_t to) {
+  int64_t first = 0;  // number of the stream's first line
+  for (int k = 0; k < S.count && first < to; ++k) {
+    const int64_t bytes = at.elems * S.esize[k];
+    const int64_t lines = (bytes + 63) / 64;
+    const std::byte* p = S.base[k] + (at.row * S.s0[k] + at.col * S.s1[k]) * S.esize[k];
+    for (int64_t l = std::max<int64_t>(from - first, 0); l < std::min(lines, to - first); ++l) {
+      if (S.write[k]) __builtin_prefetch(p + l * 64, 1, 2);
+      else __builtin_prefetch(p + l * 64, 0, 2);
+    }
+    first += lines;
+  }
+}
+
 // Blocks [b0, b1) in the order of a walk over the output: rows mode numbers blocks of rows,
 // chunk mode the chunks of each row in turn.
-void run_blocks(const FusedPlan& P, const Instr& in, const Frame& f, int64_t b0, int64_t b1) {
+void run_blocks(const FusedPlan& P, const Instr& in, const Frame& f, int64_t b0, int64_t b1,
+                const bool* direct) {
   alignas(64) std::byte scratch[kScratchBytes];
   void* regs[kMaxRegs];
   const int out_reg = P.num_ext + P.num_scratch;
+  const int num_steps = static_cast<int>(P.full.size());
   for (int s = 0; s < P.num_scratch; ++s) regs[P.num_ext + s] = scratch + s * P.reg_bytes;
   std::byte* out = in.output<std::byte>(f);
   const Frame sub{regs, f.ctx};
-  const int64_t per_row = P.rows_mode ? 1 : (P.n + P.block - 1) / P.block;
+  Streams S;
+  int64_t lines_per_block = 0;
+  for (int k = 0; k < P.num_ext; ++k)
+    if (P.s1[k] == 1 && (P.s0[k] != 0 || P.rows == 1)) S.add(in.in<std::byte>(f, k), P.s0[k], 1, P.esize[k], false);
+  S.add(out, P.n, 1, P.out_esize, true);
+  for (size_t e = 0; e < P.extra_reg.size(); ++e)
+    S.add(f.bufs[in.in_bufs[P.num_ext + e]], P.n, 1, P.extra_esize[e], true);
+  for (int k = 0; k < S.count; ++k) lines_per_block += (P.block * (P.rows_mode ? P.n : 1) * S.esize[k] + 63) / 64;
   for (int64_t b = b0; b < b1; ++b) {
-    const int64_t row = P.rows_mode ? b * P.block : b / per_row;
-    const int64_t col = P.rows_mode ? 0 : (b % per_row) * P.block;
-    const bool last = P.rows_mode ? row + P.block > P.rows : col + P.block > P.n;
-    const int64_t elems = P.rows_mode ? (last ? P.tail : P.block) * P.n : (last ? P.tail : P.block);
+    const BlockAt at = block_at(P, b);
+    const bool prefetch = b + 1 < b1;
+    const BlockAt next = prefetch ? block_at(P, b + 1) : at;
     for (int k = 0; k < P.num_ext; ++k)
       regs[k] = const_cast<std::byte*>(in.in<std::byte>(f, k)) +
-                (row * P.s0[k] + col * P.s1[k]) * P.esize[k];
-    const int64_t at = row * P.n + col;
-    regs[out_reg] = out + at * P.out_esize;
-    for (const Instr& s : last ? P.last : P.full) s.fn(s, sub);
+                (at.row * P.s0[k] + at.col * P.s1[k]) * P.esize[k];
+    const int64_t pos = at.row * P.n + at.col;
+    regs[out_reg] = out + pos * P.out_esize;
+    for (size_t e = 0; e < P.extra_reg.size(); ++e)
+      if (direct[e])
+        regs[P.extra_reg[e]] = static_cast<std::byte*>(f.bufs[in.in_bufs[P.num_ext + e]]) + pos * P.extra_esize[e];
+    const std::vector<Instr>& steps = at.last ? P.last : P.full;
+    for (int i = 0; i < num_steps; ++i) {
+      if (prefetch)
+        prefetch_lines(S, next, lines_per_block * i / num_steps, lines_per_block * (i + 1) / num_steps);
+      steps[i].fn(steps[i], sub);
+    }
     for (size_t e = 0; e < P.extra_reg.size(); ++e) {  // further results, after every read
+      if (direct[e]) continue;
       auto* dst = static_cast<std::byte*>(f.bufs[in.in_bufs[P.num_ext + e]]);
-      std::memcpy(dst + at * P.extra_esize[e], regs[P.extra_reg[e]], elems * P.extra_esize[e]);
+      std::memcpy(dst + pos * P.extra_esize[e], regs[P.extra_reg[e]], at.elems * P.extra_esize[e]);
     }
   }
+}
+
+bool overlaps(const void* a, int64_t a_bytes, const void* b, int64_t b_bytes) {
+  const auto x = reinterpret_cast<uintptr_t>(a), y = reinterpret_cast<uintptr_t>(b);
+  return x < y + b_bytes && y < x + a_bytes;
 }
 
 // Blocks are fixed by the shapes and each is computed the same way on any thread, so
@@ -85,10 +159,20 @@ void run_fused(const Instr& in, const Frame& f) {
   const int64_t blocks = P.rows_mode ? (P.rows + P.block - 1) / P.block
                                      : P.rows * ((P.n + P.block - 1) / P.block);
   const int64_t work = P.rows * P.n * static_cast<int64_t>(P.full.size());
+  // A further result is written in place unless a later step reads an operand it overlaps.
+  bool direct[kMaxRegs];
+  for (size_t e = 0; e < P.extra_reg.size(); ++e) {
+    const void* dst = f.bufs[in.in_bufs[P.num_ext + e]];
+    const int64_t bytes = P.rows * P.n * P.extra_esize[e];
+    direct[e] = true;
+    for (int k : P.extra_later_reads[e])
+      if (overlaps(dst, bytes, in.in<std::byte>(f, k), in.ins[k].size() * P.esize[k])) direct[e] = false;
+  }
   const int threads = work >= kParallelWork ? static_cast<int>(std::min<int64_t>(blocks, intra_op_threads())) : 1;
-  if (threads <= 1) return run_blocks(P, in, f, 0, blocks);
+  if (threads <= 1) return run_blocks(P, in, f, 0, blocks, direct);
 #pragma omp parallel for num_threads(threads) schedule(static)
-  for (int t = 0; t < threads; ++t) run_blocks(P, in, f, blocks * t / threads, blocks * (t + 1) / threads);
+  for (int t = 0; t < threads; ++t)
+    run_blocks(P, in, f, blocks * t / threads, blocks * (t + 1) / threads, direct);
 }
 
 // The fused full sum: the program's values are summed leaf by leaf in the very tree of the
@@ -219,9 +303,10 @@ std::shared_ptr<FusedPlan> make_plan(const ValueType& value, const std::vector<V
     for (int j = 0; j < i; ++j)  // registers whose last reader was step i - 1 come free
       if (last_read[j] == i - 1 && j != steps - 1 && reg_of[j] >= num_ext)
         free_regs.push_back(reg_of[j]);
+    const bool extra = std::find(extras.begin(), extras.end(), i) != extras.end();
     if (i == steps - 1) {
       reg_of[i] = -2;  // the output, fixed below
-    } else if (!free_regs.empty()) {
+    } else if (!free_regs.empty() && !extra) {  // an extra's register may become its buffer
       reg_of[i] = free_regs.back();
       free_regs.pop_back();
     } else {
@@ -233,6 +318,11 @@ std::shared_ptr<FusedPlan> make_plan(const ValueType& value, const std::vector<V
   for (int e : extras) {
     P->extra_reg.push_back(reg_of[e]);
     P->extra_esize.push_back(dtype_size(program[e].dtype));
+    std::vector<int> later;
+    for (int i = e + 1; i < steps; ++i)
+      for (int a : program[i].args)
+        if (a < 0) later.push_back(-1 - a);
+    P->extra_later_reads.push_back(std::move(later));
   }
   // Block size: about kBlockElems, within the scratch area. Every block starts at a flat
   // output index that is a multiple of kPhase, as the unfused kernels' spans do (rows or the
@@ -273,6 +363,7 @@ std::shared_ptr<FusedPlan> make_plan(const ValueType& value, const std::vector<V
 bool select_fused_elementwise(Instr& instr, const std::vector<FusedOp>& program,
                               const std::vector<int>& extras) {
   instr.fn = nullptr;
+  if (select_compiled_fused(instr, program, extras)) return true;
   auto P = make_plan(instr.out, instr.ins, program, 0, extras);
   if (!P) return false;
   instr.prepared = P;
