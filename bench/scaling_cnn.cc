@@ -78,7 +78,8 @@ struct CnnRunner {
 
 struct CnnScaling::Impl {
   Ranks ranks;
-  std::unique_ptr<CnnRunner> one, threads2, mpi2, threads2_overlap, mpi2_overlap;
+  std::unique_ptr<CnnRunner> one, threads2, mpi2, threads2_schedule, mpi2_schedule, threads2_worker,
+      mpi2_worker;
   std::unique_ptr<CnnRunner> local[2];  // the ceiling's one-replica steps, gradients local
   std::unique_ptr<SyncThreads> sync;
   std::vector<Row> rows;
@@ -95,9 +96,11 @@ CnnScaling::CnnScaling(const Ranks& ranks, const Mesh& mpi_mesh, int intra_op_th
     m.threads2 = std::make_unique<CnnRunner>(Mesh::threads(2), 2 * kCnnBatch, true);
     for (auto& l : m.local) l = std::make_unique<CnnRunner>(Mesh::threads(1), kCnnBatch, false);
     m.sync = std::make_unique<SyncThreads>(2, intra_op_threads);
-    m.threads2_overlap = std::make_unique<CnnRunner>(Mesh::threads(2), 2 * kCnnBatch, true, Overlap::worker);
+    m.threads2_schedule = std::make_unique<CnnRunner>(Mesh::threads(2), 2 * kCnnBatch, true, Overlap::schedule);
+    m.threads2_worker = std::make_unique<CnnRunner>(Mesh::threads(2), 2 * kCnnBatch, true, Overlap::worker);
     m.rows.emplace_back("cnn threads 2", false, [&m](int n) { m.threads2->run(n); });
-    m.rows.emplace_back("cnn threads 2 overlap", false, [&m](int n) { m.threads2_overlap->run(n); });
+    m.rows.emplace_back("cnn threads 2 schedule", false, [&m](int n) { m.threads2_schedule->run(n); });
+    m.rows.emplace_back("cnn threads 2 worker", false, [&m](int n) { m.threads2_worker->run(n); });
     m.rows.emplace_back("cnn threads sync", false, [&m](int n) {
       m.sync->run([&m, n](int r) {
         for (int i = 0; i < n; ++i) {
@@ -109,9 +112,11 @@ CnnScaling::CnnScaling(const Ranks& ranks, const Mesh& mpi_mesh, int intra_op_th
   } else {
     m.mpi2 = std::make_unique<CnnRunner>(mpi_mesh, kCnnBatch, true);
     m.local[0] = std::make_unique<CnnRunner>(one, kCnnBatch, false);
-    m.mpi2_overlap = std::make_unique<CnnRunner>(mpi_mesh, kCnnBatch, true, Overlap::worker);
+    m.mpi2_schedule = std::make_unique<CnnRunner>(mpi_mesh, kCnnBatch, true, Overlap::schedule);
+    m.mpi2_worker = std::make_unique<CnnRunner>(mpi_mesh, kCnnBatch, true, Overlap::worker);
     m.rows.emplace_back("cnn MPI 2", true, [&m](int n) { m.mpi2->run(n); });
-    m.rows.emplace_back("cnn MPI 2 overlap", true, [&m](int n) { m.mpi2_overlap->run(n); });
+    m.rows.emplace_back("cnn MPI 2 schedule", true, [&m](int n) { m.mpi2_schedule->run(n); });
+    m.rows.emplace_back("cnn MPI 2 worker", true, [&m](int n) { m.mpi2_worker->run(n); });
     m.rows.emplace_back("cnn MPI sync", true, [&m](int n) {
       for (int i = 0; i < n; ++i) {
         m.local[0]->run(1);
@@ -139,11 +144,13 @@ void CnnScaling::print_efficiencies() const {
   const Row& one = row(rows, "cnn 1");
   if (!impl_->ranks.mpi) {
     print_efficiency_line("fjit threads", one, row(rows, "cnn threads 2"));
-    print_efficiency_line("fjit threads, overlap", one, row(rows, "cnn threads 2 overlap"));
+    print_efficiency_line("fjit threads, schedule", one, row(rows, "cnn threads 2 schedule"));
+    print_efficiency_line("fjit threads, worker", one, row(rows, "cnn threads 2 worker"));
     print_efficiency_line("threads, sync only (*)", one, row(rows, "cnn threads sync"));
   } else {
     print_efficiency_line("fjit MPI", one, row(rows, "cnn MPI 2"));
-    print_efficiency_line("fjit MPI, overlap", one, row(rows, "cnn MPI 2 overlap"));
+    print_efficiency_line("fjit MPI, schedule", one, row(rows, "cnn MPI 2 schedule"));
+    print_efficiency_line("fjit MPI, worker", one, row(rows, "cnn MPI 2 worker"));
     print_efficiency_line("MPI, sync only (*)", one, row(rows, "cnn MPI sync"));
   }
   std::printf(
@@ -159,8 +166,9 @@ void CnnScaling::print_ceilings(double target) const {
   const std::string two = mpi ? "cnn MPI 2" : "cnn threads 2";
   const Row& sync = row(rows, mpi ? "cnn MPI sync" : "cnn threads sync");
   print_ceiling_line(mpi ? "CNN MPI" : "CNN threads", one, row(rows, two), one, sync, target);
-  print_ceiling_line(mpi ? "CNN MPI, overlap" : "CNN threads, overlap", one, row(rows, two + " overlap"),
-                     one, sync, target);
+  for (const char* mode : {"schedule", "worker"})
+    print_ceiling_line((std::string(mpi ? "CNN MPI" : "CNN threads") + ", overlap " + mode).c_str(), one,
+                       row(rows, two + " " + mode), one, sync, target);
 }
 
 void CnnScaling::print_breakdown() const {

@@ -8,9 +8,10 @@
 //   cnn threads 2      pmap on Mesh::threads(2), gradients and loss pmean'd
 //   cnn threads sync   the ceiling for threads (see below), two SyncThreads replicas
 //   cnn MPI 2          pmap on Mesh::mpi() with 2 ranks
-//   ... overlap        cnn threads 2 / cnn MPI 2 with the all-reduces on each replica's
-//                      collective worker (Overlap::worker; under MPI as schedule unless
-//                      FJIT_OVERLAP=1 was set at start-up)
+//   ... schedule       cnn threads 2 / cnn MPI 2 with each all-reduce placed as soon as its
+//                      gradients exist (Overlap::schedule)
+//   ... worker         the same on each replica's collective worker (Overlap::worker; under
+//                      MPI as schedule unless FJIT_OVERLAP=1 was set at start-up)
 //   cnn MPI sync       the ceiling for MPI, one replica per rank, MPI_Barrier a step
 // There is no hand-written CNN step, so the CNN's "sync only" ceiling is built from fjit's own
 // compute: every replica runs the one-replica fjit step with its gradients left local (no

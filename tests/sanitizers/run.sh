@@ -29,7 +29,8 @@ locked() {
 # that pmap_test, checks_replica_test and toolkit_test run here.
 tsan_tests=(pmap_test replica_pool_test communicator_test checks_replica_test checks_test
   mesh_test threads_test no_alloc_test timeline_test reduce_update_test stack_trace_test
-  random_test nn_test control_flow_test env_test toolkit_test jit_cache_test)
+  random_test nn_test control_flow_test env_test toolkit_test jit_cache_test overlap_test
+  donation_test)
 
 case $kind in
   address)
