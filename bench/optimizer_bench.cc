@@ -2,6 +2,8 @@
 //   BM_AdamFjit/multi   jit(Adam::update) as compiled: one fused pass writing the parameter
 //                       and both moments (multi-output fusion)
 //   BM_AdamFjit/single  the same with FJIT_FUSION=single: one pass per result
+//   BM_AdamWFjit        AdamW with weight decay (torch's default 1e-2), the same ways: its
+//                       own compiled program ("adamw"), one more operand and step than Adam's
 //   BM_AdamEigenLoop    a hand-written pass: three Eigen array statements per block of 1024
 //                       elements, compiled code with every value in registers (the floor an
 //                       op-by-op fused program, fused_elementwise.cc, is compared with)
@@ -36,11 +38,11 @@ void evict(benchmark::State& state, bool cold) {
   state.ResumeTiming();
 }
 
-void BM_AdamFjit(benchmark::State& state) {
+template <class Optimizer>
+void optimizer_fjit(benchmark::State& state, const Optimizer& opt) {
   const bool multi = state.range(0) == 1, cold = state.range(1) == 1;
   if (!multi) setenv("FJIT_FUSION", "single", 1);  // read when the step compiles (first call)
   ArrayDict p{{"w", he_uniform({kRows, kCols}, 1)}}, g{{"w", he_uniform({kRows, kCols}, 2)}};
-  const Adam opt;
   ArrayDict s = opt.init_state(p);
   auto step = jit([opt](const TensorDict& p, const TensorDict& g, const TensorDict& s) {
     auto [p2, s2] = opt.update(p, g, s);
@@ -55,7 +57,12 @@ void BM_AdamFjit(benchmark::State& state) {
   }
   state.SetBytesProcessed(state.iterations() * kRows * kCols * 4 * 7);
 }
+
+void BM_AdamFjit(benchmark::State& state) { optimizer_fjit(state, Adam{}); }
 BENCHMARK(BM_AdamFjit)->ArgNames({"multi", "cold"})->ArgsProduct({{1, 0}, {0, 1}})->Unit(benchmark::kMicrosecond);
+
+void BM_AdamWFjit(benchmark::State& state) { optimizer_fjit(state, AdamW{}); }
+BENCHMARK(BM_AdamWFjit)->ArgNames({"multi", "cold"})->ArgsProduct({{1, 0}, {0, 1}})->Unit(benchmark::kMicrosecond);
 
 void BM_AdamEigenLoop(benchmark::State& state) {
   const int64_t n = kRows * kCols;

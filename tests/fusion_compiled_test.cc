@@ -3,7 +3,9 @@
 // sizes that are not multiples of a vector, a range or a block, on one thread and on two.
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <random>
+#include <string>
 
 #include "core/lib/optimizers.h"
 #include "core/runtime/threads.h"
@@ -33,27 +35,110 @@ void expect_matches_unfused(const Graph& g, const std::vector<Array>& ins) {
   set_intra_op_threads(saved);
 }
 
-// Adam (a later step: moments not zero) on one parameter, which the compiled program runs.
-TEST(CompiledFusion, AdamMatchesUnfusedOnAnySize) {
+// An optimizer update of one parameter "w", with the compiled program it must run.
+struct Update {
+  const char* compiled;  // the plan's "[compiled: ...]" name
+  std::function<OptimizerUpdate(const TensorDict&, const TensorDict&, const TensorDict&)> fn;
+  bool moments = true;   // state m, v and step (the Adam family), else the momentum buffer m
+  bool norm = false;     // the step also returns the gradients' global norm (sharing g*g)
+};
+
+std::vector<Update> updates() {
+  return {
+      {"adam", [](auto& p, auto& g, auto& s) { return Adam{.lr = 3e-3}.update(p, g, s); }},
+      {"adam", [](auto& p, auto& g, auto& s) { return AdamW{.lr = 3e-3, .weight_decay = 0}.update(p, g, s); }},
+      {"adam_sq_operand", [](auto& p, auto& g, auto& s) { return Adam{.lr = 3e-3}.update(p, g, s); },
+       true, true},
+      {"adam_l2", [](auto& p, auto& g, auto& s) { return Adam{.lr = 3e-3, .weight_decay = 1e-4}.update(p, g, s); }},
+      {"adamw", [](auto& p, auto& g, auto& s) { return AdamW{.lr = 3e-3}.update(p, g, s); }},
+      {"adamw_sq_operand",
+       [](auto& p, auto& g, auto& s) { return AdamW{.lr = 3e-3, .weight_decay = 1e-4}.update(p, g, s); },
+       true, true},
+      {"sgd_momentum", [](auto& p, auto& g, auto& s) { return SGD{.lr = 0.1, .momentum = 0.9}.update(p, g, s); },
+       false},
+      {"sgd_nesterov",
+       [](auto& p, auto& g, auto& s) { return SGD{.lr = 0.1, .momentum = 0.9, .nesterov = true}.update(p, g, s); },
+       false},
+      {"sgd_momentum_l2",
+       [](auto& p, auto& g, auto& s) { return SGD{.lr = 0.1, .momentum = 0.9, .weight_decay = 1e-4}.update(p, g, s); },
+       false},
+      {"sgd_nesterov_l2",
+       [](auto& p, auto& g, auto& s) {
+         return SGD{.lr = 0.1, .momentum = 0.9, .nesterov = true, .weight_decay = 1e-4}.update(p, g, s);
+       },
+       false},
+  };
+}
+
+// Whether some instruction of the plan runs the compiled program `name`.
+bool runs_compiled(const Executable& exe, const std::string& name) {
+  return exe.plan_string().find("][compiled: " + name + "]") != std::string::npos;
+}
+
+// Each update (a later step: moments not zero) on one parameter runs its compiled program,
+// bit-identical to the unfused plan.
+TEST(CompiledFusion, OptimizerUpdatesRunCompiledAndMatchUnfusedOnAnySize) {
   std::mt19937 rng(11);
-  for (DType t : {DType::f32, DType::f64})
-    for (const Shape& s : std::vector<Shape>{{1}, {15}, {3, 17}, {37, 1100}, {1031, 1029}}) {
-      TraceContext ctx{{}};
-      TensorDict p, g, state;
-      p.set("w", ctx.parameter(t, s, "p"));
-      g.set("w", ctx.parameter(t, s, "g"));
-      state.set("m.w", ctx.parameter(t, s, "m"));
-      state.set("v.w", ctx.parameter(t, s, "v"));
-      state.set("step", ctx.parameter(DType::i32, {}, "step"));
-      const std::vector<Array> ins = {random_array(t, s, rng), random_array(t, s, rng),
-                                      random_array(t, s, rng), random_array(t, s, rng, 0.0, 1.0),
-                                      Array::scalar<int32_t>(6)};
-      auto [p2, s2] = Adam{.lr = 3e-3}.update(p, g, state);
-      ctx.graph.outputs.push_back(p2.at("w").id());
-      for (const auto& [name, x] : s2) ctx.graph.outputs.push_back(x.id());
-      SCOPED_TRACE(testing::Message() << dtype_name(t) << " " << s.size() << "-d, " << ins[0].size());
-      expect_matches_unfused(ctx.graph, ins);
-    }
+  for (const Update& u : updates())
+    for (DType t : {DType::f32, DType::f64})
+      for (const Shape& s : std::vector<Shape>{{1}, {15}, {3, 17}, {37, 1100}, {1031, 1029}}) {
+        TraceContext ctx{{}};
+        TensorDict p, g, state;
+        p.set("w", ctx.parameter(t, s, "p"));
+        g.set("w", ctx.parameter(t, s, "g"));
+        state.set("m.w", ctx.parameter(t, s, "m"));
+        std::vector<Array> ins = {random_array(t, s, rng), random_array(t, s, rng), random_array(t, s, rng)};
+        if (u.moments) {
+          state.set("v.w", ctx.parameter(t, s, "v"));
+          state.set("step", ctx.parameter(DType::i32, {}, "step"));
+          ins.push_back(random_array(t, s, rng, 0.0, 1.0));
+          ins.push_back(Array::scalar<int32_t>(6));
+        }
+        if (u.norm) ctx.graph.outputs.push_back(global_norm(g).id());
+        auto [p2, s2] = u.fn(p, g, state);
+        ctx.graph.outputs.push_back(p2.at("w").id());
+        for (const auto& [name, x] : s2) ctx.graph.outputs.push_back(x.id());
+        SCOPED_TRACE(testing::Message() << u.compiled << " " << dtype_name(t) << " " << s.size()
+                                        << "-d, " << ins[0].size());
+        Compiled c = compile_both(ctx.graph);
+        EXPECT_TRUE(runs_compiled(*c.fused, u.compiled)) << c.fused->plan_string();
+        expect_matches_unfused(ctx.graph, ins);
+      }
+}
+
+// Through jit, as a training step runs them: Adam, AdamW with a scheduled (traced) learning
+// rate after a global-norm check as the examples' step does, and SGD with momentum.
+TEST(CompiledFusion, JittedOptimizerStepsRunCompiledPrograms) {
+  const ArrayDict p{{"w", Array::full(DType::f32, {33, 65}, 0.5)}, {"b", Array::full(DType::f32, {65}, 0.1)}};
+  const ArrayDict g{{"w", Array::full(DType::f32, {33, 65}, 0.25)}, {"b", Array::full(DType::f32, {65}, 0.5)}};
+  const Array lr = Array::scalar<float>(1e-3f);
+  auto adam = jit([](const TensorDict& p, const TensorDict& g, const TensorDict& s) {
+    auto [p2, s2] = Adam{}.update(p, g, s);
+    return std::tuple{p2, s2};
+  });
+  auto adamw = jit([](const TensorDict& p, const TensorDict& g, const TensorDict& s, const Tensor& lr) {
+    Tensor norm = global_norm(g);
+    auto [p2, s2] = AdamW{.lr = lr, .weight_decay = 1e-4}.update(p, g, s);
+    return std::tuple{p2, s2, norm};
+  });
+  auto momentum = jit([](const TensorDict& p, const TensorDict& g, const TensorDict& s) {
+    auto [p2, s2] = SGD{.lr = 0.1, .momentum = 0.9}.update(p, g, s);
+    return std::tuple{p2, s2};
+  });
+  adam(p, g, Adam{}.init_state(p));
+  adamw(p, g, AdamW{}.init_state(p), lr);
+  momentum(p, g, SGD{.momentum = 0.9}.init_state(p));
+  const std::string plans[] = {adam.core().last_entry()->exe->plan_string(),
+                               adamw.core().last_entry()->exe->plan_string(),
+                               momentum.core().last_entry()->exe->plan_string()};
+  const char* names[] = {"adam", "adamw_sq_operand", "sgd_momentum"};
+  for (int k = 0; k < 3; ++k) {
+    // One compiled instruction per parameter.
+    const std::string label = std::string("][compiled: ") + names[k] + "]";
+    int count = 0;
+    for (size_t at = plans[k].find(label); at != std::string::npos; at = plans[k].find(label, at + 1)) ++count;
+    EXPECT_EQ(count, 2) << names[k] << "\n" << plans[k];
+  }
 }
 
 // A program no compiled table matches, so the block-by-block pass runs it: a row vector, a

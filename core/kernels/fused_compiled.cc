@@ -2,9 +2,9 @@
 // walks it once per packet (and once per element of the tail), so the compiler sees straight
 // code: loads of the external operands, the ops in order, the stores of the results.
 //
-// To add a program: write its table as the fusion planner emits it (fused_program_string in
-// a plan dump shows it; external operands are numbered by first use) and list it in
-// select_compiled_fused. Only ops of CStep's set may appear.
+// To add a program: write its table in fused_compiled_tables.h as the fusion planner emits it
+// (a plan dump's "fused[...]" label shows it) and list it in Tables below. Only ops of CStep's
+// set may appear.
 #include "core/kernels/fused_compiled.h"
 
 #include <Eigen/Core>
@@ -14,57 +14,13 @@
 #include <utility>
 
 #include "core/kernels/elementwise_sqrt.h"
+#include "core/kernels/fused_compiled_tables.h"
 #include "core/runtime/threads.h"
 
 namespace fjit {
 namespace {
 
-// An operand of a compiled step: an earlier step's value, or an external operand numbered in
-// the order of its first use in the program.
-struct Arg {
-  bool step = false;
-  int i = 0;
-};
-constexpr Arg S(int i) { return {true, i}; }
-constexpr Arg X(int i) { return {false, i}; }
-
-// One step: add, sub, mul, div (a, b) or sqrt (a).
-struct CStep {
-  Op op = Op::Add;
-  Arg a, b;
-};
-
-enum class Kind { full, scalar };  // an external operand: the output's shape, or one element
-
-template <size_t N, size_t K, size_t E>
-struct Program {
-  std::array<CStep, N> steps;
-  std::array<Kind, K> ext;
-  std::array<int, E> extras;
-};
-
-constexpr Kind F = Kind::full, C = Kind::scalar;
-
-// Adam's (and AdamW's without decay) update as core/lib/optimizers.cc builds it, with g, m, v
-// and p the full operands x0, x2, x5, x10:
-//   m2 = m*b1 + g*(1-b1);  v2 = v*b2 + g*g*(1-b2);
-//   p2 = p - step_size * (m2 / (sqrt(v2) * inv_sqrt_bc2 + eps))      further results m2, v2
-constexpr Program<13, 11, 2> kAdam{
-    {{{Op::Mul, X(0), X(1)},
-      {Op::Mul, X(2), X(3)},
-      {Op::Add, S(1), S(0)},
-      {Op::Mul, X(0), X(0)},
-      {Op::Mul, S(3), X(4)},
-      {Op::Mul, X(5), X(6)},
-      {Op::Add, S(5), S(4)},
-      {Op::Sqrt, S(6), {}},
-      {Op::Mul, S(7), X(7)},
-      {Op::Add, S(8), X(8)},
-      {Op::Div, S(2), S(9)},
-      {Op::Mul, X(9), S(10)},
-      {Op::Sub, X(10), S(11)}}},
-    {F, C, F, C, C, F, C, C, C, C, F},
-    {2, 6}};
+using namespace compiled;
 
 // Elements per thread range are a multiple of this, so only the last range has a tail.
 constexpr int64_t kRangeAlign = 64;
@@ -199,13 +155,36 @@ bool try_program(Instr& instr, const std::vector<FusedOp>& program,
   return true;
 }
 
+// Every table: select tries each (at most one matches, since matching is exact), and a
+// prepared instruction names its table by its loop.
+template <const auto&... Ps>
+struct Tables {
+  static bool select(Instr& instr, const std::vector<FusedOp>& program,
+                     const std::vector<int>& extras) {
+    return (try_program<Ps>(instr, program, extras) || ...);
+  }
+  static const char* name(KernelFn fn) {
+    const char* found = nullptr;
+    ((found = !found && (fn == &Loop<Ps, float>::run || fn == &Loop<Ps, double>::run) ? Ps.name
+                                                                                    : found),
+     ...);
+    return found;
+  }
+};
+using AllTables = Tables<kAdam, kAdamSquareIn, kAdamL2, kAdamW, kAdamWSquareIn, kSgdMomentum,
+                         kSgdNesterov, kSgdMomentumL2, kSgdNesterovL2>;
+
 }  // namespace
 
 bool select_compiled_fused(Instr& instr, const std::vector<FusedOp>& program,
                            const std::vector<int>& extras) {
   if (instr.out.dtype != DType::f32 && instr.out.dtype != DType::f64) return false;
   if (instr.out.size() == 0) return false;
-  return try_program<kAdam>(instr, program, extras);
+  return AllTables::select(instr, program, extras);
+}
+
+const char* compiled_fused_name(const Instr& instr) {
+  return instr.fn ? AllTables::name(instr.fn) : nullptr;
 }
 
 }  // namespace fjit

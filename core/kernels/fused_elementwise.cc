@@ -18,10 +18,14 @@
 #include "core/kernels/elementwise_common.h"
 #include "core/kernels/fused.h"
 #include "core/kernels/fused_compiled.h"
+#include "core/kernels/fused_streams.h"
 #include "core/runtime/threads.h"
 
 namespace fjit {
 namespace {
+
+using fused_streams::BlockAt;
+using fused_streams::Streams;
 
 constexpr int64_t kBlockElems = 1024;        // target elements per block
 constexpr int64_t kScratchBytes = 64 << 10;  // registers for intermediates, on the stack
@@ -54,11 +58,7 @@ struct FusedPlan {
   std::vector<Instr> full, last;  // per step; in_bufs / out_buf index the register table
 };
 
-// Where block b lies: its first row and column in the collapsed output, and its size.
-struct BlockAt {
-  int64_t row, col, elems;
-  bool last;
-};
+// Where block b lies.
 BlockAt block_at(const FusedPlan& P, int64_t b) {
   const int64_t per_row = P.rows_mode ? 1 : (P.n + P.block - 1) / P.block;
   const int64_t row = P.rows_mode ? b * P.block : b / per_row;
@@ -66,40 +66,6 @@ BlockAt block_at(const FusedPlan& P, int64_t b) {
   const bool last = P.rows_mode ? row + P.block > P.rows : col + P.block > P.n;
   const int64_t elems = P.rows_mode ? (last ? P.tail : P.block) * P.n : (last ? P.tail : P.block);
   return {row, col, elems, last};
-}
-
-// The memory a block streams through: each external operand that is walked like the output
-// (not a broadcast row, column or scalar), the output and the further results. The steps read
-// them one after another, so the hardware prefetchers see short bursts per stream; the next
-// block's lines are requested a slice before each step of the current one instead.
-struct Streams {
-  int count = 0;
-  const std::byte* base[kMaxRegs];
-  int64_t s0[kMaxRegs], s1[kMaxRegs], esize[kMaxRegs];
-  bool write[kMaxRegs];
-
-  void add(const void* p, int64_t row_stride, int64_t col_stride, int64_t es, bool w) {
-    base[count] = static_cast<const std::byte*>(p);
-    s0[count] = row_stride;
-    s1[count] = col_stride;
-    esize[count] = es;
-    write[count++] = w;
-  }
-};
-
-// Requests the cache lines [from, to) of block `at`, numbered stream after stream.
-void prefetch_lines(const Streams& S, const BlockAt& at, int64_t from, int64_t to) {
-  int64_t first = 0;  // number of the stream's first line
-  for (int k = 0; k < S.count && first < to; ++k) {
-    const int64_t bytes = at.elems * S.esize[k];
-    const int64_t lines = (bytes + 63) / 64;
-    const std::byte* p = S.base[k] + (at.row * S.s0[k] + at.col * S.s1[k]) * S.esize[k];
-    for (int64_t l = std::max<int64_t>(from - first, 0); l < std::min(lines, to - first); ++l) {
-      if (S.write[k]) __builtin_prefetch(p + l * 64, 1, 2);
-      else __builtin_prefetch(p + l * 64, 0, 2);
-    }
-    first += lines;
-  }
 }
 
 // Blocks [b0, b1) in the order of a walk over the output: rows mode numbers blocks of rows,
@@ -113,7 +79,7 @@ void run_blocks(const FusedPlan& P, const Instr& in, const Frame& f, int64_t b0,
   for (int s = 0; s < P.num_scratch; ++s) regs[P.num_ext + s] = scratch + s * P.reg_bytes;
   std::byte* out = in.output<std::byte>(f);
   const Frame sub{regs, f.ctx};
-  Streams S;
+  Streams<kMaxRegs> S;
   int64_t lines_per_block = 0;
   for (int k = 0; k < P.num_ext; ++k)
     if (P.s1[k] == 1 && (P.s0[k] != 0 || P.rows == 1)) S.add(in.in<std::byte>(f, k), P.s0[k], 1, P.esize[k], false);

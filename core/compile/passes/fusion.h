@@ -66,7 +66,8 @@ struct FusionGroup {
 struct FusionPlan {
   std::vector<int> group_of;  // node id -> index into groups, or -1 when computed alone
   std::vector<FusionGroup> groups;
-  // "fused[...]" text for a group, for plan dumps.
+  // "fused[...]" text for a group, for plan dumps; "fused[...][compiled: adamw]" when the
+  // instruction runs a compiled program (compiled_fused_name).
   std::string describe(int group) const;
 };
 

@@ -13,7 +13,9 @@ std::string FusionPlan::describe(int group) const {
       s += "; also writes";
       for (int x : grp.extra_roots) s += " %" + std::to_string(x);
     }
-    return s + "]";
+    s += "]";
+    if (const char* name = compiled_fused_name(grp.instr)) s += std::string("[compiled: ") + name + "]";
+    return s;
   }
   if (grp.kind == FusionGroup::kSum)
     return "fused_sum[" + fused_program_string(grp.program) + "; %" + std::to_string(grp.root) +
