@@ -7,7 +7,6 @@
 #include <utility>
 
 #include "core/compile/memory_plan.h"
-
 #include "core/ir/region.h"
 
 namespace fjit {
@@ -138,7 +137,9 @@ std::vector<int> overlap_waits(const Executable& exe, const std::vector<uint8_t>
     std::vector<int> written{in.out_buf};
     written.insert(written.end(), in.in_bufs.begin() + static_cast<std::ptrdiff_t>(in.ins.size()),
                    in.in_bufs.end());
-    auto touches = [&](int b) { return b >= 0 && std::find(written.begin(), written.end(), b) != written.end(); };
+    auto touches = [&](int b) {
+      return b >= 0 && std::find(written.begin(), written.end(), b) != written.end();
+    };
     for (int j = s + 1; j < n && wait[s] == n; ++j) {
       if (async[j]) continue;  // the worker runs it after s
       const Instr& next = exe.instrs[j];
@@ -152,7 +153,7 @@ std::vector<int> overlap_waits(const Executable& exe, const std::vector<uint8_t>
 }
 
 void plan_arena(Executable& exe, const std::vector<uint8_t>& async,
-                            std::vector<PlannedValue>& planned, const std::vector<int>& planned_buf) {
+                std::vector<PlannedValue>& planned, const std::vector<int>& planned_buf) {
   const int n = static_cast<int>(exe.instrs.size());
   exe.overlapped.assign(n, 0);
   exe.await_before.assign(n + 1, 0);
@@ -173,7 +174,8 @@ void plan_arena(Executable& exe, const std::vector<uint8_t>& async,
       for (int b : written)
         if (const int v = b >= 0 ? value_of_buf[b] : -1; v >= 0)
           planned[v].last_use = std::max(planned[v].last_use, wait[s]);
-      // Donation (Executable::can_alias): an input read by the worker counts as read until the wait.
+      // Donation (Executable::can_alias): an input read by the worker counts as read until the
+      // wait.
       for (size_t k = 0; k < in.ins.size(); ++k) {
         const BufferRef& r = exe.buffers[in.in_bufs[k]];
         if (r.kind != BufferRef::kInput || exe.input_last_read[r.where] >= wait[s]) continue;

@@ -55,7 +55,7 @@ std::vector<int> overlap_waits(const Executable& exe, const std::vector<uint8_t>
 // is the planner's choice, so planning repeats until every other operand outlives the wait
 // (lifetimes only grow: it ends). Inputs an overlapped instruction reads count as read until
 // its wait (Executable::can_alias).
-void plan_arena(Executable& exe, const std::vector<uint8_t>& async, std::vector<PlannedValue>& planned,
-                const std::vector<int>& planned_buf);
+void plan_arena(Executable& exe, const std::vector<uint8_t>& async,
+                std::vector<PlannedValue>& planned, const std::vector<int>& planned_buf);
 
 }  // namespace fjit

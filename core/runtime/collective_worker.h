@@ -53,11 +53,11 @@ class CollectiveWorker {
   const int track_;
   std::mutex mu_;
   std::condition_variable work_cv_, done_cv_;
-  std::vector<Task> tasks_;  // this run's, by ticket - 1
-  int submitted_ = 0;        // guarded by mu_
-  int finished_ = 0;         // guarded by mu_
-  bool stop_ = false;        // guarded by mu_
-  std::exception_ptr error_; // guarded by mu_: the first task error not yet rethrown
+  std::vector<Task> tasks_;   // this run's, by ticket - 1
+  int submitted_ = 0;         // guarded by mu_
+  int finished_ = 0;          // guarded by mu_
+  bool stop_ = false;         // guarded by mu_
+  std::exception_ptr error_;  // guarded by mu_: the first task error not yet rethrown
   std::thread thread_;
 };
 
