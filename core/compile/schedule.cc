@@ -32,6 +32,15 @@ bool ordered(const Graph& g, const FusionPlan& fusion, int id) {
   return op_kind(n.op) == OpKind::kControl && n.attrs.region && n.attrs.region->has_effects;
 }
 
+// The buffers an instruction writes: its result, and its further results' buffers, which
+// follow its operands' in in_bufs (fused.h).
+std::vector<int> written_buffers(const Instr& in) {
+  std::vector<int> written{in.out_buf};
+  written.insert(written.end(), in.in_bufs.begin() + static_cast<std::ptrdiff_t>(in.ins.size()),
+                 in.in_bufs.end());
+  return written;
+}
+
 const std::vector<int>& operands_of(const Graph& g, const FusionPlan& fusion, int id) {
   const int group = fusion.group_of[id];
   return group >= 0 ? fusion.groups[group].inputs : g.node(id).inputs;
@@ -134,9 +143,7 @@ std::vector<int> overlap_waits(const Executable& exe, const std::vector<uint8_t>
   for (int s = 0; s < n; ++s) {
     if (!async[s]) continue;
     const Instr& in = exe.instrs[s];
-    std::vector<int> written{in.out_buf};
-    written.insert(written.end(), in.in_bufs.begin() + static_cast<std::ptrdiff_t>(in.ins.size()),
-                   in.in_bufs.end());
+    const std::vector<int> written = written_buffers(in);
     auto touches = [&](int b) {
       return b >= 0 && std::find(written.begin(), written.end(), b) != written.end();
     };
@@ -168,10 +175,7 @@ void plan_arena(Executable& exe, const std::vector<uint8_t>& async,
       const Instr& in = exe.instrs[s];
       exe.overlapped[s] = 1;
       exe.await_before[wait[s]] = ++exe.num_overlapped;  // later tickets wait later
-      std::vector<int> written{in.out_buf};
-      written.insert(written.end(), in.in_bufs.begin() + static_cast<std::ptrdiff_t>(in.ins.size()),
-                     in.in_bufs.end());
-      for (int b : written)
+      for (int b : written_buffers(in))
         if (const int v = b >= 0 ? value_of_buf[b] : -1; v >= 0)
           planned[v].last_use = std::max(planned[v].last_use, wait[s]);
       // Donation (Executable::can_alias): an input read by the worker counts as read until the
