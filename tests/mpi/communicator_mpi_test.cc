@@ -334,7 +334,11 @@ TEST(MpiCommunicator, StalledRankIsReported) {
   policy.abort_after = 0ms;
   MpiCommunicator c(MPI_COMM_WORLD, policy);
   LogCapture capture;
-  if (c.rank() == c.size() - 1) std::this_thread::sleep_for(700ms);
+  // The ranks start together; the last one stays away past the warning (200 ms) and past the
+  // roll call's grace for answers after it (500 ms at the least, parallel/mpi_communicator.cc),
+  // with room for a loaded machine: a rank that arrives within the grace answers it.
+  MPI_Barrier(MPI_COMM_WORLD);  // not through c: its first collective is the one below
+  if (c.rank() == c.size() - 1) std::this_thread::sleep_for(1500ms);
   float x = 1.0f;
   c.all_reduce(&x, 1, DType::f32, ReduceOp::sum);
   EXPECT_EQ(x, static_cast<float>(c.size()));
