@@ -4,12 +4,13 @@
 
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <exception>
 #include <mutex>
+#include <stdexcept>
 #include <string>
 #include <typeinfo>
 
+#include "core/compile/compiler.h"
 #include "core/runtime/log.h"
 
 namespace fjit {
@@ -56,8 +57,12 @@ void mpi_init_once(int* argc, char*** argv) {
     int provided = MPI_THREAD_SINGLE;
     // Steps measured slower under MPI_THREAD_SERIALIZED than under FUNNELED (bench/RESULTS.md,
     // "Overlapped all-reduces"): only a job whose collectives run on a worker thread asks for it.
-    const char* overlap = std::getenv("FJIT_OVERLAP");
-    const bool worker = overlap != nullptr && (std::strcmp(overlap, "1") == 0 || std::strcmp(overlap, "worker") == 0);
+    // A malformed FJIT_OVERLAP counts as off here; JitOptions::resolved() reports it.
+    bool worker = false;
+    try {
+      worker = overlap_from_env() == Overlap::worker;
+    } catch (const std::invalid_argument&) {
+    }
     const int wanted = worker ? MPI_THREAD_SERIALIZED : MPI_THREAD_FUNNELED;
     if (MPI_Init_thread(argc, argv, wanted, &provided) != MPI_SUCCESS) {
       log().critical("MPI_Init_thread failed");

@@ -24,7 +24,6 @@ class Compiler {
  public:
   static std::shared_ptr<Executable> lower(std::shared_ptr<const Graph> g, std::vector<CheckSite> sites,
                                            const FusionOptions& fusion, bool overlap);
-
 };
 
 namespace {
@@ -52,15 +51,6 @@ bool in_place_ok(const Node& n, const Node& in) {
 }
 
 }  // namespace
-
-const char* overlap_name(Overlap mode) {
-  switch (mode) {
-    case Overlap::off: return "off";
-    case Overlap::schedule: return "schedule";
-    case Overlap::worker: return "worker";
-  }
-  return "?";
-}
 
 Overlap overlap_from_env() {
   const char* text = std::getenv("FJIT_OVERLAP");

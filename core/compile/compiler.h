@@ -40,7 +40,6 @@ enum class Overlap : uint8_t {
              // while the plan goes on (under MPI only when MPI allows it, mpi_runtime.h;
              // otherwise as schedule)
 };
-const char* overlap_name(Overlap mode);
 
 // FJIT_OVERLAP: unset, empty or "0": off; "schedule"; "1" or "worker"; anything else throws
 // std::invalid_argument naming the variable.

@@ -34,15 +34,22 @@ void Executable::run(const void* const* inputs, void* const* outputs, RunContext
   for (const Instr& instr : instrs) instr.fn(instr, frame);
 }
 
+namespace {
+
+// Runs one instruction and records it in the timeline.
+void run_and_record(const Instr& instr, const Frame& frame) {
+  const int64_t t0 = now_ns();
+  instr.fn(instr, frame);
+  const bool collective = op_kind(instr.op) == OpKind::kCollective;
+  timeline::event(instr.trace_name ? instr.trace_name : op_name(instr.op),
+                  collective ? "collective" : "op", t0, now_ns(),
+                  instr.out.size() * dtype_size(instr.out.dtype));
+}
+
+}  // namespace
+
 void Executable::run_recorded(const Frame& frame) const {
-  for (const Instr& instr : instrs) {
-    const int64_t t0 = now_ns();
-    instr.fn(instr, frame);
-    const bool collective = op_kind(instr.op) == OpKind::kCollective;
-    timeline::event(instr.trace_name ? instr.trace_name : op_name(instr.op),
-                    collective ? "collective" : "op", t0, now_ns(),
-                    instr.out.size() * dtype_size(instr.out.dtype));
-  }
+  for (const Instr& instr : instrs) run_and_record(instr, frame);
 }
 
 void Executable::run_overlapped(const Frame& frame) const {
@@ -62,11 +69,8 @@ void Executable::run_overlapped(const Frame& frame) const {
       worker.submit(instr, frame, recorded);
       continue;
     }
-    const int64_t t0 = recorded ? now_ns() : 0;
-    instr.fn(instr, frame);
-    if (recorded)
-      timeline::event(instr.trace_name, op_kind(instr.op) == OpKind::kCollective ? "collective" : "op", t0,
-                      now_ns(), instr.out.size() * dtype_size(instr.out.dtype));
+    if (recorded) run_and_record(instr, frame);
+    else instr.fn(instr, frame);
   }
   worker.wait(num_overlapped);
 }
