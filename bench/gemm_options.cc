@@ -39,7 +39,7 @@
 #include "bench/gemm_options_libs.h"
 #include "bench/gemm_options_peak.h"
 #include "bench/gemm_options_step.h"
-#include "core/kernels/gemm_library.h"
+#include "core/kernels/gemm/gemm_library.h"
 #include "parallel/fjit.h"
 
 using namespace fjit;

@@ -59,7 +59,7 @@
 #include "bench/scaling_rows.h"
 #include "bench/scaling_sync_threads.h"
 #include "core/lib/initializers.h"
-#include "core/runtime/threads.h"
+#include "core/base/threads.h"
 #include "parallel/fjit.h"
 #include "parallel/mpi_communicator.h"
 #include "parallel/mpi_runtime.h"

@@ -13,7 +13,7 @@
 #include <initializer_list>
 #include <string>
 
-#include "core/runtime/metrics.h"
+#include "core/base/metrics.h"
 
 namespace fjit::bench {
 namespace {

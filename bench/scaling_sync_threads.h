@@ -13,7 +13,7 @@
 #include <thread>
 #include <vector>
 
-#include "core/runtime/threads.h"
+#include "core/base/threads.h"
 #include "parallel/shm_barrier.h"
 #include "parallel/stall_policy.h"
 

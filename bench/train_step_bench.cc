@@ -23,7 +23,7 @@
 #include "bench/mlp_reference.h"
 #include "parallel/fjit.h"
 #include "core/lib/initializers.h"
-#include "core/runtime/timeline.h"
+#include "core/base/timeline.h"
 #include "examples/lib/mlp_model.h"
 
 using namespace fjit;
@@ -186,7 +186,7 @@ void profile_plan(const Config& c, const char* title) {
 // Alternates one fjit step and one hand-written step, timing each by thread CPU time, and
 // prints the medians and their ratio: on a shared machine, interleaving exposes both sides to
 // the same background load, which back-to-back benchmark runs do not.
-// What recording a timeline costs (core/runtime/timeline.h): rounds of a block of steps with
+// What recording a timeline costs (core/base/timeline.h): rounds of a block of steps with
 // the timeline off, then a block with it on (started before, written and stopped after, both
 // untimed); the per-round ratio on/off, median and range.
 void timeline_cost(const Config& c, const char* title, int rounds, int block) {

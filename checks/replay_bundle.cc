@@ -11,7 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/lib/atomic_file.h"
-#include "core/runtime/log.h"
+#include "core/base/log.h"
 
 namespace fjit {
 namespace {

@@ -17,10 +17,10 @@
 
 #include "checks/replay_bundle.h"
 #include "checks/report.h"
-#include "core/runtime/log.h"
-#include "core/runtime/metrics.h"
-#include "core/runtime/timeline.h"
-#include "core/runtime/communicator.h"
+#include "core/base/log.h"
+#include "core/base/metrics.h"
+#include "core/base/timeline.h"
+#include "core/kernels/collective/communicator.h"
 
 namespace fjit {
 namespace {

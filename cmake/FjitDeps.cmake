@@ -11,10 +11,10 @@ find_package(ZLIB REQUIRED)
 find_package(Threads REQUIRED)
 find_package(PkgConfig REQUIRED)
 pkg_check_modules(LIBDW REQUIRED IMPORTED_TARGET libdw)
-# Eigen's GEMM uses OpenMP for intra-op threads (core/runtime/threads.h); libgomp comes with g++.
+# Eigen's GEMM uses OpenMP for intra-op threads (core/base/threads.h); libgomp comes with g++.
 find_package(OpenMP REQUIRED COMPONENTS CXX)
 include(GNUInstallDirs)
-# BLIS (libblis-dev) computes the plain products when found (core/kernels/gemm_library.h);
+# BLIS (libblis-dev) computes the plain products when found (core/kernels/gemm/gemm_library.h);
 # without it, or with -DFJIT_BLIS=OFF, fjit's own Eigen-based driver computes them all.
 option(FJIT_BLIS "Use BLIS for plain matrix products when it is installed" ON)
 if(FJIT_BLIS)

@@ -13,7 +13,7 @@ foreach(layer core checks parallel)
     FILES_MATCHING PATTERN "*.h" PATTERN "*.def")
 endforeach()
 install(FILES ${PROJECT_SOURCE_DIR}/parallel/fjit.h DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/fjit)
-install(FILES ${FJIT_GENERATED_DIR}/core/runtime/version.h
+install(FILES ${FJIT_GENERATED_DIR}/core/base/version.h
   DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/fjit/core/runtime)
 
 set(FJIT_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/fjit)

@@ -1,4 +1,4 @@
-# Validates a timeline file (core/runtime/timeline.h) as trace-event JSON:
+# Validates a timeline file (core/base/timeline.h) as trace-event JSON:
 #   cmake -DFILES="a.json;b.json" -DTRACKS=2 -P check_timeline.cmake
 # Every file must parse; together they must name TRACKS distinct replica tracks, each with at
 # least one step event and one instruction event.

@@ -1,4 +1,4 @@
-// Records one collective into metrics() (core/runtime/metrics.h) when it ends: a call, its bytes and
+// Records one collective into metrics() (core/base/metrics.h) when it ends: a call, its bytes and
 // its wall time, including calls that end by throwing (a cancelled thread group).
 //
 // Cost: two clock reads and five relaxed atomic updates per collective; no allocation, no
@@ -8,7 +8,7 @@
 
 #include <cstdint>
 
-#include "core/runtime/metrics.h"
+#include "core/base/metrics.h"
 
 namespace fjit {
 

@@ -12,7 +12,7 @@
 #include <cstdint>
 
 #include "core/ir/dtype.h"
-#include "core/runtime/communicator.h"
+#include "core/kernels/collective/communicator.h"
 
 namespace fjit {
 

@@ -5,7 +5,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "core/runtime/env.h"
+#include "core/base/env.h"
 #include "parallel/backends.h"
 
 namespace fjit {

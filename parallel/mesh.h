@@ -6,7 +6,7 @@
 //
 // A Mesh is a cheap handle (copies share the replicas). Each local replica runs on a long-lived
 // worker (ReplicaPool) with its own Communicator. Intra-op threads per replica
-// (core/runtime/threads.h): the cores of the machine divided among the replicas that share it
+// (core/base/threads.h): the cores of the machine divided among the replicas that share it
 // (threads of this process, or ranks on this host), at least 1; FJIT_INTRA_OP_THREADS overrides.
 #pragma once
 
@@ -17,7 +17,7 @@
 
 #include "core/ir/array.h"
 #include "core/lib/data.h"
-#include "core/runtime/communicator.h"
+#include "core/kernels/collective/communicator.h"
 #include "core/trace/dict.h"
 #include "parallel/replica_pool.h"
 
@@ -65,7 +65,7 @@ class Mesh {
   // The communicator among the job's processes (one member each), or null for a one-process
   // job. What one process must agree on with the others goes through it.
   Communicator* process_comm() const;
-  // Threads each replica's kernels may use (core/runtime/threads.h).
+  // Threads each replica's kernels may use (core/base/threads.h).
   int intra_op_threads() const;
   // True in the process that holds replica 0 (the one that prints and writes checkpoints).
   bool is_primary() const { return first_replica() == 0; }

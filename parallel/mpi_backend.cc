@@ -2,7 +2,7 @@
 
 #include <memory>
 
-#include "core/runtime/threads.h"
+#include "core/base/threads.h"
 #include "parallel/mpi_communicator.h"
 
 namespace fjit {

@@ -6,9 +6,9 @@
 #include <cstring>
 #include <thread>
 
-#include "core/runtime/log.h"
-#include "core/runtime/metrics.h"
-#include "core/runtime/timeline.h"
+#include "core/base/log.h"
+#include "core/base/metrics.h"
+#include "core/base/timeline.h"
 #include "parallel/collective_metrics.h"
 #include "parallel/communicator_reduce.h"
 #include "parallel/mpi_runtime.h"

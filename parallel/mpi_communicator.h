@@ -50,7 +50,7 @@
 #include <string>
 #include <vector>
 
-#include "core/runtime/communicator.h"
+#include "core/kernels/collective/communicator.h"
 #include "parallel/communicator_reduce.h"
 #include "parallel/mpi_roll_call.h"
 #include "parallel/shm_barrier.h"

@@ -11,7 +11,7 @@
 #include <typeinfo>
 
 #include "core/compile/compiler.h"
-#include "core/runtime/log.h"
+#include "core/base/log.h"
 
 namespace fjit {
 

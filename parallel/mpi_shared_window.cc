@@ -32,8 +32,8 @@
 #include <new>
 #include <vector>
 
-#include "core/runtime/log.h"
-#include "core/runtime/metrics.h"
+#include "core/base/log.h"
+#include "core/base/metrics.h"
 #include "parallel/collective_metrics.h"
 #include "parallel/mpi_communicator.h"
 #include "parallel/mpi_runtime.h"

@@ -8,9 +8,9 @@
 #include <functional>
 #include <stdexcept>
 
-#include "core/runtime/env.h"
-#include "core/runtime/log.h"
-#include "core/runtime/metrics.h"
+#include "core/base/env.h"
+#include "core/base/log.h"
+#include "core/base/metrics.h"
 #include "parallel/shm_communicator.h"
 
 namespace fjit {

@@ -1,6 +1,6 @@
 #include "parallel/replica_pool.h"
 
-#include "core/runtime/threads.h"
+#include "core/base/threads.h"
 #include "parallel/stall_inspector.h"
 
 namespace fjit {

@@ -1,7 +1,7 @@
 // ReplicaPool: N long-lived threads that run one function per replica per step, so a step
 // costs a wake-up, not a thread start. Replica 0 runs on the calling thread.
 //
-// Each replica runs its kernels with `intra_op_threads` threads (core/runtime/threads.h): the workers
+// Each replica runs its kernels with `intra_op_threads` threads (core/base/threads.h): the workers
 // set it once, and the caller's own setting is swapped in for replica 0 only while it runs.
 //
 // run() returns when every replica has finished; if any replica threw, the first exception

@@ -10,8 +10,8 @@
 
 #include "parallel/stall_inspector.h"
 
-#include "core/runtime/metrics.h"
-#include "core/runtime/timeline.h"
+#include "core/base/metrics.h"
+#include "core/base/timeline.h"
 
 namespace fjit {
 namespace {

@@ -14,7 +14,7 @@
 #include <atomic>
 #include <cstdint>
 
-#include "core/runtime/communicator.h"
+#include "core/kernels/collective/communicator.h"
 #include "parallel/stall_inspector.h"
 
 namespace fjit {

@@ -8,7 +8,7 @@
 #include <thread>
 #include <vector>
 
-#include "core/runtime/log.h"
+#include "core/base/log.h"
 #include "parallel/collective_metrics.h"
 #include "parallel/communicator_reduce.h"
 

@@ -18,8 +18,8 @@
 #include <string>
 
 #include "absl/base/thread_annotations.h"
-#include "core/runtime/communicator.h"
-#include "core/runtime/mutex.h"
+#include "core/kernels/collective/communicator.h"
+#include "core/base/mutex.h"
 #include "parallel/shm_barrier.h"
 
 namespace fjit {

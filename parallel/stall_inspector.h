@@ -12,7 +12,7 @@
 #include <chrono>
 #include <cstdint>
 
-#include "core/runtime/communicator.h"
+#include "core/kernels/collective/communicator.h"
 #include "parallel/stall_policy.h"
 
 namespace fjit {

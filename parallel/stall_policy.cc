@@ -4,7 +4,7 @@
 #include <cmath>
 #include <cstdlib>
 
-#include "core/runtime/log.h"
+#include "core/base/log.h"
 
 namespace fjit {
 

@@ -4,7 +4,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "core/runtime/threads.h"
+#include "core/base/threads.h"
 #include "parallel/shm_communicator.h"
 
 namespace fjit {

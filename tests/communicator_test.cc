@@ -8,8 +8,8 @@
 #include <thread>
 #include <vector>
 
-#include "core/runtime/log.h"
-#include "core/runtime/metrics.h"
+#include "core/base/log.h"
+#include "core/base/metrics.h"
 #include "parallel/shm_communicator.h"
 #include "tests/communicator_testing.h"
 #include "tests/test_util.h"

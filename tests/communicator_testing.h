@@ -14,9 +14,9 @@
 #include <ostream>
 #include <vector>
 
-#include "core/runtime/metrics.h"
+#include "core/base/metrics.h"
 
-#include "core/runtime/communicator.h"
+#include "core/kernels/collective/communicator.h"
 
 namespace fjit::testing {
 

@@ -1,4 +1,4 @@
-// Integer FJIT_* environment variables are read strictly (core/runtime/env.h): a good value is
+// Integer FJIT_* environment variables are read strictly (core/base/env.h): a good value is
 // honoured, unset or empty gives the default, and anything else is a std::invalid_argument
 // naming the variable, thrown on the caller's thread (never on a replica thread), after which
 // the library keeps working once the variable is fixed.
@@ -7,7 +7,7 @@
 #include <random>
 #include <string>
 
-#include "core/runtime/env.h"
+#include "core/base/env.h"
 #include "fjit.h"
 #include "tests/test_util.h"
 

@@ -1,4 +1,4 @@
-// Compiled fused programs (core/kernels/fused_compiled.h) and the op-by-op fused pass that
+// Compiled fused programs (core/kernels/fused/fused_compiled.h) and the op-by-op fused pass that
 // runs every other program. Oracle: the same graph compiled without fusion, bit for bit, on
 // sizes that are not multiples of a vector, a range or a block, on one thread and on two.
 #include <gtest/gtest.h>
@@ -8,7 +8,7 @@
 #include <string>
 
 #include "core/lib/optimizers.h"
-#include "core/runtime/threads.h"
+#include "core/base/threads.h"
 #include "tests/fusion_test_util.h"
 
 namespace fjit {

@@ -6,7 +6,7 @@
 #include <cmath>
 #include <random>
 
-#include "core/kernels/fused.h"
+#include "core/kernels/fused/fused.h"
 #include "tests/fusion_test_util.h"
 
 namespace fjit {
@@ -217,7 +217,7 @@ TEST(Fusion, GemmTakesARuntimeScalarAsAlpha) {
 }
 
 // Narrow products (N <= 16 columns, the logits of a classifier and their weight gradient) run
-// through a column-major temporary (core/kernels/matmul.cc); SGD on them is left unfused.
+// through a column-major temporary (core/kernels/gemm/matmul.cc); SGD on them is left unfused.
 TEST(Fusion, NarrowMatmulsMatchReference) {
   std::mt19937 rng(9);
   for (DType t : {DType::f32, DType::f64}) {

@@ -7,7 +7,7 @@
 #include <thread>
 #include <vector>
 
-#include "core/runtime/threads.h"
+#include "core/base/threads.h"
 #include "parallel/backends.h"
 #include "parallel/mesh.h"
 

@@ -1,5 +1,5 @@
 // Collectives overlapped with the backward pass (core/compile/schedule.h,
-// core/runtime/collective_worker.h): the plan reduces gradients before its backward ends, the
+// core/compile/collective_worker.h): the plan reduces gradients before its backward ends, the
 // values are those of the plan without overlap bit for bit (SGD's fused all-reduce update,
 // bucketed pmeans, the example models with AdamW, uneven shards, every check mode), a raised
 // check is reported as without overlap, and the worker hands task errors back.
@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "core/runtime/collective_worker.h"
+#include "core/compile/collective_worker.h"
 #include "fjit.h"
 #include "lib/train_loop.h"
 #include "parallel/pmap.h"

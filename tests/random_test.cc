@@ -8,7 +8,7 @@
 #include <cmath>
 #include <set>
 
-#include "core/kernels/philox.h"
+#include "core/kernels/random/philox.h"
 #include "parallel/fjit.h"
 #include "tests/test_util.h"
 

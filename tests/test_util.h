@@ -11,7 +11,7 @@
 #include <string>
 
 #include "core/ir/array.h"
-#include "core/runtime/log.h"
+#include "core/base/log.h"
 
 namespace fjit::testing {
 

@@ -1,7 +1,7 @@
-// The timeline (core/runtime/timeline.h): a 2-replica pmap run is written as trace-event JSON
+// The timeline (core/base/timeline.h): a 2-replica pmap run is written as trace-event JSON
 // with one track per replica, its last N steps (the ring), instructions inside their steps,
 // collectives with their bytes, the compile, and a raised check; nothing is recorded when off.
-#include "core/runtime/timeline.h"
+#include "core/base/timeline.h"
 
 #include <gtest/gtest.h>
 

@@ -9,7 +9,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "core/ir/region.h"
-#include "core/runtime/log.h"
+#include "core/base/log.h"
 
 namespace fjit {
 namespace {

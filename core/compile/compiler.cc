@@ -9,8 +9,8 @@
 #include <string_view>
 
 #include "absl/container/flat_hash_map.h"
-#include "core/runtime/log.h"
-#include "core/runtime/timeline.h"
+#include "core/base/log.h"
+#include "core/base/timeline.h"
 #include "core/compile/control_flow.h"
 #include "core/compile/memory_plan.h"
 #include "core/compile/schedule.h"

@@ -2,9 +2,9 @@
 
 #include <sstream>
 
-#include "core/runtime/collective_worker.h"
-#include "core/runtime/metrics.h"
-#include "core/runtime/timeline.h"
+#include "core/compile/collective_worker.h"
+#include "core/base/metrics.h"
+#include "core/base/timeline.h"
 
 namespace fjit {
 

@@ -4,7 +4,7 @@
 // where a data-parallel step reduces its gradients after the whole backward pass. With
 // overlap (Overlap::schedule or worker, CompileOptions::overlap_collectives), the order
 // changes, and the plan's all-reduces may run on the replica's collective worker
-// (core/runtime/collective_worker.h; JitCore gives the plan one under Overlap::worker):
+// (core/compile/collective_worker.h; JitCore gives the plan one under Overlap::worker):
 //
 //  - Collectives, and control-flow instructions whose bodies hold collectives or checks, form
 //    a chain in the order of their collectives in the graph: every replica meets the same

@@ -33,7 +33,7 @@ inline bool is_storage_only(DType t) {
 
 // The C++ element types of the dtypes that have none of their own here (uint8_t is bool's
 // storage; the half types have no arithmetic in C++20). Kernels convert them through float
-// (core/kernels/elementwise_scalar.h); users fill them with raw bytes or Array::full.
+// (core/kernels/elementwise/elementwise_scalar.h); users fill them with raw bytes or Array::full.
 struct u8_t { uint8_t v; };
 struct f16_t { uint16_t bits; };
 struct bf16_t { uint16_t bits; };

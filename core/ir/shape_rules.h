@@ -8,7 +8,7 @@
 #include <span>
 #include <stdexcept>
 
-#include "core/kernels/kernel.h"
+#include "core/ir/node.h"
 
 namespace fjit {
 

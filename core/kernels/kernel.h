@@ -35,7 +35,7 @@ struct RunContext {
   // The iteration of the innermost scan or fori_loop running (-1: none); a raised check
   // records it in its payload's kIterationSlot.
   int64_t iteration = -1;
-  // Where the plan's overlapped collectives run (core/runtime/collective_worker.h); null:
+  // Where the plan's overlapped collectives run (core/compile/collective_worker.h); null:
   // every instruction runs on the calling thread, in plan order.
   CollectiveWorker* worker = nullptr;
 };

@@ -4,7 +4,7 @@
 
 #include <cmath>
 
-#include "core/runtime/metrics.h"
+#include "core/base/metrics.h"
 
 namespace fjit {
 namespace {

@@ -5,13 +5,13 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "core/runtime/env.h"
-#include "core/runtime/log.h"
-#include "core/runtime/metrics.h"
-#include "core/runtime/collective_worker.h"
-#include "core/runtime/communicator.h"
+#include "core/base/env.h"
+#include "core/base/log.h"
+#include "core/base/metrics.h"
+#include "core/compile/collective_worker.h"
+#include "core/kernels/collective/communicator.h"
 #include "core/runtime/step_checks.h"
-#include "core/runtime/timeline.h"
+#include "core/base/timeline.h"
 
 namespace fjit {
 namespace {
@@ -98,7 +98,7 @@ void set_default_check_policy(CheckPolicy policy) { g_policy.store(static_cast<i
 
 JitOptions JitOptions::resolved() const {
   JitOptions o = *this;
-  // Strict (core/runtime/env.h): a malformed value throws here, when the jit or pmap is constructed.
+  // Strict (core/base/env.h): a malformed value throws here, when the jit or pmap is constructed.
   if (o.recompile_warn_threshold < 0) o.recompile_warn_threshold = env_count("FJIT_RECOMPILE_WARN", 8, 1 << 30);
   if (!o.overlap) o.overlap = overlap_from_env();
   if (o.large_constant_bytes < 0) o.large_constant_bytes = env_count("FJIT_LARGE_CONSTANT_BYTES", 1 << 20, 1 << 30);
@@ -293,7 +293,7 @@ StepResult JitCore::run(const CompiledEntry& entry, const FlatArgs& args, std::s
     ctx.payload = s.payload.data();
   }
   // Under MPI on one machine, the communicator's shared workspace: its collectives then read
-  // a gradient where the plan wrote it (core/runtime/communicator.h).
+  // a gradient where the plan wrote it (core/kernels/collective/communicator.h).
   void* ws = comm != nullptr ? comm->shared_workspace(exe.workspace_bytes()) : nullptr;
   if (ws == nullptr) ws = s.ensure(exe.workspace_bytes());
   if (exe.num_overlapped > 0 && options_.overlap == Overlap::worker && comm != nullptr &&

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "core/compile/compiler.h"
-#include "core/runtime/mutex.h"
+#include "core/base/mutex.h"
 #include "core/trace/tensor.h"
 
 namespace fjit {
@@ -40,7 +40,7 @@ struct JitOptions {
   std::vector<std::string> axis_names;
   int num_replicas = 1;
   // Resolves every unset field from the environment (JitCore's constructor calls it). The
-  // integer variables are read strictly (core/runtime/env.h): an integer from 1 to 2^30, unset or
+  // integer variables are read strictly (core/base/env.h): an integer from 1 to 2^30, unset or
   // empty for the default; anything else throws std::invalid_argument naming the variable.
   JitOptions resolved() const;
 };

@@ -4,7 +4,7 @@
 #include <cstdlib>
 #include <mutex>
 
-#include "core/runtime/env.h"
+#include "core/base/env.h"
 
 namespace fjit {
 namespace {

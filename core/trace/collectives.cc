@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "core/runtime/env.h"
+#include "core/base/env.h"
 
 namespace fjit {
 namespace {

@@ -12,7 +12,6 @@
 
 #include "core/trace/ops.h"
 #include "core/trace/dict.h"
-#include "core/runtime/communicator.h"
 
 namespace fjit {
 

@@ -2,7 +2,7 @@
 //
 // A key is an ordinary traced value of type u32[2]. The same key gives the same bits on any
 // machine, with any number of intra-op threads, with thread replicas or MPI ranks: every
-// value is a pure function of the key and its position (Philox4x32-10, core/kernels/random.cc).
+// value is a pure function of the key and its position (Philox4x32-10, core/kernels/random/random.cc).
 // Keys are never consumed implicitly: derive new ones with split or fold_in, and use each
 // key once. Replicas of a pmap get the same stream unless the step folds in its replica
 // index: `fold_in(key, axis_index("batch"))`.

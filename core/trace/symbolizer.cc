@@ -14,7 +14,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
-#include "core/runtime/mutex.h"
+#include "core/base/mutex.h"
 
 namespace fjit::detail {
 namespace {

@@ -3,7 +3,7 @@
 #include <atomic>
 
 #include "core/trace/stack_trace.h"
-#include "core/runtime/log.h"
+#include "core/base/log.h"
 #include "core/ir/shape_rules.h"
 
 namespace fjit {

@@ -1,6 +1,6 @@
 // Fuzzes the numbers users type: the training programs' command line (parse_train_options,
 // examples/lib/train_options.h) and the replica and thread counts read from --replicas and
-// FJIT_* variables (parse_count, core/runtime/env.h).
+// FJIT_* variables (parse_count, core/base/env.h).
 //
 // The input is split at NUL bytes: the first piece is a count for parse_count, the rest are
 // the command line's arguments after the program name.
@@ -16,7 +16,7 @@
 #include <string_view>
 #include <vector>
 
-#include "core/runtime/env.h"
+#include "core/base/env.h"
 #include "lib/train_options.h"
 #include "tests/fuzz/fuzz_input.h"
 

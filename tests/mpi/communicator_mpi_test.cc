@@ -11,8 +11,8 @@
 #include <thread>
 #include <vector>
 
-#include "core/runtime/log.h"
-#include "core/runtime/metrics.h"
+#include "core/base/log.h"
+#include "core/base/metrics.h"
 #include "parallel/mpi_communicator.h"
 #include "parallel/mpi_runtime.h"
 #include "parallel/shm_communicator.h"

@@ -20,7 +20,7 @@
 #include <string>
 #include <thread>
 
-#include "core/runtime/log.h"
+#include "core/base/log.h"
 #include "parallel/mpi_communicator.h"
 #include "parallel/mpi_runtime.h"
 

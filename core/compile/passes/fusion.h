@@ -2,7 +2,7 @@
 //
 // Unlike the graph passes in pass.h, fusion does not rewrite the graph: the optimized graph
 // stays the one the user's ops made (checks and their upstream analysis read it), and the
-// compiler lowers each group of this plan into one fused instruction (core/kernels/fused.h).
+// compiler lowers each group of this plan into one fused instruction (core/kernels/fused/fused.h).
 //   elementwise  a DAG of elementwise ops (and broadcasts) with the shape of its root: one
 //                pass over memory. Its intermediates are used only inside the group, except
 //                members read after the group's instruction (at its root) or returned, which
@@ -39,7 +39,7 @@
 #include <vector>
 
 #include "core/ir/graph.h"
-#include "core/kernels/fused.h"
+#include "core/kernels/fused/fused.h"
 
 namespace fjit {
 

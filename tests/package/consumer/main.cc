@@ -4,7 +4,7 @@
 #include <cmath>
 #include <cstdio>
 
-#include "core/runtime/version.h"
+#include "core/base/version.h"
 #include "fjit.h"
 
 using namespace fjit;

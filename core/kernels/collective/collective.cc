@@ -1,0 +1,69 @@
+// Collectives: all_reduce, all_gather (axis 0) and axis_index, through RunContext::comm.
+//
+// Without a communicator (a plain jit outside pmap, or constant folding) a collective is the
+// identity of a one-replica group: all_reduce copies, all_gather copies its input into every
+// block of the output (one block when the group has one replica), axis_index is 0.
+// Every replica reaches the same communicator calls in the same order with the same sizes,
+// including zero-size ones, because every replica runs the same plan.
+#include <cassert>
+
+#include "core/kernels/structural/structural.h"
+#include "core/kernels/collective/communicator.h"
+
+namespace fjit::kernels::st {
+namespace {
+
+// p: [0]=elements [1]=bytes
+void all_reduce_kernel(const Instr& in, const Frame& f) {
+  const void* src = in.in<void>(f, 0);
+  void* dst = in.output<void>(f);
+  if (src != dst && in.p[1] > 0) std::memcpy(dst, src, in.p[1]);
+  if (f.ctx && f.ctx->comm)
+    f.ctx->comm->all_reduce(dst, in.p[0], in.out.dtype, static_cast<ReduceOp>(in.attrs.reduce));
+}
+
+// p: [0]=input bytes [1]=output bytes
+void all_gather_kernel(const Instr& in, const Frame& f) {
+  const char* src = in.in<char>(f, 0);
+  char* dst = in.output<char>(f);
+  const int64_t block = in.p[0], total = in.p[1];
+  if (f.ctx && f.ctx->comm) {
+    f.ctx->comm->all_gather(src, dst, static_cast<size_t>(block));
+    return;
+  }
+  if (block == 0) return;
+  for (int64_t off = 0; off + block <= total; off += block) std::memcpy(dst + off, src, block);
+}
+
+void axis_index_kernel(const Instr& in, const Frame& f) {
+  *in.output<int32_t>(f) = f.ctx ? static_cast<int32_t>(f.ctx->replica) : 0;
+}
+
+}  // namespace
+
+bool select_collective(Instr& instr) {
+  switch (instr.op) {
+    case Op::AllReduce:
+      assert(instr.ins.size() == 1 && instr.ins[0].shape == instr.out.shape &&
+             instr.ins[0].dtype == instr.out.dtype);
+      assert(instr.attrs.reduce <= static_cast<uint8_t>(ReduceOp::logical_or));
+      instr.p[0] = instr.out.size();
+      instr.p[1] = instr.out.size() * dtype_size(instr.out.dtype);
+      instr.fn = all_reduce_kernel;
+      return true;
+    case Op::AllGather:
+      assert(instr.ins.size() == 1 && instr.attrs.axis == 0 && instr.ins[0].dtype == instr.out.dtype);
+      assert(instr.ins[0].size() == 0 || instr.out.size() % instr.ins[0].size() == 0);
+      instr.p[0] = instr.ins[0].size() * dtype_size(instr.out.dtype);
+      instr.p[1] = instr.out.size() * dtype_size(instr.out.dtype);
+      instr.fn = all_gather_kernel;
+      return true;
+    case Op::AxisIndex:
+      assert(instr.out.dtype == DType::i32 && instr.out.size() == 1);
+      instr.fn = axis_index_kernel;
+      return true;
+    default: return false;
+  }
+}
+
+}  // namespace fjit::kernels::st

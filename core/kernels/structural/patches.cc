@@ -1,0 +1,103 @@
+// patches (im2col) and patches_adjoint (col2im) over NHWC images.
+//
+// The patches row of output pixel (n, oh, ow) is KH*KW runs of C contiguous channels, one per
+// window tap: a tap inside the image is one memcpy of a channel run of x, a tap in the padding
+// is a fill. The adjoint walks the same taps and adds each run into the image, in a fixed
+// order (row by row, tap by tap), so its sums do not depend on anything but the shapes.
+#include <algorithm>
+#include <cassert>
+
+#include "core/ir/convert.h"
+#include "core/kernels/structural/structural.h"
+
+namespace fjit::kernels::st {
+namespace {
+
+// p: [0] N, [1] H, [2] W, [3] C, [4] OH, [5] OW;  v: the window attribute (core/ir/node.h).
+struct Geometry {
+  int64_t n, h, w, c, oh, ow, kh, kw, sh, sw, dh, dw, top, left;
+  explicit Geometry(const Instr& in)
+      : n(in.p[0]), h(in.p[1]), w(in.p[2]), c(in.p[3]), oh(in.p[4]), ow(in.p[5]),
+        kh(in.v[0]), kw(in.v[1]), sh(in.v[2]), sw(in.v[3]), dh(in.v[4]), dw(in.v[5]),
+        top(in.v[6]), left(in.v[8]) {}
+
+  // Calls tap(row_offset, image_offset or -1) for every (pixel, tap) in order, the offsets
+  // in elements of the patches buffer and of the image.
+  template <class Tap> void for_each_tap(Tap&& tap) const {
+    int64_t row = 0;
+    for (int64_t b = 0; b < n; ++b)
+      for (int64_t y = 0; y < oh; ++y)
+        for (int64_t x = 0; x < ow; ++x)
+          for (int64_t i = 0; i < kh; ++i) {
+            const int64_t iy = y * sh - top + i * dh;
+            for (int64_t j = 0; j < kw; ++j, row += c) {
+              const int64_t ix = x * sw - left + j * dw;
+              const bool inside = iy >= 0 && iy < h && ix >= 0 && ix < w;
+              tap(row, inside ? ((b * h + iy) * w + ix) * c : int64_t{-1});
+            }
+          }
+  }
+};
+
+template <class T> void patches_kernel(const Instr& in, const Frame& f) {
+  const Geometry g(in);
+  const T* x = in.in<T>(f, 0);
+  T* out = in.output<T>(f);
+  T pad;
+  std::memcpy(&pad, &in.p[6], sizeof(T));
+  if (g.c == 1) {  // a first layer's grey image: one element per tap, no memcpy calls
+    g.for_each_tap([&](int64_t row, int64_t src) { out[row] = src >= 0 ? x[src] : pad; });
+    return;
+  }
+  g.for_each_tap([&](int64_t row, int64_t src) {
+    if (src >= 0) std::memcpy(out + row, x + src, g.c * sizeof(T));
+    else std::fill_n(out + row, g.c, pad);
+  });
+}
+
+template <class T> void patches_adjoint_kernel(const Instr& in, const Frame& f) {
+  const Geometry g(in);
+  const T* cols = in.in<T>(f, 0);
+  T* img = in.output<T>(f);
+  std::fill_n(img, g.n * g.h * g.w * g.c, T(0));
+  g.for_each_tap([&](int64_t row, int64_t dst) {
+    if (dst < 0) return;
+    const T* __restrict s = cols + row;
+    T* __restrict d = img + dst;
+    for (int64_t k = 0; k < g.c; ++k) d[k] += s[k];
+  });
+}
+
+void noop_kernel(const Instr&, const Frame&) {}
+
+template <class T> KernelFn pick(Instr& instr) {
+  if (instr.op == Op::PatchesAdjoint) return &patches_adjoint_kernel<T>;
+  const T pad = convert_element<T>(instr.attrs.scalar);
+  std::memcpy(&instr.p[6], &pad, sizeof(T));
+  return &patches_kernel<T>;
+}
+
+}  // namespace
+
+bool select_patches(Instr& instr) {
+  assert(instr.op == Op::Patches || instr.op == Op::PatchesAdjoint);
+  const Shape& image = instr.op == Op::Patches ? instr.ins[0].shape : instr.out.shape;
+  const Shape& cols = instr.op == Op::Patches ? instr.out.shape : instr.ins[0].shape;
+  assert(image.size() == 4 && cols.size() == 4 && instr.attrs.window.size() == 10);
+  for (int d = 0; d < 4; ++d) instr.p[d] = image[d];
+  instr.p[4] = cols[1];
+  instr.p[5] = cols[2];
+  instr.v = instr.attrs.window;
+  if (instr.out.size() == 0) {
+    instr.fn = noop_kernel;
+    return true;
+  }
+  switch (instr.out.dtype) {
+    case DType::f32: instr.fn = pick<float>(instr); return true;
+    case DType::f64: instr.fn = pick<double>(instr); return true;
+    case DType::i32: instr.fn = pick<int32_t>(instr); return true;
+    default: return false;
+  }
+}
+
+}  // namespace fjit::kernels::st

@@ -1,0 +1,124 @@
+// Reference kernels for layout, indexing and collective ops: for every output element,
+// unravel its index, compute the input index it reads, copy one element.
+#include <cassert>
+
+#include "core/kernels/structural/structural.h"
+#include "core/kernels/structural/structural_reference.h"
+#include "core/kernels/collective/communicator.h"
+
+namespace fjit::kernels::st {
+namespace {
+using ref::get;
+using ref::ravel;
+using ref::set;
+using ref::unravel;
+
+void transpose(const Attrs& at, const Array& x, Array& result) {
+  const std::vector<int64_t>& perm = at.axes;
+  for (int64_t i = 0; i < result.size(); ++i) {
+    const std::vector<int64_t> oi = unravel(i, result.shape());
+    std::vector<int64_t> xi(oi.size());
+    for (size_t k = 0; k < perm.size(); ++k) xi[perm[k]] = oi[k];
+    set(result, i, get(x, ravel(xi, x.shape())));
+  }
+}
+
+void broadcast(const Array& x, Array& result) {
+  const size_t lead = result.shape().size() - x.shape().size();
+  for (int64_t i = 0; i < result.size(); ++i) {
+    const std::vector<int64_t> oi = unravel(i, result.shape());
+    std::vector<int64_t> xi;
+    for (size_t d = 0; d < x.shape().size(); ++d) xi.push_back(x.shape()[d] == 1 ? 0 : oi[lead + d]);
+    set(result, i, get(x, ravel(xi, x.shape())));
+  }
+}
+
+void concat(const Attrs& at, std::span<const Array> ins, Array& result) {
+  const size_t axis = static_cast<size_t>(at.axis);
+  for (int64_t i = 0; i < result.size(); ++i) {
+    std::vector<int64_t> idx = unravel(i, result.shape());
+    size_t which = 0;
+    while (idx[axis] >= ins[which].shape()[axis]) idx[axis] -= ins[which++].shape()[axis];
+    set(result, i, get(ins[which], ravel(idx, ins[which].shape())));
+  }
+}
+
+void slice(const Attrs& at, const Array& x, Array& result) {
+  for (int64_t i = 0; i < result.size(); ++i) {
+    std::vector<int64_t> idx = unravel(i, result.shape());
+    for (size_t d = 0; d < idx.size(); ++d) idx[d] = at.starts[d] + idx[d] * at.steps[d];
+    set(result, i, get(x, ravel(idx, x.shape())));
+  }
+}
+
+void gather(const Attrs& at, const Array& x, const Array& indices, Array& result) {
+  const size_t axis = static_cast<size_t>(at.axis), ir = indices.shape().size();
+  const int64_t n = x.shape()[axis];
+  for (int64_t i = 0; i < result.size(); ++i) {
+    const std::vector<int64_t> oi = unravel(i, result.shape());
+    if (n == 0) continue;  // nothing to read: stays zero
+    std::vector<int64_t> ji(oi.begin() + axis, oi.begin() + axis + ir);
+    int64_t k = static_cast<int64_t>(get(indices, ravel(ji, indices.shape())));
+    if (k < 0) k = 0;
+    if (k > n - 1) k = n - 1;
+    std::vector<int64_t> xi(oi.begin(), oi.begin() + axis);
+    xi.push_back(k);
+    xi.insert(xi.end(), oi.begin() + axis + ir, oi.end());
+    set(result, i, get(x, ravel(xi, x.shape())));
+  }
+}
+
+void scatter_add(const Attrs& at, const Array& updates, const Array& indices, Array& result) {
+  const size_t axis = static_cast<size_t>(at.axis), ir = indices.shape().size();
+  const int64_t n = result.shape()[axis];
+  std::vector<double> acc(result.size(), 0.0);
+  for (int64_t i = 0; i < updates.size(); ++i) {
+    const std::vector<int64_t> ui = unravel(i, updates.shape());
+    std::vector<int64_t> ji(ui.begin() + axis, ui.begin() + axis + ir);
+    const int64_t k = static_cast<int64_t>(get(indices, ravel(ji, indices.shape())));
+    if (k < 0 || k >= n) continue;
+    std::vector<int64_t> oi(ui.begin(), ui.begin() + axis);
+    oi.push_back(k);
+    oi.insert(oi.end(), ui.begin() + axis + ir, ui.end());
+    const int64_t o = ravel(oi, result.shape());
+    if (result.dtype() == DType::boolean) acc[o] = (acc[o] != 0 || get(updates, i) != 0) ? 1 : 0;
+    else acc[o] += get(updates, i);
+  }
+  for (int64_t o = 0; o < result.size(); ++o) set(result, o, acc[o]);
+}
+
+void copy_elements(const Array& x, Array& result) {
+  for (int64_t i = 0; i < result.size(); ++i) set(result, i, get(x, i));
+}
+
+}  // namespace
+
+bool reference_layout_index(Op op, const Attrs& attrs, const ValueType& out,
+                            std::span<const Array> ins, const RunContext* ctx, Array& result) {
+  Communicator* comm = ctx ? ctx->comm : nullptr;
+  switch (op) {
+    case Op::Reshape: copy_elements(ins[0], result); return true;
+    case Op::Transpose: transpose(attrs, ins[0], result); return true;
+    case Op::BroadcastTo: broadcast(ins[0], result); return true;
+    case Op::Concat: concat(attrs, ins, result); return true;
+    case Op::Slice: slice(attrs, ins[0], result); return true;
+    case Op::Gather: gather(attrs, ins[0], ins[1], result); return true;
+    case Op::ScatterAdd: scatter_add(attrs, ins[0], ins[1], result); return true;
+    case Op::AllReduce:
+      copy_elements(ins[0], result);
+      if (comm) comm->all_reduce(result.raw(), result.size(), out.dtype, static_cast<ReduceOp>(attrs.reduce));
+      return true;
+    case Op::AllGather:
+      assert(attrs.axis == 0);
+      if (comm) {
+        comm->all_gather(ins[0].raw(), result.raw(), ins[0].nbytes());
+      } else if (ins[0].size() > 0) {
+        for (int64_t i = 0; i < result.size(); ++i) set(result, i, get(ins[0], i % ins[0].size()));
+      }
+      return true;
+    case Op::AxisIndex: set(result, 0, ctx ? ctx->replica : 0); return true;
+    default: return false;
+  }
+}
+
+}  // namespace fjit::kernels::st

@@ -1,0 +1,38 @@
+// The structural family's entry points: dispatch to the per-file selectors and references.
+#include "core/kernels/structural/structural.h"
+
+namespace fjit::kernels {
+
+bool select_structural(Instr& instr) {
+  switch (op_kind(instr.op)) {
+    case OpKind::kMatMul: return st::select_matmul(instr);
+    case OpKind::kReduce:
+      return instr.op == Op::ArgMax || instr.op == Op::ArgMin ? st::select_argmax(instr)
+                                                              : st::select_reduce(instr);
+    case OpKind::kLayout:
+      return instr.op == Op::Patches || instr.op == Op::PatchesAdjoint ? st::select_patches(instr)
+                                                                       : st::select_layout(instr);
+    case OpKind::kIndex: return st::select_index(instr);
+    case OpKind::kCollective: return st::select_collective(instr);
+    case OpKind::kRandom: return st::select_random(instr);
+    default: return false;
+  }
+}
+
+bool reference_structural(Op op, const Attrs& attrs, const ValueType& out,
+                          std::span<const Array> ins, const RunContext* ctx, Array& result) {
+  switch (op_kind(op)) {
+    case OpKind::kMatMul: case OpKind::kReduce:
+      return st::reference_matmul_reduce(op, attrs, out, ins, result);
+    case OpKind::kLayout:
+      if (op == Op::Patches || op == Op::PatchesAdjoint)
+        return st::reference_patches(op, attrs, ins, result);
+      return st::reference_layout_index(op, attrs, out, ins, ctx, result);
+    case OpKind::kIndex: case OpKind::kCollective:
+      return st::reference_layout_index(op, attrs, out, ins, ctx, result);
+    case OpKind::kRandom: return st::reference_random(op, attrs, ins, result);
+    default: return false;
+  }
+}
+
+}  // namespace fjit::kernels
