@@ -22,7 +22,7 @@
 //   over its median time, as a fraction of the peak.
 // Everything runs with 1 thread except the 2-thread run of the bits check; pin the process to
 // one core (taskset) so that the peak and the products are measured on the same core.
-#include <Eigen/Core>
+#include "core/base/eigen.h"
 #include <algorithm>
 #include <chrono>
 #include <cmath>

@@ -10,11 +10,11 @@
 // cold:1 runs each update after writing 64 MiB elsewhere (untimed), as in a training step,
 // where the rest of the step has pushed the parameters and moments out of cache.
 //
-//   build/bench/optimizer_bench --benchmark_enable_random_interleaving=true \
+//   build/bench/optimizer_bench --benchmark_enable_random_interleaving=true
 //       --benchmark_repetitions=9 --benchmark_min_time=0.2 --benchmark_report_aggregates_only=true
 #include <benchmark/benchmark.h>
 
-#include <Eigen/Core>
+#include "core/base/eigen.h"
 #include <cstdlib>
 #include <vector>
 

@@ -139,8 +139,8 @@ bool MpiCommunicator::shared_window() {
       !allocate_shared(kWindowBytes, &window_, &window_base_))
     return false;
   MPI_Win_lock_all(MPI_MODE_NOCHECK, window_);  // passive target: loads and stores, synced
-  // The ranks meet in the window through a barrier of atomics, not an MPI barrier (which took
-  // from 0.5 to 30 us per call on this project's noisy VM; two meetings per segment). Rank 0
+  // The ranks meet in the window through a barrier of atomics, not an MPI barrier (whose
+  // latency varied by a factor of 60 on a loaded VM, bench/RESULTS.md; two meetings per segment). Rank 0
   // builds it; MPI_Barrier publishes it. It is never destroyed: it dies with the window.
   unsigned char* control = window_base_[0] + 4 * kAreaBytes;
   if (rank_ == 0) new (control) ShmBarrier(size_, /*process_shared=*/true);

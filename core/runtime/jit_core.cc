@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "core/base/cpu_support.h"
 #include "core/base/env.h"
 #include "core/base/log.h"
 #include "core/base/metrics.h"
@@ -106,6 +107,9 @@ JitOptions JitOptions::resolved() const {
 }
 
 JitCore::JitCore(JitOptions options) : options_(options.resolved()) {
+  // Links core/base/cpu_support.cc into every program that jits: its start-up check has
+  // already refused a CPU without the features this build needs.
+  [[maybe_unused]] static const bool cpu_ok = cpu_features_missing().empty();
   timeline::start_from_environment();
 }
 

@@ -74,8 +74,8 @@ std::string die_string(Dwarf_Die* die, int name) {
 using NameCache = absl::flat_hash_map<const void*, std::string>;
 
 // A lambda's call operator is named "operator()" and has no linkage name; "{lambda}::" and the
-// function around it make it recognizable. That costs a walk of the unit (dwarf_getscopes_die,
-// ~0.3 ms), hence the cache, and why the (rarer) other nameless functions keep their plain
+// function around it make it recognizable. That costs a walk of the unit (dwarf_getscopes_die:
+// bench/RESULTS.md, "Figures quoted by the sources"), hence the cache, and why the (rarer) other nameless functions keep their plain
 // name, which their file:line disambiguates.
 std::string qualify_call_operator(Dwarf_Die* die, std::string name, NameCache* cache) {
   Dwarf_Die decl = *die;
@@ -158,8 +158,9 @@ void scopes_at(Dwarf_Die* parent, Dwarf_Addr addr, std::vector<Dwarf_Die>* chain
 }
 
 // The code ranges of one compilation unit's functions, sorted by start. Finding the function
-// around an address by walking the unit's DIEs costs 60-300 us even in a small unit (as
-// dwarf_getscopes does, two or three times over); built once, this makes it a binary search.
+// around an address by walking the unit's DIEs is slow even in a small unit (as
+// dwarf_getscopes does, two or three times over; bench/RESULTS.md, "Figures quoted by the
+// sources"); built once, this makes it a binary search.
 // Functions are found at the top level and in namespaces, where g++ puts every definition
 // except members of classes local to a function (those lose their inlined frames only).
 struct FunctionRange {

@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include <fmt/format.h>
+
 #include "core/lib/initializers.h"
 
 namespace fjit::examples {
@@ -142,7 +144,7 @@ Tensor model_logits(const ModelSpec& spec, const Params& p, const Tensor& images
       const size_t layers = p.size() / 2;
       Tensor h = x;
       for (size_t k = 1; k <= layers; ++k) {
-        h = matmul(h, p["w" + std::to_string(k)]) + p["b" + std::to_string(k)];
+        h = matmul(h, p[fmt::format("w{}", k)]) + p[fmt::format("b{}", k)];
         if (k < layers) h = relu(h);
       }
       return h;
