@@ -1,5 +1,6 @@
 // The configuration table (core/base/config.def): README.md lists exactly its variables, a
-// name cannot be declared twice, and each kind parses as config.def says.
+// name cannot be declared twice, each kind parses as config.def says, and the values reach the
+// plan, which records how it runs (overlap mode, fusion).
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -153,6 +154,47 @@ TEST(Config, FlagsTextsAndForeignVariables) {
   }
   EnvVar unset("PMIX_RANK", nullptr);
   EXPECT_EQ(config::pmix_rank(), std::nullopt);
+}
+
+// How a plan runs is decided once, when the jit or pmap is made, and recorded in the plan.
+TEST(Config, ThePlanRecordsItsOverlapAndFusion) {
+  auto step = [](const Params& p, const Tensor& x) {
+    auto [loss, g] = value_and_grad([](const Params& q, const Tensor& y) {
+      return mean(relu(matmul(y, q["w"])) * 2.0f);
+    })(p, x);
+    return std::tuple{p["w"] - pmean(g, "b")["w"] * 0.1f, pmean(loss, "b")};
+  };
+  const ArrayDict p{{"w", testing::random_f32({8, 4}, 1)}};
+  const Array x = testing::random_f32({4, 8}, 2);
+  auto made = [&](const Mesh& mesh, const char* overlap, const char* fusion) {
+    EnvVar o("FJIT_OVERLAP", overlap), f("FJIT_FUSION", fusion);
+    return pmap(mesh, "b", step);
+  };
+  {
+    auto two = made(Mesh::threads(2), "worker", "0");  // the variables are gone from here on
+    two(p, x);
+    const Executable& exe = *two.jit_core().last_entry()->exe;
+    EXPECT_EQ(exe.overlap, Overlap::worker);
+    EXPECT_EQ(exe.fusion, Fusion::off);
+    EXPECT_NE(exe.plan_string().find("; overlap worker, fusion off\n"), std::string::npos)
+        << exe.plan_string();
+  }
+  {
+    auto one = made(Mesh::threads(1), "schedule", "single");  // nothing to overlap with one
+    one(p, x);
+    const Executable& exe = *one.jit_core().last_entry()->exe;
+    EXPECT_EQ(exe.overlap, Overlap::off);
+    EXPECT_EQ(exe.fusion, Fusion::single);
+  }
+  PmapOptions o;
+  o.jit.overlap = Overlap::schedule;
+  o.jit.fusion = Fusion::gemm;
+  EnvVar fusion("FJIT_FUSION", "0");  // an option that is set is not read from the environment
+  auto set = pmap(Mesh::threads(2), "b", step, o);
+  set(p, x);
+  const Executable& exe = *set.jit_core().last_entry()->exe;
+  EXPECT_EQ(exe.overlap, Overlap::schedule);
+  EXPECT_EQ(exe.fusion, Fusion::gemm);
 }
 
 }  // namespace
