@@ -22,6 +22,7 @@
 #include "core/lib/progress.h"
 #include "core/lib/schedules.h"
 #include "core/runtime/jit.h"
+#include "core/base/config.h"
 #include "core/base/log.h"
 #include "core/base/metrics.h"
 #include "core/base/threads.h"

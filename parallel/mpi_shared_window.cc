@@ -30,8 +30,11 @@
 #include <cstring>
 #include <limits>
 #include <new>
+#include <optional>
+#include <string>
 #include <vector>
 
+#include "core/base/config.h"
 #include "core/base/log.h"
 #include "core/base/metrics.h"
 #include "parallel/collective_metrics.h"
@@ -68,15 +71,15 @@ std::vector<unsigned char*> aligned_parts(MPI_Win window, int size) {
 }
 
 // Where OpenMPI puts the backing files of shared windows (osc/sm's backing directory).
-const char* backing_directory() {
-  const char* dir = std::getenv("OMPI_MCA_osc_sm_backing_directory");
-  return dir != nullptr && *dir != '\0' ? dir : "/dev/shm";
+std::string backing_directory() {
+  const std::optional<std::string> dir = config::ompi_backing_directory();
+  return dir.has_value() && !dir->empty() ? *dir : "/dev/shm";
 }
 
 // Bytes free there; the largest int64 when that cannot be read.
 int64_t backing_bytes_free() {
   struct statvfs st {};
-  if (statvfs(backing_directory(), &st) != 0) return std::numeric_limits<int64_t>::max();
+  if (statvfs(backing_directory().c_str(), &st) != 0) return std::numeric_limits<int64_t>::max();
   return static_cast<int64_t>(st.f_bavail) * static_cast<int64_t>(st.f_frsize);
 }
 

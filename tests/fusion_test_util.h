@@ -101,7 +101,7 @@ inline Compiled compile_both(const Graph& g) {
   o.name = "fusion_test";
   Compiled c;
   c.fused = compile(g, {}, o);
-  o.fuse = false;
+  o.fusion = Fusion::off;
   c.plain = compile(g, {}, o);
   return c;
 }

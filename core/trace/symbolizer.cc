@@ -10,10 +10,12 @@
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
+#include <optional>
 #include <string>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "core/base/config.h"
 #include "core/base/mutex.h"
 
 namespace fjit::detail {
@@ -44,12 +46,13 @@ std::string normalize(const char* file) {
 
 // The standard lookup asks debuginfod servers for debug files missing on disk (libc's, say)
 // when DEBUGINFOD_URLS is set: that would block an error report on the network. Then separate
-// debug files are looked up by build-id on local disk only.
+// debug files are looked up by build-id on local disk only. The variable is libdw's, not an
+// option of fjit: it is looked at (through core/base/config.def) where libdw would read it.
 int find_debuginfo(Dwfl_Module* mod, void** userdata, const char* modname, Dwarf_Addr base,
                    const char* file, const char* debuglink, GElf_Word crc, char** found) {
   static const bool remote = [] {
-    const char* urls = std::getenv("DEBUGINFOD_URLS");
-    return urls != nullptr && *urls != '\0';
+    const std::optional<std::string> urls = config::debuginfod_urls();
+    return urls.has_value() && !urls->empty();
   }();
   if (remote)
     return dwfl_build_id_find_debuginfo(mod, userdata, modname, base, file, debuglink, crc, found);
