@@ -4,6 +4,7 @@
 # internals, compiler passes, backend details) stays out of the installed tree. The walk runs
 # at install time, so the installed set follows the includes as they are when installing.
 # Expects SOURCE_DIR, DESTINATION (the include/fjit folder) and ROOTS (paths under SOURCE_DIR).
+cmake_policy(SET CMP0057 NEW)  # if(... IN_LIST ...) in a script run by cmake --install
 set(pending ${ROOTS})
 set(public "")
 while(pending)
