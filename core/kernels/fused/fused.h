@@ -1,5 +1,5 @@
 // Fused instructions: one Instr that computes several graph nodes (chosen by the fusion
-// planner, core/compile/passes/fusion.h).
+// planner, core/compile/fusion/fusion.h).
 //
 // Fused elementwise: a small program of elementwise ops (unary, binary and compare with
 // broadcasting, logical, select, cast) evaluated in one pass over memory. The output is walked
