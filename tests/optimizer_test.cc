@@ -138,6 +138,15 @@ TEST(Optimizer, ClipByGlobalNorm) {
   expect_values(zero["a"], {0.0}, "zero");
 }
 
+TEST(Optimizer, DescribeNamesEveryHyperparameter) {
+  EXPECT_EQ(describe(AdamW{.lr = 3e-4}),
+            "AdamW(lr=0.0003, b1=0.9, b2=0.999, eps=1e-08, weight_decay=0.01)");
+  TraceContext ctx{{}};
+  const Tensor lr = ctx.parameter(DType::f32, {}, "lr");
+  EXPECT_EQ(describe(SGD{.lr = lr, .momentum = 0.9}),
+            "SGD(lr=traced, momentum=0.9, nesterov=0, weight_decay=0)");
+}
+
 TEST(Optimizer, MissingStateIsATraceError) {
   auto step = jit([](const Params& p, const Params& g, const Params& s) {
     return Adam{}.update(p, g, s).first;
