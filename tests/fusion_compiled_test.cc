@@ -71,6 +71,9 @@ std::vector<Update> updates() {
          return SGD{.lr = 0.1, .momentum = 0.9, .nesterov = true, .weight_decay = 1e-4}.update(p, g, s);
        },
        false},
+      {"lion", [](auto& p, auto& g, auto& s) { return Lion{.lr = 3e-4}.update(p, g, s); }, false},
+      {"lion_wd", [](auto& p, auto& g, auto& s) { return Lion{.lr = 3e-4, .weight_decay = 0.1}.update(p, g, s); },
+       false},
   };
 }
 

@@ -132,6 +132,37 @@ struct AdamW {
   }
 };
 
+// Lion (Chen et al. 2023, "Symbolic Discovery of Optimization Algorithms"), as lion-pytorch:
+//   c <- b1 m + (1-b1) g;  p <- p (1 - lr * weight_decay) - lr * sign(c);  m <- b2 m + (1-b2) g.
+// Every element moves by lr exactly, so lr is typically 3-10x smaller than AdamW's and
+// weight_decay as much larger. State: "m.<name>".
+struct Lion {
+  static constexpr const char* kName = "Lion";
+  Scalar lr = 1e-4;
+  double b1 = 0.9;
+  double b2 = 0.99;
+  double weight_decay = 0.0;
+
+  constexpr StateLayout layout() const { return {.moments = 1}; }
+  template <class V>
+  constexpr void element(Element<V>& x) const {
+    const V lr_t = x.scalar(lr, x.dtype);
+    const V base = weight_decay != 0.0 ? x.p * (1.0 - lr_t * weight_decay) : x.p;
+    x.p = base - lr_t * sign(x.m * b1 + x.g * (1.0 - b1));
+    x.m = x.m * b2 + x.g * (1.0 - b2);
+  }
+
+  Hyperparameters hyperparameters() const {
+    return {{"lr", lr}, {"b1", b1}, {"b2", b2}, {"weight_decay", weight_decay}};
+  }
+  ArrayDict init_state(const ArrayDict& params) const { return elementwise_init_state(*this, params); }
+  TensorDict init(const TensorDict& params) const { return elementwise_init(*this, params); }
+  OptimizerUpdate update(const TensorDict& params, const TensorDict& grads,
+                         const TensorDict& state) const {
+    return elementwise_update(*this, params, grads, state);
+  }
+};
+
 // Plain SGD without state: p - lr * g for every entry.
 TensorDict sgd(const TensorDict& params, const TensorDict& grads, Scalar lr,
                Loc loc = Loc::current());
@@ -144,7 +175,7 @@ Tensor global_norm(const TensorDict& xs, Loc loc = Loc::current());
 TensorDict clip_by_global_norm(const TensorDict& grads, Scalar max_norm, Tensor* norm = nullptr,
                                Loc loc = Loc::current());
 
-static_assert(Optimizer<SGD> && Optimizer<Adam> && Optimizer<AdamW>);
+static_assert(Optimizer<SGD> && Optimizer<Adam> && Optimizer<AdamW> && Optimizer<Lion>);
 
 // The names of the compiled programs derived from the optimizers above (a plan dump's
 // "[compiled: <name>]"), registering them with the fused kernels if no update has yet.

@@ -25,6 +25,8 @@ constexpr Form<SGD> kSgd[] = {
 constexpr Form<Adam> kAdam[] = {{"adam", {.weight_decay = 0}}, {"adam_l2", {.weight_decay = 1}}};
 // AdamW without weight decay is Adam's "adam".
 constexpr Form<AdamW> kAdamW[] = {{"adamw", {.weight_decay = 1}}};
+// The new moment shares no step with the new parameter: it is a fused group of its own.
+constexpr Form<Lion> kLion[] = {{"lion", {.weight_decay = 0}}, {"lion_wd", {.weight_decay = 1}}};
 
 template <const auto& kForms, size_t I, unsigned kCut>
 inline constexpr compiled::Program kProgram = optimizer_compiled::record(kForms[I], kCut);
@@ -50,6 +52,7 @@ const std::vector<compiled::CompiledEntry>& entries() {
     add_forms<kAdam>(out);
     add_forms<kAdamW>(out);
     add_forms<kSgd>(out);
+    add_forms<kLion>(out);
     register_compiled_programs(out);
     return out;
   }();
