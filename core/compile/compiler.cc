@@ -14,7 +14,7 @@
 #include "core/compile/memory_plan.h"
 #include "core/compile/schedule.h"
 #include "core/ir/region.h"
-#include "core/compile/passes/fusion.h"
+#include "core/compile/fusion/fusion.h"
 #include "core/compile/passes/pass.h"
 
 namespace fjit {
