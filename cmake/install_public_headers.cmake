@@ -4,19 +4,20 @@
 # internals, compiler passes, backend details) stays out of the installed tree. The walk runs
 # at install time, so the installed set follows the includes as they are when installing.
 # Expects SOURCE_DIR, DESTINATION (the include/fjit folder) and ROOTS (paths under SOURCE_DIR).
-cmake_policy(SET CMP0057 NEW)  # if(... IN_LIST ...) in a script run by cmake --install
 set(pending ${ROOTS})
 set(public "")
 while(pending)
   list(POP_FRONT pending header)
-  if(header IN_LIST public)
+  # list(FIND), not if(IN_LIST): an install script runs with CMake's oldest policies.
+  list(FIND public "${header}" seen)
+  if(NOT seen EQUAL -1)
     continue()
   endif()
   list(APPEND public "${header}")
   file(STRINGS "${SOURCE_DIR}/${header}" includes REGEX "^[ \t]*#[ \t]*include[ \t]*\"")
   foreach(line IN LISTS includes)
     string(REGEX REPLACE "^[ \t]*#[ \t]*include[ \t]*\"([^\"]+)\".*" "\\1" included "${line}")
-    if(EXISTS "${SOURCE_DIR}/${included}" AND NOT included IN_LIST public)
+    if(EXISTS "${SOURCE_DIR}/${included}")
       list(APPEND pending "${included}")
     endif()
   endforeach()
