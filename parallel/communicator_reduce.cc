@@ -5,11 +5,16 @@
 #include <cstring>
 #include <type_traits>
 
+// Without AVX-512, GCC notes (-Wpsabi) that passing a 64-byte vector by value has another ABI
+// than with it. Every function here is internal to this file (an anonymous namespace), so no
+// call crosses an ABI boundary and the note does not apply.
+#pragma GCC diagnostic ignored "-Wpsabi"
+
 namespace fjit {
 namespace {
 
-// 64-byte vectors through GCC's vector extensions (one AVX-512 register with -march=native,
-// split by the compiler otherwise). Every op below exists for scalars and vectors with the
+// 64-byte vectors through GCC's vector extensions (one AVX-512 register where the build
+// targets AVX-512, split by the compiler otherwise). Every op below exists for scalars and vectors with the
 // same per-element semantics, so the vector body and the scalar tail agree bit for bit.
 template <class T> struct VecOf;
 template <> struct VecOf<float> { typedef float type __attribute__((vector_size(64))); };
