@@ -4,6 +4,8 @@
 
 #include <string>
 
+#include "core/ir/array.h"
+#include "core/trace/dict.h"
 #include "core/trace/ops.h"
 
 namespace fjit {
@@ -12,6 +14,13 @@ namespace fjit {
 // gamma and beta have the last axis's extent.
 Tensor layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, double eps = 1e-5,
                   Loc loc = Loc::current());
+// The layer: layer_norm(x, p["<name>/g"], p["<name>/b"], eps), a scale "<name>/g" and an
+// offset "<name>/b" of the last axis's extent.
+Tensor layer_norm(const Params& p, const std::string& name, const Tensor& x, double eps = 1e-5,
+                  Loc loc = Loc::current());
+// Its parameters, added to `d`: scale ones, offset zeros, both [features].
+void layer_norm_params(ArrayDict& d, const std::string& name, int64_t features,
+                       DType dtype = DType::f32);
 
 struct BatchNormOptions {
   // Training: normalize with the batch's statistics and update the running ones. Evaluation:

@@ -1,42 +1,12 @@
-// Builders for the window ops, convolution, pooling and GELU (see core/trace/nn.h).
-#include "core/trace/nn.h"
+// Convolution and pooling layers (see core/nn/conv.h).
+#include "core/nn/conv.h"
 
-#include <cmath>
 #include <limits>
+#include <stdexcept>
 #include <string>
 
 namespace fjit {
 namespace {
-
-// The op's window attribute (core/ir/node.h) for an image of extents h x w, SAME padding
-// resolved here, where the image's extents are known.
-std::vector<int64_t> window_attr(const Window& win, int64_t h, int64_t w) {
-  std::vector<int64_t> a{win.size[0],     win.size[1],     win.strides[0], win.strides[1],
-                         win.dilation[0], win.dilation[1], 0, 0, 0, 0};
-  const Padding& p = win.padding;
-  if (p.kind == Padding::kExplicit) {
-    a[6] = p.top, a[7] = p.bottom, a[8] = p.left, a[9] = p.right;
-  } else if (p.kind == Padding::kSame) {
-    const int64_t in[2] = {h, w};
-    for (int d = 0; d < 2; ++d) {
-      if (win.strides[d] < 1 || win.size[d] < 1 || win.dilation[d] < 1) break;  // the rule says
-      const int64_t out = (in[d] + win.strides[d] - 1) / win.strides[d];
-      const int64_t span = (win.size[d] - 1) * win.dilation[d] + 1;
-      const int64_t total = std::max<int64_t>((out - 1) * win.strides[d] + span - in[d], 0);
-      a[6 + 2 * d] = total / 2;
-      a[7 + 2 * d] = total - total / 2;
-    }
-  }
-  return a;
-}
-
-ValueType no_hint() { return {DType::f32, {}}; }
-
-void require_image(const char* name, const Tensor& x, const Loc& loc) {
-  if (!x.defined()) detail::fail(name, {}, "operand is an undefined Tensor", &loc);
-  if (x.rank() != 4)
-    detail::fail(name, {x}, "expects an NHWC image of rank 4, got " + x.type_string(), &loc);
-}
 
 // Window reductions: [N,OH,OW,KH*KW*C] -> [N,OH,OW,KH*KW,C].
 Tensor windows(const Tensor& x, const Window& win, double pad_value, const Loc& loc) {
@@ -47,29 +17,9 @@ Tensor windows(const Tensor& x, const Window& win, double pad_value, const Loc& 
 
 }  // namespace
 
-Tensor patches(const Tensor& x, const Window& window, double pad_value, Loc loc) {
-  require_image("patches", x, loc);
-  Attrs a;
-  a.window = window_attr(window, x.shape()[1], x.shape()[2]);
-  a.scalar = pad_value;
-  return detail::build("patches", Op::Patches, {x}, std::move(a), no_hint(), &loc);
-}
-
-Tensor patches_adjoint(const Tensor& cols, const Window& window, const Shape& image_shape,
-                       Loc loc) {
-  if (!cols.defined()) detail::fail("patches_adjoint", {}, "operand is an undefined Tensor", &loc);
-  if (image_shape.size() != 4)
-    detail::fail("patches_adjoint", {cols}, "expects an NHWC image shape of rank 4, got " +
-                 shape_str(image_shape), &loc);
-  Attrs a;
-  a.window = window_attr(window, image_shape[1], image_shape[2]);
-  return detail::build("patches_adjoint", Op::PatchesAdjoint, {cols}, std::move(a),
-                       ValueType{cols.dtype(), image_shape}, &loc);
-}
-
 Tensor conv2d(const Tensor& x, const Tensor& w, const ConvOptions& o, Loc loc) {
   detail::CompositeScope scope("conv2d", {x, w});
-  require_image("conv2d", x, loc);
+  detail::require_image("conv2d", x, loc);
   if (!w.defined() || w.rank() != 4)
     detail::fail("conv2d", {x, w}, "expects an HWIO filter of rank 4", &loc);
   if (!is_floating(x.dtype()) || x.dtype() != w.dtype())
@@ -98,10 +48,24 @@ Tensor conv2d(const Tensor& x, const Tensor& w, const ConvOptions& o, Loc loc) {
   return reshape(transpose(y, {1, 0, 2}, loc), {n, oh, ow, out_c}, loc);
 }
 
+Tensor conv2d(const Params& p, const std::string& name, const Tensor& x,
+              const ConvOptions& options, Loc loc) {
+  return add(conv2d(x, p[name + "/w"], options, loc), p[name + "/b"], loc);
+}
+
+void conv2d_params(ArrayDict& d, const std::string& name, const Shape& filter, uint64_t seed,
+                   Init init, DType dtype) {
+  if (filter.size() != 4)
+    throw std::invalid_argument("conv2d_params: '" + name + "' needs an HWIO filter shape, got " +
+                                shape_str(filter));
+  d.set(name + "/w", initial_array(init, filter, seed, dtype));
+  d.set(name + "/b", zeros({filter.back()}, dtype));
+}
+
 Tensor max_pool(const Tensor& x, std::array<int64_t, 2> window, std::array<int64_t, 2> strides,
                 Padding padding, Loc loc) {
   detail::CompositeScope scope("max_pool", {x});
-  require_image("max_pool", x, loc);
+  detail::require_image("max_pool", x, loc);
   const Window win{window, strides, {1, 1}, padding};
   return max(windows(x, win, -std::numeric_limits<double>::infinity(), loc), {3}, false, loc);
 }
@@ -109,7 +73,7 @@ Tensor max_pool(const Tensor& x, std::array<int64_t, 2> window, std::array<int64
 Tensor avg_pool(const Tensor& x, std::array<int64_t, 2> window, std::array<int64_t, 2> strides,
                 Padding padding, Loc loc) {
   detail::CompositeScope scope("avg_pool", {x});
-  require_image("avg_pool", x, loc);
+  detail::require_image("avg_pool", x, loc);
   if (!is_floating(x.dtype())) detail::fail("avg_pool", {x}, "expects a floating-point image", &loc);
   const Window win{window, strides, {1, 1}, padding};
   Tensor total = sum(windows(x, win, 0.0, loc), {3}, false, loc);
@@ -118,21 +82,6 @@ Tensor avg_pool(const Tensor& x, std::array<int64_t, 2> window, std::array<int64
   Tensor ones = full(x.dtype(), {1, s[1], s[2], 1}, 1.0, loc);
   Tensor count = sum(windows(ones, win, 0.0, loc), {3}, false, loc);  // [1, OH, OW, 1]
   return div(total, count, loc);
-}
-
-Tensor gelu(const Tensor& x, bool approximate, Loc loc) {
-  detail::CompositeScope scope("gelu", {x});
-  if (!x.defined() || !is_floating(x.dtype()))
-    detail::fail("gelu", {x}, "expects a floating-point operand", &loc);
-  const DType t = x.dtype();
-  if (approximate) {
-    const double c = std::sqrt(2.0 / M_PI);
-    Tensor inner = mul(add(x, mul(mul(mul(x, x, loc), x, loc), scalar(t, 0.044715, loc), loc), loc),
-                       scalar(t, c, loc), loc);
-    return mul(mul(x, scalar(t, 0.5, loc), loc), add(tanh(inner, loc), scalar(t, 1.0, loc), loc), loc);
-  }
-  Tensor phi = add(erf(mul(x, scalar(t, M_SQRT1_2, loc), loc), loc), scalar(t, 1.0, loc), loc);
-  return mul(mul(x, scalar(t, 0.5, loc), loc), phi, loc);
 }
 
 }  // namespace fjit

@@ -1,5 +1,5 @@
-// Normalization layers (see core/lib/layers.h).
-#include "core/lib/layers.h"
+// Normalization layers (see core/nn/normalization.h).
+#include "core/nn/normalization.h"
 
 #include "core/trace/collectives.h"
 
@@ -27,6 +27,15 @@ Tensor layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, doub
   Tensor var = mean(mul(centered, centered, loc), {-1}, true, loc);
   Tensor inv = rsqrt(add(var, scalar(x.dtype(), eps, loc), loc), loc);
   return add(mul(mul(centered, inv, loc), gamma, loc), beta, loc);
+}
+
+Tensor layer_norm(const Params& p, const std::string& name, const Tensor& x, double eps, Loc loc) {
+  return layer_norm(x, p[name + "/g"], p[name + "/b"], eps, loc);
+}
+
+void layer_norm_params(ArrayDict& d, const std::string& name, int64_t features, DType dtype) {
+  d.set(name + "/g", Array::full(dtype, {features}, 1.0));
+  d.set(name + "/b", Array::zeros(dtype, {features}));
 }
 
 BatchNormResult batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta,
