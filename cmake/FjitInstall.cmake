@@ -1,10 +1,10 @@
-# Install rules: the three layer libraries and the umbrella as exported targets
-# (fjit::core, fjit::checks, fjit::parallel, fjit::fjit), every header under include/fjit/
+# Install rules: the layer libraries and the umbrella as exported targets (fjit::core,
+# fjit::io, fjit::checks, fjit::parallel, fjit::train, fjit::fjit), every header under include/fjit/
 # (so "core/ir/array.h" and "fjit.h" resolve with include/fjit on the path), the generated
 # version header, fjitConfig.cmake with its version file, and fjit.pc for pkg-config.
 include(CMakePackageConfigHelpers)
 
-install(TARGETS fjit_core fjit_checks fjit_parallel fjit EXPORT fjitTargets
+install(TARGETS fjit_core fjit_io fjit_checks fjit_parallel fjit_train fjit EXPORT fjitTargets
   ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
   INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/fjit)

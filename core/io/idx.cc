@@ -1,4 +1,4 @@
-#include "core/lib/idx.h"
+#include "core/io/idx.h"
 
 #include <zlib.h>
 

@@ -30,14 +30,14 @@
 #include <utility>
 #include <vector>
 
+#include "core/base/split_rows.h"
 #include "core/ir/array.h"
 #include "core/trace/dict.h"
 
 namespace fjit::io {
 
-// Part `part`'s [begin, end) rows of `rows` split over `parts` parts as evenly as possible:
-// the first rows % parts parts get one row more. REQUIRES parts >= 1, 0 <= part < parts.
-std::pair<int64_t, int64_t> split_rows(int64_t rows, int parts, int part);
+// Part `part`'s [begin, end) rows of `rows` split over `parts` parts (core/base/split_rows.h).
+using fjit::split_rows;
 
 // Which replicas of a job this process feeds (parallel/mesh.h: Mesh::data_shard()).
 struct Shard {

@@ -1,4 +1,4 @@
-#include "core/lib/checkpoint.h"
+#include "core/io/checkpoint.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -17,7 +17,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/lib/atomic_file.h"
+#include "core/io/atomic_file.h"
 
 namespace fjit::io {
 namespace {

@@ -1,4 +1,4 @@
-#include "core/lib/progress.h"
+#include "core/io/progress.h"
 
 #include <fmt/format.h>
 

@@ -1,11 +1,11 @@
 // Checkpoints against a model and a run: compatibility, configuration, and the naming of
-// periodic checkpoints in a directory (core/lib/checkpoint.h).
+// periodic checkpoints in a directory (core/io/checkpoint.h).
 #include <algorithm>
 #include <filesystem>
 #include <stdexcept>
 #include <string_view>
 
-#include "core/lib/checkpoint.h"
+#include "core/io/checkpoint.h"
 
 namespace fjit::io {
 namespace {

@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "core/ir/array.h"
-#include "core/lib/data.h"
+#include "core/io/data.h"
 
 namespace fjit::io {
 

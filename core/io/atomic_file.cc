@@ -1,4 +1,4 @@
-#include "core/lib/atomic_file.h"
+#include "core/io/atomic_file.h"
 
 #include <fcntl.h>
 #include <signal.h>

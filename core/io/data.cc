@@ -1,4 +1,4 @@
-#include "core/lib/data.h"
+#include "core/io/data.h"
 
 #include <algorithm>
 #include <cstring>
@@ -39,12 +39,6 @@ std::vector<int64_t> epoch_permutation(int64_t n, uint64_t seed, int64_t epoch) 
     std::swap(perm[i], perm[j]);
   }
   return perm;
-}
-
-std::pair<int64_t, int64_t> split_rows(int64_t rows, int parts, int part) {
-  const int64_t base = rows / parts, extra = rows % parts;
-  const int64_t begin = part * base + std::min<int64_t>(part, extra);
-  return {begin, begin + base + (part < extra ? 1 : 0)};
 }
 
 std::pair<int64_t, int64_t> Shard::rows(int64_t global_rows) const {
