@@ -1,22 +1,26 @@
-#include "lib/train_main.h"
+#include "parallel/train/train_main.h"
 
 #include <cstdio>
 #include <exception>
 #include <optional>
 
-#include "lib/train_loop.h"
+#include "core/base/metrics.h"
+#include "core/io/idx.h"
+#include "core/io/progress.h"
+#include "core/runtime/step_checks.h"
+#include "parallel/train/trainer.h"
 
-namespace fjit::examples {
+namespace fjit::training {
 namespace {
 
-int train(Mesh& mesh, TrainOptions options, const char* program) {
+int train(Mesh& mesh, TrainOptions options, const char* program, const ModelMenu& models) {
   const bool primary = mesh.is_primary();
   const std::string dir = options.data_dir.empty() ? io::kDebianFashionMnistDir : options.data_dir;
   const int64_t t0 = now_ns();
-  // The convolutional models take the file's bytes and scale them in the step.
-  const DType pixels = options.model == "mlp" ? DType::f32 : DType::u8;
-  io::Dataset train_set = io::load_fashion_mnist(dir, "train", pixels);
-  io::Dataset test_set = io::load_fashion_mnist(dir, "t10k", pixels);
+  Model model = models.build(options);
+  // A model may take the file's bytes and scale them in the step (model.pixels).
+  io::Dataset train_set = io::load_fashion_mnist(dir, "train", model.pixels);
+  io::Dataset test_set = io::load_fashion_mnist(dir, "t10k", model.pixels);
   if (primary)
     std::printf("fjit %s: %d replica(s) (%s) | %lld train / %lld test examples from %s "
                 "(loaded in %.1fs)\n%s\n",
@@ -24,7 +28,8 @@ int train(Mesh& mesh, TrainOptions options, const char* program) {
                 static_cast<long long>(train_set.size()),
                 static_cast<long long>(test_set.size()), dir.c_str(), (now_ns() - t0) * 1e-9,
                 describe(options).c_str());
-  Trainer trainer(mesh, std::move(options), std::move(train_set), std::move(test_set));
+  Trainer trainer(mesh, std::move(options), std::move(model), std::move(train_set),
+                  std::move(test_set));
   const int64_t start = now_ns();
   const double accuracy = trainer.run();
   const double seconds = (now_ns() - start) * 1e-9;
@@ -47,10 +52,11 @@ int train(Mesh& mesh, TrainOptions options, const char* program) {
 
 }  // namespace
 
-int train_main(int argc, char** argv, const char* program, const TrainOptions& defaults) {
-  ParsedOptions parsed = parse_train_options(argc, argv, defaults);
+int train_main(int argc, char** argv, const char* program, const TrainOptions& defaults,
+               const ModelMenu& models) {
+  ParsedOptions parsed = parse_train_options(argc, argv, defaults, models.names);
   if (parsed.help) {
-    std::printf("%s", train_usage(argv[0], defaults).c_str());
+    std::printf("%s", train_usage(argv[0], defaults, models.names).c_str());
     return 0;
   }
   if (!parsed.error.empty()) {
@@ -66,7 +72,7 @@ int train_main(int argc, char** argv, const char* program, const TrainOptions& d
   }
   Mesh& mesh = *maybe_mesh;
   try {
-    return train(mesh, std::move(parsed.options), program);
+    return train(mesh, std::move(parsed.options), program, models);
   } catch (const CheckError& e) {
     // Raised on every replica at the same step; the report has been logged once already.
     if (mesh.is_primary())
@@ -80,4 +86,4 @@ int train_main(int argc, char** argv, const char* program, const TrainOptions& d
   }
 }
 
-}  // namespace fjit::examples
+}  // namespace fjit::training

@@ -1,5 +1,5 @@
-// Command-line options of the training examples, parsed with CLI11 (lib/train_options.cc;
-// what they mean for a run, from describe() on, is lib/train_config.cc).
+// Command-line options of a training program, parsed with CLI11 (train_options.cc; what they
+// mean for a run, from describe() on, is train_config.cc).
 //
 // Every option takes a value ("--epochs 10" or "--epochs=10") except the flags --resume,
 // --allow-config-change and --help. Numbers are parsed strictly (the whole value, no
@@ -15,10 +15,10 @@
 #include <vector>
 
 #include "core/ir/check_site.h"
-#include "core/lib/checkpoint.h"
+#include "core/io/checkpoint.h"
 #include "core/lib/schedules.h"
 
-namespace fjit::examples {
+namespace fjit::training {
 
 struct TrainOptions {
   int64_t epochs = 10;
@@ -40,12 +40,17 @@ struct TrainOptions {
   std::optional<CheckMode> checks;
   std::optional<CheckPolicy> on_check_failure;
   int64_t log_every = 100;           // steps between progress lines; 0: epoch lines only
+  // Empty: no scalar log. Else the run's scalars go here every log_every steps, as JSON lines
+  // and a TensorBoard event file (parallel/train/train_scalars.h).
+  std::string log_dir;
   int64_t max_steps = -1;            // stop after this many steps in all (-1: no limit)
   int64_t eval_batch_size = 1000;
   int divergence_check_every = 0;    // compare replicas' parameters every K steps (0: off)
   std::vector<int64_t> layers = {784, 512, 256, 10};  // the MLP's
-  std::string model = "mlp";         // mlp, cnn or vit (examples/lib/models.h)
-  double dropout = 0.0;              // cnn and vit
+  // The model, picked by name from the program's ModelMenu (parallel/train/model.h); layers
+  // and dropout are what the examples' models read of the options (examples/lib/models.h).
+  std::string model = "mlp";
+  double dropout = 0.0;
   // Empty: every process reads its replicas' rows of each global batch of the whole training
   // set. Else one count per process (MPI rank): process p trains on its own examples only,
   // the next examples_per_process[p] of the training set, in local batches of its replicas'
@@ -61,11 +66,14 @@ struct ParsedOptions {
   std::string error;  // non-empty: the command line was wrong
 };
 
-// Parses argv[1..argc). Unknown options, missing or malformed values are errors.
-ParsedOptions parse_train_options(int argc, char** argv, TrainOptions defaults = {});
+// Parses argv[1..argc). Unknown options, missing or malformed values are errors, and so is a
+// --model not in `models` (when `models` is not empty: the program's ModelMenu names).
+ParsedOptions parse_train_options(int argc, char** argv, TrainOptions defaults = {},
+                                  const std::vector<std::string>& models = {});
 
 // The --help text, with the defaults shown.
-std::string train_usage(const char* program, const TrainOptions& defaults = {});
+std::string train_usage(const char* program, const TrainOptions& defaults = {},
+                        const std::vector<std::string>& models = {});
 
 // A one-line summary of the options that shape the run (for the log).
 std::string describe(const TrainOptions& o);
@@ -77,6 +85,9 @@ Schedule learning_rate_schedule(const TrainOptions& o, int64_t total_steps);
 // allow_config_change): the model, the optimizer and the schedule.
 io::RunConfig run_config(const TrainOptions& o);
 
+// "784,512,10".
 std::string join(const std::vector<int64_t>& v);
+// "mlp, cnn or vit".
+std::string join_choices(const std::vector<std::string>& names);
 
-}  // namespace fjit::examples
+}  // namespace fjit::training

@@ -1,8 +1,8 @@
-// What the parsed training options mean for a run (declared in lib/train_options.h): its
-// summary line, its learning-rate schedule, and the configuration a checkpoint records. Kept
-// apart from the parser (lib/train_options.cc), which then needs none of fjit's library and
+// What the parsed training options mean for a run (declared in train_options.h): its summary
+// line, its learning-rate schedule, and the configuration a checkpoint records. Kept apart
+// from the parser (train_options.cc), which then needs none of fjit's library and
 // builds alone into its fuzzer (tests/fuzz/).
-#include "lib/train_options.h"
+#include "parallel/train/train_options.h"
 
 #include <fmt/format.h>
 
@@ -10,7 +10,7 @@
 
 #include "core/runtime/jit_core.h"
 
-namespace fjit::examples {
+namespace fjit::training {
 
 std::string describe(const TrainOptions& o) {
   const std::string model = o.model == "mlp" ? "mlp " + join(o.layers)
@@ -57,4 +57,4 @@ io::RunConfig run_config(const TrainOptions& o) {
   return c;
 }
 
-}  // namespace fjit::examples
+}  // namespace fjit::training

@@ -1,6 +1,7 @@
-// Trainer: the training loop of the examples — parameters and AdamW state, the data order,
-// the pmap'd step, evaluation and checkpoints — usable a step at a time (tests, the
-// poisoned-batch example) or as a whole run with progress lines (run()).
+// Trainer: the training loop of a classifier (parallel/train/model.h) — parameters and AdamW
+// state, the data order, the pmap'd step, evaluation and checkpoints — usable a step at a time
+// (tests, the poisoned-batch example) or as a whole run with progress lines (run()). The
+// examples' programs run it through train_main (parallel/train/train_main.h).
 //
 // Promises:
 //  - Deterministic: the data order comes from (seed, epoch) through io::BatchIterator, the
@@ -26,18 +27,23 @@
 #include <optional>
 #include <string>
 
-#include "fjit.h"
-#include "lib/mlp_model.h"
-#include "lib/train_options.h"
+#include "core/io/checkpoint.h"
+#include "core/io/data.h"
+#include "core/io/progress.h"
+#include "parallel/join.h"
+#include "parallel/mesh.h"
+#include "parallel/train/model.h"
+#include "parallel/train/train_options.h"
+#include "parallel/train/train_step.h"
 
-namespace fjit::examples {
+namespace fjit::training {
 
 class Trainer {
  public:
   // `test` may be empty (no evaluation). Throws std::invalid_argument when the data do not
-  // fit the model (image size vs. first layer), the global batch is smaller than the mesh, or
+  // fit the model (image size vs. model.inputs), the global batch is smaller than the mesh, or
   // examples_per_process does not list one count per process within the training set.
-  Trainer(Mesh mesh, TrainOptions options, io::Dataset train, io::Dataset test = {});
+  Trainer(Mesh mesh, TrainOptions options, Model model, io::Dataset train, io::Dataset test = {});
 
   // This process's rows of the global batch at the current position, advancing it (to the
   // next epoch when one is done); nullptr once every epoch is done. The batch is the
@@ -63,8 +69,9 @@ class Trainer {
   void load(const std::string& path);
 
   // The whole run: progress lines, evaluation at each epoch end, checkpoints every
-  // checkpoint_every steps and at the end (when checkpoint_dir is set), starting from the
-  // latest checkpoint with options.resume. Returns the final test accuracy (or -1).
+  // checkpoint_every steps and at the end (when checkpoint_dir is set), scalars as JSON lines
+  // and TensorBoard events (when log_dir is set: train_scalars.h), starting from the latest
+  // checkpoint with options.resume. Returns the final test accuracy (or -1).
   double run();
   // A Progress configured for this run from the current position (prints on the primary
   // replica only).
@@ -73,6 +80,10 @@ class Trainer {
   const ArrayDict& params() const { return std::get<0>(buffers_[current_]); }
   const ArrayDict& optimizer_state() const { return std::get<1>(buffers_[current_]); }
   int64_t steps_done() const { return steps_done_; }
+  // What the last train_on reported besides its StepStats: the batch's accuracy and the
+  // global norm of the averaged gradient.
+  double last_train_accuracy() const { return last_accuracy_; }
+  double last_grad_norm() const { return last_grad_norm_; }
   // Steps the last run() took (not counting those before the checkpoint it resumed from).
   int64_t steps_this_run() const { return steps_done_ - run_started_at_; }
   int64_t epoch() const { return epoch_; }
@@ -86,14 +97,18 @@ class Trainer {
   double learning_rate(int64_t step) const;
   const Mesh& mesh() const { return mesh_; }
   const TrainOptions& options() const { return options_; }
+  const Model& model() const { return model_; }
   TrainStep& train_step() { return train_step_; }
 
  private:
   PmapOptions pmap_options(const char* name) const;
   void save_at_step();
+  static JoinedBatches make_batches(const io::Dataset& train, const TrainOptions& o,
+                                    const Mesh& mesh);
 
   Mesh mesh_;
   TrainOptions options_;
+  Model model_;
   io::Dataset train_, test_;
   JoinedBatches batches_;
   Schedule schedule_;
@@ -108,6 +123,7 @@ class Trainer {
   int64_t epoch_ = 0;            // of the next batch
   int64_t batch_in_epoch_ = 0;   // of the next batch
   int64_t run_started_at_ = 0;   // steps_done_ when run() began training
+  double last_accuracy_ = 0, last_grad_norm_ = 0;
 };
 
 // Mesh::from_environment ("--replicas N" or "--replicas=N") that leaves argv as it is, for
@@ -121,4 +137,4 @@ int64_t first_row_of_replica(const Mesh& mesh, const io::Batch& batch, int repli
 // The checkpoint's tensors: "params/<name>" and "opt/<name>".
 io::NamedArrays checkpoint_tensors(const ArrayDict& params, const ArrayDict& state);
 
-}  // namespace fjit::examples
+}  // namespace fjit::training

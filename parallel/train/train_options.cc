@@ -1,15 +1,16 @@
-#include "lib/train_options.h"
+#include "parallel/train/train_options.h"
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <functional>
 #include <memory>
 #include <stdexcept>
 
-namespace fjit::examples {
+namespace fjit::training {
 namespace {
 
 // A value the option does not accept; the message is the whole error.
@@ -45,7 +46,7 @@ bool parse_layers(const std::string& s, std::vector<int64_t>& out) {
 }
 
 // Builds the CLI11 app over `o`. Every value goes through a strict parser of ours.
-void add_options(CLI::App& app, TrainOptions& o) {
+void add_options(CLI::App& app, TrainOptions& o, const std::vector<std::string>& models) {
   auto value = [&app](const std::string& name, const std::string& type, const std::string& help,
                       std::function<bool(const std::string&)> parse, const std::string& want) {
     app.add_option_function<std::string>(
@@ -91,11 +92,13 @@ void add_options(CLI::App& app, TrainOptions& o) {
   value("--data-dir", "DIR", "{train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz] files "
         "(default /usr/share/datasets/fashion-mnist)",
         [&o](const std::string& v) { o.data_dir = v; return true; }, "");
-  choice("--model", "M", "mlp, cnn or vit (" + o.model + ")", [&o](const std::string& v) {
+  const std::string model_names = models.empty() ? "a model name" : join_choices(models);
+  choice("--model", "M", model_names + " (" + o.model + ")", [&o, models](const std::string& v) {
            o.model = v;
-           return v == "mlp" || v == "cnn" || v == "vit";
-         }, "mlp, cnn or vit");
-  real("--dropout", o.dropout, "dropout rate of the cnn and vit models");
+           return models.empty() ? !v.empty()
+                                 : std::find(models.begin(), models.end(), v) != models.end();
+         }, model_names);
+  real("--dropout", o.dropout, "dropout rate of the models that have dropout");
   value("--layers", "A,B,...", "the MLP's layer sizes (" + join(o.layers) + ")",
         [&o](const std::string& v) { return parse_layers(v, o.layers); }, "sizes like 784,512,256,10");
   value("--examples-per-process", "A,B,...",
@@ -129,19 +132,23 @@ void add_options(CLI::App& app, TrainOptions& o) {
            return true;
          }, "throw, skip_step or log");
   integer("--log-every", o.log_every, 0, "steps between progress lines; 0 = per epoch only");
+  value("--log-dir", "DIR", "write the run's scalars here every --log-every steps, as JSON lines "
+        "(scalars.jsonl) and a TensorBoard event file (none)",
+        [&o](const std::string& v) { o.log_dir = v; return !v.empty(); }, "a directory");
   integer("--max-steps", o.max_steps, 0, "stop after N steps in all");
   integer("--eval-batch-size", o.eval_batch_size, 1, "test-set evaluation batch");
   integer("--divergence-check-every", o.divergence_check_every, 0,
           "compare replicas' parameters every K steps (0 = off)");
 }
 
-std::unique_ptr<CLI::App> make_app(const std::string& program, TrainOptions& o) {
-  auto app = std::make_unique<CLI::App>("Trains an MLP classifier on Fashion-MNIST, data-parallel over the replicas.\n"
+std::unique_ptr<CLI::App> make_app(const std::string& program, TrainOptions& o,
+                                   const std::vector<std::string>& models) {
+  auto app = std::make_unique<CLI::App>("Trains a classifier on Fashion-MNIST, data-parallel over the replicas.\n"
                "  mpirun -np N " + program + " [options]   (one replica per rank)", program);
   app->footer("Environment: FJIT_LOG_LEVEL, FJIT_CHECKS, FJIT_ON_CHECK_FAILURE, FJIT_DUMP_DIR, "
              "FJIT_TIMELINE, ...");
   app->allow_windows_style_options(false);
-  add_options(*app, o);
+  add_options(*app, o, models);
   return app;
 }
 
@@ -153,10 +160,18 @@ std::string join(const std::vector<int64_t>& v) {
   return s;
 }
 
-ParsedOptions parse_train_options(int argc, char** argv, TrainOptions defaults) {
+std::string join_choices(const std::vector<std::string>& names) {
+  std::string s;
+  for (size_t i = 0; i < names.size(); ++i)
+    s += (i == 0 ? "" : i + 1 == names.size() ? " or " : ", ") + names[i];
+  return s;
+}
+
+ParsedOptions parse_train_options(int argc, char** argv, TrainOptions defaults,
+                                  const std::vector<std::string>& models) {
   ParsedOptions r;
   r.options = std::move(defaults);
-  std::unique_ptr<CLI::App> app = make_app(argc > 0 ? argv[0] : "train", r.options);
+  std::unique_ptr<CLI::App> app = make_app(argc > 0 ? argv[0] : "train", r.options, models);
   try {
     app->parse(argc, argv);
   } catch (const CLI::CallForHelp&) {
@@ -177,9 +192,10 @@ ParsedOptions parse_train_options(int argc, char** argv, TrainOptions defaults) 
   return r;
 }
 
-std::string train_usage(const char* program, const TrainOptions& d) {
+std::string train_usage(const char* program, const TrainOptions& d,
+                        const std::vector<std::string>& models) {
   TrainOptions shown = d;
-  return make_app(program, shown)->help();
+  return make_app(program, shown, models)->help();
 }
 
-}  // namespace fjit::examples
+}  // namespace fjit::training
