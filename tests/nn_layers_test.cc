@@ -71,7 +71,8 @@ TEST(NnLayers, MlpIsLinearLayersWithTheActivationBetween) {
   const ArrayDict d = mlp_params({4, 6, 3}, 5, Init::he_normal, DType::f64);
   const Array x = random_f64({7, 4}, 6);
   auto f = jit([](const Params& p, const Tensor& x) {
-    return std::tuple{mlp(p, x), mlp(p, x, {.prefix = "", .activation = [](const Tensor& h) { return tanh(h); }})};
+    const MlpOptions with_tanh{.prefix = "", .activation = [](const Tensor& h) { return tanh(h); }};
+    return std::tuple{mlp(p, x), mlp(p, x, with_tanh)};
   });
   auto [relu_out, tanh_out] = f(d, x);
   std::vector<double> h = host_affine(x.data<double>(), 7, d["w1"], d["b1"]);
