@@ -8,13 +8,15 @@ DEBIAN_PACKAGES := cmake g++ make pkg-config libeigen3-dev libabsl-dev libspdlog
 # C++20 fjit uses); the sanitized builds use g++'s own ASan/UBSan/TSan runtimes.
 FUZZ_PACKAGES := clang-16 libclang-rt-16-dev
 FUZZ_SECONDS ?= 60
+# CI (CI=true) builds with warnings as errors, so a new warning fails it.
+FJIT_WERROR ?= $(if $(CI),ON,OFF)
 
 .PHONY: deps configure build test demo bench clean sanitize fuzz
 deps:
 	@bash cmake/install_deps.sh $(DEBIAN_PACKAGES)
 
 configure: deps
-	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release > /dev/null
+	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DFJIT_WERROR=$(FJIT_WERROR) > /dev/null
 
 build: configure
 	@cmake --build $(BUILD) -j $(JOBS)

@@ -22,7 +22,7 @@
 //   over its median time, as a fraction of the peak.
 // Everything runs with 1 thread except the 2-thread run of the bits check; pin the process to
 // one core (taskset) so that the peak and the products are measured on the same core.
-#include <Eigen/Core>
+#include "core/base/eigen.h"
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -84,7 +84,9 @@ using RowMajor = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::Row
 
 Candidate fjit_candidate() {
   // One jitted one-matmul function per product (so none is recompiled), each with its own
-  // output Array that run_into reuses.
+  // output Array that run_into reuses. FJIT_GEMM is applied as the first jit would, before the
+  // description names the library.
+  apply_process_environment();
   using Fn = std::function<Tensor(const Tensor&, const Tensor&)>;
   struct Entry {
     std::unique_ptr<Jitted<Fn>> fn;

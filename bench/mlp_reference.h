@@ -5,7 +5,7 @@
 // It computes the same math as fjit's jit(value_and_grad(mlp_loss) + sgd) step.
 #pragma once
 
-#include <Eigen/Core>
+#include "core/base/eigen.h"
 #include <cmath>
 #include <cstdint>
 #include <vector>

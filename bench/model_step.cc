@@ -81,7 +81,7 @@ int main(int argc, char** argv) {
                          "[--warmup N]\n", argv[0]);
     return 2;
   }
-  if (!std::getenv("FJIT_INTRA_OP_THREADS")) set_intra_op_threads(1);
+  if (!config::is_set(config::Id::intra_op_threads)) set_intra_op_threads(1);
   const ModelSpec spec = b.spec;
   const std::string opt_name = b.optimizer;
   auto step = jit([spec, opt_name](const Params& p, const Params& s, const Tensor& x,

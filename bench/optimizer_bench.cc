@@ -1,7 +1,7 @@
 // What one Adam update of a [784, 512] parameter costs (the large MLP's first layer), alone:
 //   BM_AdamFjit/multi   jit(Adam::update) as compiled: one fused pass writing the parameter
 //                       and both moments (multi-output fusion)
-//   BM_AdamFjit/single  the same with FJIT_FUSION=single: one pass per result
+//   BM_AdamFjit/single  the same with Fusion::single (FJIT_FUSION=single): one pass per result
 //   BM_AdamWFjit        AdamW with weight decay (torch's default 1e-2), the same ways: its
 //                       own compiled program ("adamw"), one more operand and step than Adam's
 //   BM_AdamEigenLoop    a hand-written pass: three Eigen array statements per block of 1024
@@ -10,11 +10,11 @@
 // cold:1 runs each update after writing 64 MiB elsewhere (untimed), as in a training step,
 // where the rest of the step has pushed the parameters and moments out of cache.
 //
-//   build/bench/optimizer_bench --benchmark_enable_random_interleaving=true \
+//   build/bench/optimizer_bench --benchmark_enable_random_interleaving=true
 //       --benchmark_repetitions=9 --benchmark_min_time=0.2 --benchmark_report_aggregates_only=true
 #include <benchmark/benchmark.h>
 
-#include <Eigen/Core>
+#include "core/base/eigen.h"
 #include <cstdlib>
 #include <vector>
 
@@ -41,15 +41,15 @@ void evict(benchmark::State& state, bool cold) {
 template <class Optimizer>
 void optimizer_fjit(benchmark::State& state, const Optimizer& opt) {
   const bool multi = state.range(0) == 1, cold = state.range(1) == 1;
-  if (!multi) setenv("FJIT_FUSION", "single", 1);  // read when the step compiles (first call)
+  JitOptions options;
+  if (!multi) options.fusion = Fusion::single;
   ArrayDict p{{"w", he_uniform({kRows, kCols}, 1)}}, g{{"w", he_uniform({kRows, kCols}, 2)}};
   ArrayDict s = opt.init_state(p);
   auto step = jit([opt](const TensorDict& p, const TensorDict& g, const TensorDict& s) {
     auto [p2, s2] = opt.update(p, g, s);
     return std::tuple{p2, s2};
-  });
+  }, options);
   auto out = step(p, g, s);
-  unsetenv("FJIT_FUSION");
   for (auto _ : state) {
     evict(state, cold);
     step.run_into(out, p, g, s);

@@ -60,6 +60,7 @@
 #include "bench/scaling_sync_threads.h"
 #include "core/lib/initializers.h"
 #include "core/base/threads.h"
+#include "parallel/backends.h"
 #include "parallel/fjit.h"
 #include "parallel/mpi_communicator.h"
 #include "parallel/mpi_runtime.h"
@@ -82,8 +83,8 @@ Tensor mlp_loss(const Params& p, const Tensor& x, const Tensor& y) {
   return mean(softmax_cross_entropy(matmul(h, p["w3"]) + p["b3"], y));
 }
 
-// The training step as a user writes it. The bucket size is read when the step is traced
-// (on its first call), so FJIT_FUSION_BYTES is set around that call.
+// The training step as a user writes it; its bucket size is the pmap's option (else
+// FJIT_FUSION_BYTES, read when the pmap is made).
 // reduce = false leaves the gradients local: what the step costs on 2 replicas without any
 // communication (a diagnostic, not a correct data-parallel step).
 struct StepFn {
@@ -97,9 +98,12 @@ struct StepFn {
 };
 // overlap: the all-reduces run on each replica's collective worker, overlapping the rest of
 // the backward pass (core/compile/schedule.h).
-auto make_step(const Mesh& mesh, bool reduce, Overlap overlap = Overlap::off) {
+// fusion_bytes > 0: the gradient bucket size (JitOptions::fusion_bytes).
+auto make_step(const Mesh& mesh, bool reduce, Overlap overlap = Overlap::off,
+               int64_t fusion_bytes = 0) {
   PmapOptions o;
   o.jit.overlap = overlap;
+  if (fusion_bytes > 0) o.jit.fusion_bytes = fusion_bytes;
   return pmap(mesh, "batch", StepFn{reduce}, o);
 }
 using Step = decltype(make_step(Mesh::threads(1), true));
@@ -120,13 +124,11 @@ struct FjitRunner {
 
   FjitRunner(const Mesh& mesh, int64_t rows, int64_t fusion_bytes, bool reduce = true,
              Overlap overlap = Overlap::off)
-      : step(make_step(mesh, reduce, overlap)),
+      : step(make_step(mesh, reduce, overlap, fusion_bytes)),
         params(mesh.replicate(mlp_params(kSizes, 1))),
         x(batch_x(rows, 2)),
         y(batch_y(rows)) {
-    if (fusion_bytes > 0) setenv("FJIT_FUSION_BYTES", std::to_string(fusion_bytes).c_str(), 1);
-    run(2);  // traces and compiles with this bucket size
-    unsetenv("FJIT_FUSION_BYTES");
+    run(2);  // traces and compiles
   }
   void run(int steps) {
     for (int i = 0; i < steps; ++i) {
@@ -182,8 +184,8 @@ bool parse(int argc, char** argv, Args* a) {
 
 int main(int argc, char** argv) {
   // Weak scaling is per core: one kernel thread per replica, for fjit and the hand step alike.
-  if (!std::getenv("FJIT_INTRA_OP_THREADS")) setenv("FJIT_INTRA_OP_THREADS", "1", 1);
-  const int intra = default_intra_op_threads(1);
+  if (!config::is_set(config::Id::intra_op_threads)) setenv("FJIT_INTRA_OP_THREADS", "1", 1);
+  const int intra = replica_intra_op_threads(1);  // what Mesh start-up gives each replica
   set_intra_op_threads(intra);  // the hand step on this thread (Eigen's GEMM uses OpenMP)
   Ranks ranks;
   ranks.mpi = launched_under_mpi();

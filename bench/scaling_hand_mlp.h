@@ -4,7 +4,7 @@
 // way a careful programmer would, before the SGD update.
 #pragma once
 
-#include <Eigen/Core>
+#include "core/base/eigen.h"
 #include <cmath>
 #include <cstdint>
 #include <functional>

@@ -20,6 +20,8 @@
 #include <map>
 #include <string>
 
+#include <fmt/format.h>
+
 #include "bench/mlp_reference.h"
 #include "parallel/fjit.h"
 #include "core/lib/initializers.h"
@@ -62,8 +64,8 @@ Data make_data(const Config& c) {
 bench::HandWrittenMlp make_hand(const Config& c, const ArrayDict& p) {
   bench::HandWrittenMlp h(c.sizes, c.batch);
   for (size_t k = 0; k < h.w.size(); ++k) {
-    const Array& w = p["w" + std::to_string(k + 1)];
-    const Array& b = p["b" + std::to_string(k + 1)];
+    const Array& w = p[fmt::format("w{}", k + 1)];
+    const Array& b = p[fmt::format("b{}", k + 1)];
     std::copy_n(w.data<float>(), w.size(), h.w[k].data());
     std::copy_n(b.data<float>(), b.size(), h.b[k].data());
   }
@@ -80,9 +82,9 @@ void check_same(const Config& c) {
   auto [p2, loss] = step(p, d.x, d.y);
   double worst = std::abs(loss.item<float>() - hand_loss);
   for (size_t k = 0; k < hand.w.size(); ++k) {
-    const Array& w = p2["w" + std::to_string(k + 1)];
+    const Array& w = p2[fmt::format("w{}", k + 1)];
     for (int64_t i = 0; i < w.size(); ++i) worst = std::max<double>(worst, std::abs(w.data<float>()[i] - hand.w[k].data()[i]));
-    const Array& b = p2["b" + std::to_string(k + 1)];
+    const Array& b = p2[fmt::format("b{}", k + 1)];
     for (int64_t i = 0; i < b.size(); ++i) worst = std::max<double>(worst, std::abs(b.data<float>()[i] - hand.b[k].data()[i]));
   }
   if (worst > 1e-4) {

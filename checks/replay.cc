@@ -27,9 +27,14 @@ std::string fingerprint_hex(uint64_t v) {
 // Traces the function on the bundle's inputs as jit/pmap did, in `mode`, and compiles it.
 std::shared_ptr<const Executable> trace_and_compile(const ReplayBundle& b, const ReplayTraceFn& trace,
                                                     CheckMode mode) {
+  // The options a jit made now would resolve (the process's FJIT_* variables), as the
+  // replaying process is configured; the replay runs one replica alone, without overlap.
+  const JitOptions resolved = JitOptions{}.resolved();
   TraceOptions topts;
   topts.checks = mode;
-  topts.large_constant_bytes = JitOptions{}.resolved().large_constant_bytes;
+  topts.large_constant_bytes = resolved.large_constant_bytes;
+  topts.fusion_bytes = resolved.fusion_bytes;
+  topts.strict_unused = strict_unused_parameters();
   TraceContext ctx(topts);
   ctx.axis_names = b.axis_names;
   ctx.num_replicas = b.num_replicas;
@@ -54,6 +59,8 @@ std::shared_ptr<const Executable> trace_and_compile(const ReplayBundle& b, const
   CompileOptions copts;
   copts.name = b.function;
   copts.automatic_checks = mode == CheckMode::all;
+  copts.fusion = resolved.fusion.value_or(Fusion::all);
+  copts.dump_dir = resolved.dump_dir.value_or("");
   return compile(ctx.graph, ctx.check_sites, copts);
 }
 

@@ -169,7 +169,7 @@ void search_first_bad_op(const Executable& exe, const ReplayBundle& b, ReplayRes
     }
     int64_t at = -1;
     const Shape* space = &n.shape;
-    if (op_input_check(n.op) == InputCheck::kIndexInRange && ins.size() >= 2) {
+    if (op_input_check(n.op) == CheckKind::index_out_of_range && ins.size() >= 2) {
       const Array& idx = ins[1];
       const int64_t bound = ins[0].shape()[static_cast<size_t>(n.attrs.axis)];
       for (int64_t e = 0; e < idx.size() && at < 0; ++e) {

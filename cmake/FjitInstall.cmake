@@ -1,20 +1,23 @@
 # Install rules: the layer libraries and the umbrella as exported targets (fjit::core,
-# fjit::io, fjit::checks, fjit::parallel, fjit::train, fjit::fjit), every header under include/fjit/
-# (so "core/ir/array.h" and "fjit.h" resolve with include/fjit on the path), the generated
-# version header, fjitConfig.cmake with its version file, and fjit.pc for pkg-config.
+# fjit::io, fjit::checks, fjit::parallel, fjit::train, fjit::fjit), the public headers under
+# include/fjit/ (those fjit.h reaches, cmake/install_public_headers.cmake; so
+# "core/ir/array.h" and "fjit.h" resolve with include/fjit on the path), the generated version
+# header, fjitConfig.cmake with its version file, and fjit.pc for pkg-config. Nothing here
+# passes compiler flags on: the public headers include no Eigen or intrinsics, so a consumer
+# compiles for whatever CPU it targets.
 include(CMakePackageConfigHelpers)
 
 install(TARGETS fjit_core fjit_io fjit_checks fjit_parallel fjit_train fjit EXPORT fjitTargets
   ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
   INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/fjit)
-foreach(layer core checks parallel)
-  install(DIRECTORY ${PROJECT_SOURCE_DIR}/${layer}/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/fjit/${layer}
-    FILES_MATCHING PATTERN "*.h" PATTERN "*.def")
-endforeach()
-install(FILES ${PROJECT_SOURCE_DIR}/parallel/fjit.h DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/fjit)
+install(CODE "
+  set(SOURCE_DIR \"${PROJECT_SOURCE_DIR}\")
+  set(DESTINATION \"\$ENV{DESTDIR}\${CMAKE_INSTALL_PREFIX}/${CMAKE_INSTALL_INCLUDEDIR}/fjit\")
+  set(ROOTS parallel/fjit.h)
+  include(\"${PROJECT_SOURCE_DIR}/cmake/install_public_headers.cmake\")")
 install(FILES ${FJIT_GENERATED_DIR}/core/base/version.h
-  DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/fjit/core/runtime)
+  DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/fjit/core/base)
 
 set(FJIT_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/fjit)
 install(EXPORT fjitTargets NAMESPACE fjit:: DESTINATION ${FJIT_CMAKE_DIR})
@@ -28,10 +31,6 @@ install(FILES ${PROJECT_BINARY_DIR}/fjitConfig.cmake ${PROJECT_BINARY_DIR}/fjitC
 set(FJIT_PC_BLIS "")
 if(FJIT_HAVE_BLIS)
   set(FJIT_PC_BLIS "-lblis")
-endif()
-set(FJIT_PC_NATIVE "")
-if(FJIT_NATIVE)
-  set(FJIT_PC_NATIVE "-march=native")
 endif()
 # The prefix is found from where fjit.pc lies, so `cmake --install --prefix P` works for any P.
 file(RELATIVE_PATH FJIT_PC_TO_PREFIX /${CMAKE_INSTALL_LIBDIR}/pkgconfig /)

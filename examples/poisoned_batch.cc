@@ -180,7 +180,7 @@ int main(int argc, char** argv) {
   }
   TrainOptions& o = parsed.options;
   if (!poison_options.replay.empty()) return replay_bundle(poison_options.replay, o);
-  bool explicit_replicas = std::getenv("FJIT_REPLICAS") != nullptr;
+  bool explicit_replicas = config::is_set(config::Id::replicas);
   for (int i = 1; i < argc; ++i) explicit_replicas |= std::strncmp(argv[i], "--replicas", 10) == 0;
   Mesh mesh = mesh_from_command_line(argc, argv);
   if (mesh.processes() == 1 && !explicit_replicas) mesh = Mesh::threads(2);  // the point needs two

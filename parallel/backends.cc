@@ -1,8 +1,9 @@
 #include "parallel/backends.h"
 
-#include <cstdlib>
 #include <stdexcept>
 
+#include "core/base/config.h"
+#include "core/base/threads.h"
 #include "parallel/mpi_backend.h"
 #include "parallel/thread_backend.h"
 
@@ -35,11 +36,16 @@ Mesh make_mesh(const std::string& name, int replicas, int* argc, char*** argv) {
 }
 
 std::string chosen_backend() {
-  if (const char* env = std::getenv("FJIT_BACKEND"); env != nullptr && *env != '\0')
-    return find_backend(env, "FJIT_BACKEND").name;
+  if (const std::string name = config::backend(); !name.empty())
+    return find_backend(name, "FJIT_BACKEND").name;
   for (const Backend& b : backends())
     if (b.launched != nullptr && b.launched()) return b.name;
   return "threads";
+}
+
+int replica_intra_op_threads(int replicas_here) {
+  if (const int64_t n = config::intra_op_threads(); n > 0) return static_cast<int>(n);
+  return default_intra_op_threads(replicas_here);
 }
 
 }  // namespace fjit

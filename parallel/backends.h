@@ -37,4 +37,10 @@ Mesh make_mesh(const std::string& name, int replicas, int* argc, char*** argv);
 // started this process, else "threads".
 std::string chosen_backend();
 
+// The intra-op threads of each replica when `replicas_here` replicas share this machine, as a
+// backend sets them at Mesh start-up: FJIT_INTRA_OP_THREADS when set (an integer from 1 to
+// 4096; anything else throws std::invalid_argument naming it), else
+// default_intra_op_threads(replicas_here) (core/base/threads.h).
+int replica_intra_op_threads(int replicas_here);
+
 }  // namespace fjit

@@ -73,8 +73,8 @@ template <class T> void store(T* p, Vec<T> v) { std::memcpy(p, &v, sizeof v); }
 
 // Two vectors at a time, all inputs then all outputs, held in registers: inputs are read
 // once, nothing is staged through memory, and reading before writing makes in-place safe.
-// NIN/NOUT > 0 fix the counts at compile time (pointers then live in registers, the common
-// small groups run ~1.5x faster); 0 means "given at run time".
+// NIN/NOUT > 0 fix the counts at compile time (pointers then live in registers, which makes
+// the common small groups markedly faster, bench/RESULTS.md); 0 means "given at run time".
 template <class T, class Op, int NIN, int NOUT>
 void combine_typed(const void* const* inputs, int n_in, void* const* outputs, int n_out,
                    int64_t begin, int64_t count) {

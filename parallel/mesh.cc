@@ -1,14 +1,17 @@
 #include "parallel/mesh.h"
 
-#include <cstdlib>
 #include <cstring>
 #include <stdexcept>
 #include <string>
 
+#include "core/base/config.h"
 #include "core/base/env.h"
 #include "parallel/backends.h"
 
 namespace fjit {
+namespace {
+constexpr int kMaxReplicas = static_cast<int>(config::row(config::Id::replicas).max);
+}  // namespace
 
 struct Mesh::State {
   Parts parts;
@@ -30,8 +33,7 @@ Mesh Mesh::mpi(int* argc, char*** argv) { return make_mesh("mpi", 1, argc, argv)
 
 Mesh Mesh::from_environment(int& argc, char** argv) {
   std::string spec;
-  const char* from = "FJIT_REPLICAS";
-  if (const char* env = std::getenv("FJIT_REPLICAS")) spec = env;
+  bool given = false;
   // `--replicas N` or `--replicas=N`, removed from argv.
   for (int i = 1; i < argc; ++i) {
     int used = 0;
@@ -41,14 +43,23 @@ Mesh Mesh::from_environment(int& argc, char** argv) {
       spec = argv[i] + 11, used = 1;
     }
     if (used == 0) continue;
-    from = "--replicas";
+    given = true;
     for (int j = i; j + used <= argc; ++j) argv[j] = argv[j + used];
     argc -= used;
     break;
   }
   const std::string backend = chosen_backend();
-  const int replicas =
-      spec.empty() ? 1 : parse_count(spec, std::string("Mesh::from_environment: ") + from, 1024);
+  int replicas = 1;
+  if (given) {
+    if (!spec.empty())
+      replicas = parse_count(spec, "Mesh::from_environment: --replicas", kMaxReplicas);
+  } else {
+    try {  // FJIT_REPLICAS, when no --replicas overrides it
+      replicas = static_cast<int>(config::replicas());
+    } catch (const std::invalid_argument& e) {
+      throw std::invalid_argument(std::string("Mesh::from_environment: ") + e.what());
+    }
+  }
   return make_mesh(backend, replicas, &argc, &argv);
 }
 

@@ -2,7 +2,7 @@
 
 #include <memory>
 
-#include "core/base/threads.h"
+#include "parallel/backends.h"
 #include "parallel/mpi_communicator.h"
 
 namespace fjit {
@@ -17,7 +17,7 @@ Mesh make_mpi_mesh(int, int* argc, char*** argv) {
   p.size = comm->size();
   p.first = comm->rank();
   p.processes = comm->size();
-  p.intra_op_threads = default_intra_op_threads(mpi_local_ranks());
+  p.intra_op_threads = replica_intra_op_threads(mpi_local_ranks());
   p.process_comm = comm;
   // A rank runs one replica, whose communicator is the one among processes.
   p.make_communicators = [comm] { return std::vector<std::shared_ptr<Communicator>>{comm}; };

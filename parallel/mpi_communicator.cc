@@ -19,9 +19,9 @@ namespace {
 
 // Small all-reduces are latency: what counts is the number of message rounds and whether a
 // message fits OpenMPI's shared-memory eager limit (4 KiB with its header; above it a message
-// costs an extra handshake, ~2 us). One round of whole buffers wins while they are eager, or
-// while even the chunks would not be (then two rounds cost two handshakes); measured on 2
-// ranks: 4000 B 0.6 vs 1.1 us, 16 KiB 4.9 vs 7.9 us. Past 16 KiB bandwidth decides: chunks.
+// costs an extra handshake). One round of whole buffers wins while they are eager, or while
+// even the chunks would not be (then two rounds cost two handshakes); the measurements are in
+// bench/RESULTS.md ("Figures quoted by the sources"). Past 16 KiB bandwidth decides: chunks.
 constexpr size_t kEagerBytes = 4000;
 constexpr size_t kSmallAllReduceBytes = 16 * 1024;
 // MPI counts are ints: larger buffers go in segments, one round of messages each.

@@ -10,18 +10,17 @@
 #include <string>
 #include <typeinfo>
 
-#include "core/compile/compiler.h"
+#include "core/base/config.h"
 #include "core/base/log.h"
+#include "core/compile/executable.h"
 
 namespace fjit {
 
 bool launched_under_mpi() {
   // OpenMPI's mpiexec sets OMPI_COMM_WORLD_SIZE; PMI (MPICH, Slurm) and PMIx launchers set
   // the others. None of them is set for a plain run.
-  for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"}) {
-    if (std::getenv(name) != nullptr) return true;
-  }
-  return false;
+  return config::ompi_comm_world_size().has_value() || config::pmi_size().has_value() ||
+         config::pmix_rank().has_value();
 }
 
 bool mpi_active() {
@@ -60,7 +59,7 @@ void mpi_init_once(int* argc, char*** argv) {
     // A malformed FJIT_OVERLAP counts as off here; JitOptions::resolved() reports it.
     bool worker = false;
     try {
-      worker = overlap_from_env() == Overlap::worker;
+      worker = config::overlap() == static_cast<int>(Overlap::worker);
     } catch (const std::invalid_argument&) {
     }
     const int wanted = worker ? MPI_THREAD_SERIALIZED : MPI_THREAD_FUNNELED;

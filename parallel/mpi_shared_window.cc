@@ -30,8 +30,11 @@
 #include <cstring>
 #include <limits>
 #include <new>
+#include <optional>
+#include <string>
 #include <vector>
 
+#include "core/base/config.h"
 #include "core/base/log.h"
 #include "core/base/metrics.h"
 #include "parallel/collective_metrics.h"
@@ -68,15 +71,15 @@ std::vector<unsigned char*> aligned_parts(MPI_Win window, int size) {
 }
 
 // Where OpenMPI puts the backing files of shared windows (osc/sm's backing directory).
-const char* backing_directory() {
-  const char* dir = std::getenv("OMPI_MCA_osc_sm_backing_directory");
-  return dir != nullptr && *dir != '\0' ? dir : "/dev/shm";
+std::string backing_directory() {
+  const std::optional<std::string> dir = config::ompi_backing_directory();
+  return dir.has_value() && !dir->empty() ? *dir : "/dev/shm";
 }
 
 // Bytes free there; the largest int64 when that cannot be read.
 int64_t backing_bytes_free() {
   struct statvfs st {};
-  if (statvfs(backing_directory(), &st) != 0) return std::numeric_limits<int64_t>::max();
+  if (statvfs(backing_directory().c_str(), &st) != 0) return std::numeric_limits<int64_t>::max();
   return static_cast<int64_t>(st.f_bavail) * static_cast<int64_t>(st.f_frsize);
 }
 
@@ -139,8 +142,8 @@ bool MpiCommunicator::shared_window() {
       !allocate_shared(kWindowBytes, &window_, &window_base_))
     return false;
   MPI_Win_lock_all(MPI_MODE_NOCHECK, window_);  // passive target: loads and stores, synced
-  // The ranks meet in the window through a barrier of atomics, not an MPI barrier (which took
-  // from 0.5 to 30 us per call on this project's noisy VM; two meetings per segment). Rank 0
+  // The ranks meet in the window through a barrier of atomics, not an MPI barrier (whose
+  // latency varied by a factor of 60 on a loaded VM, bench/RESULTS.md; two meetings per segment). Rank 0
   // builds it; MPI_Barrier publishes it. It is never destroyed: it dies with the window.
   unsigned char* control = window_base_[0] + 4 * kAreaBytes;
   if (rank_ == 0) new (control) ShmBarrier(size_, /*process_shared=*/true);

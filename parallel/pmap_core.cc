@@ -8,7 +8,7 @@
 #include <functional>
 #include <stdexcept>
 
-#include "core/base/env.h"
+#include "core/base/config.h"
 #include "core/base/log.h"
 #include "core/base/metrics.h"
 #include "parallel/shm_communicator.h"
@@ -19,19 +19,6 @@ uint64_t mix(uint64_t h, uint64_t v) { return (h ^ (v + 0x9e3779b97f4a7c15ull + 
 constexpr size_t kDescBytes = 1024;
 constexpr const char* kTraceFailedText = "tracing failed: ";
 
-// FJIT_DIVERGENCE_CHECK_EVERY: unset, empty or "0" is off, else a count (strictly: a typo
-// throws here, in the PmapCore constructor, on the thread constructing the pmap).
-int divergence_check_every_from_env() {
-  constexpr int kMax = 1 << 30;
-  const char* text = std::getenv("FJIT_DIVERGENCE_CHECK_EVERY");
-  if (text == nullptr || *text == '\0' || std::strcmp(text, "0") == 0) return 0;
-  try {
-    return parse_count(text, "FJIT_DIVERGENCE_CHECK_EVERY", kMax);
-  } catch (const std::invalid_argument&) {
-    throw std::invalid_argument("FJIT_DIVERGENCE_CHECK_EVERY must be 0 (off) or an integer from 1 to " +
-                                std::to_string(kMax) + ", got '" + text + "'");
-  }
-}
 }  // namespace
 
 // What replicas must agree on so that no collective can deadlock or mix up buffers: the
@@ -99,7 +86,7 @@ PmapCore::PmapCore(Mesh mesh, std::string axis, PmapOptions options)
       axis_(std::move(axis)),
       divergence_every_(options.divergence_check_every >= 0
                             ? options.divergence_check_every
-                            : divergence_check_every_from_env()),
+                            : static_cast<int>(config::divergence_check_every())),
       jit_([&] {
         JitOptions o = options.jit;
         // Thread replicas read one shared copy of replicated inputs: none may write it in place.

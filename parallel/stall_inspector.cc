@@ -10,7 +10,8 @@
 namespace fjit {
 namespace {
 
-// Reading the clock costs ~20 ns; while spinning, look at it only every so many calls.
+// Reading the clock costs more than a spin's load; while spinning, look at it only every so
+// many calls.
 constexpr uint32_t kSpinsPerClockRead = 64;
 
 }  // namespace

@@ -12,7 +12,8 @@ namespace fjit {
 struct StallPolicy {
   std::chrono::milliseconds warn_after{std::chrono::seconds(30)};
   std::chrono::milliseconds abort_after{std::chrono::seconds(300)};
-  // Reads FJIT_STALL_WARN_S and FJIT_STALL_ABORT_S (seconds, may be fractional).
+  // Reads FJIT_STALL_WARN_S and FJIT_STALL_ABORT_S (seconds, may be fractional; a malformed
+  // one logs a warning and keeps the default; core/base/config.def).
   static StallPolicy from_environment();
 };
 

@@ -4,7 +4,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "core/base/threads.h"
+#include "parallel/backends.h"
 #include "parallel/shm_communicator.h"
 
 namespace fjit {
@@ -18,7 +18,7 @@ Mesh make_thread_mesh(int replicas, int*, char***) {
   p.backend = "threads";
   p.description = "threads";
   p.size = replicas;
-  p.intra_op_threads = default_intra_op_threads(replicas);
+  p.intra_op_threads = replica_intra_op_threads(replicas);
   p.make_communicators = [group, replicas] {
     *group = std::make_unique<ShmGroup>(replicas);
     std::vector<std::shared_ptr<Communicator>> comms;

@@ -11,6 +11,7 @@
 #include <limits>
 
 #include "core/io/atomic_file.h"
+#include "core/io/atomic_file_testing.h"
 #include "core/io/checkpoint.h"
 #include "tests/checkpoint_testing.h"
 #include "tests/test_util.h"
@@ -26,17 +27,17 @@ TEST_F(CheckpointTest, FailedSaveLeavesPreviousFileAndNoTempFiles) {
   next.tensors[0].second.data<float>()[0] = 99.f;
   next.metadata["step"] = "1300";
   for (uint64_t k : {uint64_t{0}, uint64_t{5}, uint64_t{8}, uint64_t{40}, uint64_t{before.size() - 1}}) {
-    ::setenv("FJIT_TEST_FAIL_SAVE_AFTER_BYTES", std::to_string(k).c_str(), 1);
+    fjit::testing::set_fail_save_after_bytes(k);
     std::string msg = error_of([&] { save_checkpoint(path_, next); });
     EXPECT_EQ(msg, path_ + ": write failed after " + std::to_string(k) +
-                       " bytes (injected by FJIT_TEST_FAIL_SAVE_AFTER_BYTES): No space left on device");
+                       " bytes (injected by testing::set_fail_save_after_bytes): No space left on device");
     EXPECT_EQ(slurp(path_), before) << "previous checkpoint changed after a failure at byte " << k;
     EXPECT_EQ(listing(), std::vector<std::string>{"model.safetensors"}) << "after failing at byte " << k;
   }
   // A limit at the file's size lets the save through.
-  ::setenv("FJIT_TEST_FAIL_SAVE_AFTER_BYTES", std::to_string(before.size()).c_str(), 1);
+  fjit::testing::set_fail_save_after_bytes(before.size());
   save_checkpoint(path_, next);
-  ::unsetenv("FJIT_TEST_FAIL_SAVE_AFTER_BYTES");
+  fjit::testing::set_fail_save_after_bytes(std::nullopt);
   EXPECT_EQ(load_checkpoint(path_).metadata.at("step"), "1300");
   EXPECT_EQ(load_checkpoint(path_).tensors[0].second.data<float>()[0], 99.f);
   EXPECT_EQ(listing(), std::vector<std::string>{"model.safetensors"});

@@ -11,9 +11,11 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "core/io/atomic_file_testing.h"
 #include "core/io/checkpoint.h"
 
 namespace fjit::io::checkpoint_testing {
@@ -76,7 +78,7 @@ class CheckpointTest : public ::testing::Test {
     path_ = (dir_ / "model.safetensors").string();
   }
   void TearDown() override {
-    ::unsetenv("FJIT_TEST_FAIL_SAVE_AFTER_BYTES");
+    fjit::testing::set_fail_save_after_bytes(std::nullopt);
     fs::permissions(dir_, fs::perms::owner_all, fs::perm_options::add);
     fs::remove_all(dir_);
   }

@@ -191,9 +191,10 @@ TEST(ChecksReplicas, PmapReportsItsOwnStepNumberWhateverTheReplicaCount) {
     } catch (const CheckError& e) {
       EXPECT_EQ(e.step(), kBadStep) << replicas << " replicas\n" << e.what();
       EXPECT_NE(std::string(e.what()).find("at step " + std::to_string(kBadStep) + ":"), std::string::npos) << e.what();
-      if (replicas > 1)
+      if (replicas > 1) {
         EXPECT_NE(std::string(e.what()).find("raised on replica 1 of " + std::to_string(replicas)), std::string::npos)
             << e.what();
+      }
     }
     EXPECT_EQ(metrics().steps.load() - steps_before, kBadStep + 1) << replicas << " replicas";
     // The step after a raised one is numbered on.

@@ -1,7 +1,8 @@
-// Integer FJIT_* environment variables are read strictly (core/base/env.h): a good value is
-// honoured, unset or empty gives the default, and anything else is a std::invalid_argument
-// naming the variable, thrown on the caller's thread (never on a replica thread), after which
-// the library keeps working once the variable is fixed.
+// Integer FJIT_* environment variables are read strictly (core/base/config.def, parsed by
+// core/base/env.h): a good value is honoured, unset or empty gives the default, and anything
+// else is a std::invalid_argument naming the variable, thrown on the caller's thread when the
+// jit, pmap or Mesh is made (never on a replica thread), after which the library keeps working
+// once the variable is fixed.
 #include <gtest/gtest.h>
 
 #include <random>
@@ -45,21 +46,21 @@ TEST(Env, ParseCountAcceptsOnlyIntegersInRange) {
   }
 }
 
-TEST(Env, EnvCountFallsBackOnlyWhenUnsetOrEmpty) {
+TEST(Env, CountRowsFallBackOnlyWhenUnsetOrEmpty) {
   {
-    EnvVar unset("FJIT_ENV_TEST_COUNT", nullptr);
-    EXPECT_EQ(env_count("FJIT_ENV_TEST_COUNT", 7, 100), 7);
+    EnvVar unset("FJIT_TIMELINE_STEPS", nullptr);
+    EXPECT_EQ(config::timeline_steps(), 100);
   }
   {
-    EnvVar empty("FJIT_ENV_TEST_COUNT", "");
-    EXPECT_EQ(env_count("FJIT_ENV_TEST_COUNT", 7, 100), 7);
+    EnvVar empty("FJIT_TIMELINE_STEPS", "");
+    EXPECT_EQ(config::timeline_steps(), 100);
   }
   {
-    EnvVar set("FJIT_ENV_TEST_COUNT", "42");
-    EXPECT_EQ(env_count("FJIT_ENV_TEST_COUNT", 7, 100), 42);
+    EnvVar set("FJIT_TIMELINE_STEPS", "42");
+    EXPECT_EQ(config::timeline_steps(), 42);
   }
-  EnvVar bad("FJIT_ENV_TEST_COUNT", "101");
-  expect_rejected("FJIT_ENV_TEST_COUNT", "101", [] { env_count("FJIT_ENV_TEST_COUNT", 7, 100); });
+  EnvVar bad("FJIT_TIMELINE_STEPS", "1048577");  // 2^20 + 1
+  expect_rejected("FJIT_TIMELINE_STEPS", "1048577", [] { config::timeline_steps(); });
 }
 
 TEST(Env, RecompileWarnIsStrict) {
@@ -107,40 +108,48 @@ TEST(Env, LargeConstantBytesIsStrict) {
 }
 
 TEST(Env, FusionBytesIsStrictAndRaisedTo1024) {
+  auto bytes = [] { return JitOptions{}.resolved().fusion_bytes; };
   {
     EnvVar unset("FJIT_FUSION_BYTES", nullptr);
-    EXPECT_EQ(default_fusion_bytes(), 1 << 20);
+    EXPECT_EQ(bytes(), 1 << 20);
   }
   {
     EnvVar empty("FJIT_FUSION_BYTES", "");
-    EXPECT_EQ(default_fusion_bytes(), 1 << 20);
+    EXPECT_EQ(bytes(), 1 << 20);
   }
   {
     EnvVar set("FJIT_FUSION_BYTES", "4096");
-    EXPECT_EQ(default_fusion_bytes(), 4096);
+    EXPECT_EQ(bytes(), 4096);
   }
   {
     EnvVar set("FJIT_FUSION_BYTES", "100");
-    EXPECT_EQ(default_fusion_bytes(), 1024);  // the documented minimum
+    EXPECT_EQ(bytes(), 1024);  // the documented minimum
   }
   for (const char* bad : kBadCounts) {
     EnvVar set("FJIT_FUSION_BYTES", bad);
-    expect_rejected("FJIT_FUSION_BYTES", bad, [] { default_fusion_bytes(); });
+    expect_rejected("FJIT_FUSION_BYTES", bad, bytes);
+    JitOptions o;
+    o.fusion_bytes = 2048;  // an API setting means the variable is not read
+    EXPECT_EQ(o.resolved().fusion_bytes, 2048);
   }
 }
 
-// The variable is read while tracing psum/pmean of a dict: the error reaches the caller of the
-// pmap'd function, and the same pmap works (and honours the variable) once it is fixed.
-TEST(Env, FusionBytesErrorLeavesThePmapUsable) {
+// The variable is read once, when the pmap is made: a malformed one is refused there, on the
+// caller's thread, and the mesh works on; a good one holds for that pmap's traces whatever the
+// environment says later.
+TEST(Env, FusionBytesIsReadWhenThePmapIsMade) {
   Mesh mesh = Mesh::threads(2);
-  auto f = pmap(mesh, "b", [](const Params& g, const Tensor&) { return pmean(g, "b"); });
+  auto reduce = [](const Params& g, const Tensor&) { return pmean(g, "b"); };
   ArrayDict g{{"a", random_f32({64, 32}, 1)}, {"b", random_f32({32}, 2)}, {"c", random_f32({32, 10}, 3)}};
   const Array x(DType::f32, {2, 1});
   {
     EnvVar set("FJIT_FUSION_BYTES", "1MiB");
-    expect_rejected("FJIT_FUSION_BYTES", "1MiB", [&] { f(g, x); });
+    expect_rejected("FJIT_FUSION_BYTES", "1MiB", [&] { pmap(mesh, "b", reduce); });
   }
-  EnvVar set("FJIT_FUSION_BYTES", "1024");  // every tensor here is reduced alone
+  auto f = [&] {
+    EnvVar set("FJIT_FUSION_BYTES", "1024");  // every tensor here is reduced alone
+    return pmap(mesh, "b", reduce);
+  }();
   ArrayDict r = f(g, x);
   int collectives = 0;
   for (const Node& n : f.core().last_entry()->exe->graph->nodes()) collectives += n.op == Op::AllReduce;

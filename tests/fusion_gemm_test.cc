@@ -129,7 +129,7 @@ TEST(Fusion, GemmUpdateIsTheSameWhateverElseItWrites) {
                 Node{Op::Check, DType::boolean, {}, {flag.id(), scaled.id()}, at, {}}));
           }
           CompileOptions o;
-          o.fuse = fuse;
+          o.fusion = fuse ? Fusion::all : Fusion::off;
           return compile(ctx.graph, {}, o);
         };
         std::vector<Array> ins = {random_array(t, as, rng), random_array(t, bs, rng),
@@ -151,7 +151,7 @@ TEST(Fusion, GemmUpdateIsTheSameWhateverElseItWrites) {
           Tensor x = ctx.parameter(t, product.shape(), "x");
           ctx.graph.outputs = {sum(x * x).id()};
           CompileOptions o;
-          o.fuse = false;
+          o.fusion = Fusion::off;
           unfused_sum = run(*compile(ctx.graph, {}, o), {product})[0];
         }
         for (int extra = 1; extra <= 3; ++extra) {

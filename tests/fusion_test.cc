@@ -8,6 +8,8 @@
 #include <cmath>
 #include <random>
 
+#include <fmt/format.h>
+
 #include "tests/fusion_test_util.h"
 
 namespace fjit {
@@ -29,8 +31,9 @@ TEST(Fusion, ElementwiseChainMatchesUnfusedBitwiseOverBroadcasts) {
       Tensor z = where(y > col, y, tanh(x)) / (abs(row) + 1.0);
       ctx.graph.outputs = {z.id()};
       Compiled c = compile_both(ctx.graph);
-      if (n < 1024 || n % 16 == 0)  // else rows out of phase (fused_elementwise.cc) may split it
+      if (n < 1024 || n % 16 == 0) {  // else rows out of phase (fused_elementwise.cc) may split it
         EXPECT_EQ(c.fused->instrs.back().label.rfind("fused[", 0), 0u) << c.fused->plan_string();
+      }
       std::vector<Array> ins = {random_array(t, {m, n}, rng), random_array(t, {n}, rng),
                                 random_array(t, {m, 1}, rng)};
       const Array a = run(*c.fused, ins)[0], b = run(*c.plain, ins)[0];
@@ -54,7 +57,7 @@ TEST(Fusion, RandomProgramsMatchUnfusedAndReference) {
     std::vector<Tensor> pool;  // full-shape values
     for (int k = 0; k < 4; ++k) {
       const Shape s = k == 0 ? Shape{m, n} : views[rng() % 5];
-      params.push_back(ctx.parameter(DType::f32, s, "p" + std::to_string(k)));
+      params.push_back(ctx.parameter(DType::f32, s, fmt::format("p{}", k)));
       ins.push_back(random_array(DType::f32, s, rng));
     }
     // A materialized producer feeding the group (its sum times 0 is exact).
@@ -165,8 +168,9 @@ TEST(Fusion, ValuesReadByChecksAndOutputsStayMaterialized) {
   for (int id = 0; id < g.size(); ++id) {
     if (g.node(id).op == Op::Exp) continue;  // exp(x) * 2 may fuse: only y itself is read
     if (g.node(id).op == Op::Mul && g.node(id).inputs[0] != id &&
-        g.node(g.node(id).inputs[0]).op == Op::Exp)
+        g.node(g.node(id).inputs[0]).op == Op::Exp) {
       EXPECT_TRUE(has(id)) << "y must be materialized for its check\n" << exe->plan_string();
+    }
   }
   EXPECT_GE(count_label(*exe, "fused["), 1) << exe->plan_string();
   Array in = Array::full(DType::f32, {4, 300}, 0.25);

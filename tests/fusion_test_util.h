@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -33,6 +34,8 @@ inline Array random_array(DType t, const Shape& s, std::mt19937& rng, double lo 
       case DType::boolean:
         a.data<uint8_t>()[i] = v > 0;
         break;
+      default:
+        throw std::invalid_argument("random_array: no values for storage dtype " + std::string(dtype_name(t)));
     }
   }
   return a;
@@ -78,21 +81,7 @@ inline std::vector<Array> reference(const Graph& g, const std::vector<Array>& in
 inline double max_diff(const Array& a, const Array& b) {
   double worst = 0;
   for (int64_t i = 0; i < a.size(); ++i) {
-    double x = 0, y = 0;
-    switch (a.dtype()) {
-      case DType::f32:
-        x = a.data<float>()[i], y = b.data<float>()[i];
-        break;
-      case DType::f64:
-        x = a.data<double>()[i], y = b.data<double>()[i];
-        break;
-      case DType::i32:
-        x = a.data<int32_t>()[i], y = b.data<int32_t>()[i];
-        break;
-      case DType::boolean:
-        x = a.data<uint8_t>()[i], y = b.data<uint8_t>()[i];
-        break;
-    }
+    const double x = a.at_as_double(i), y = b.at_as_double(i);
     worst = std::max(worst, std::abs(x - y) / std::max(1.0, std::abs(y)));
   }
   return worst;
@@ -112,7 +101,7 @@ inline Compiled compile_both(const Graph& g) {
   o.name = "fusion_test";
   Compiled c;
   c.fused = compile(g, {}, o);
-  o.fuse = false;
+  o.fusion = Fusion::off;
   c.plain = compile(g, {}, o);
   return c;
 }

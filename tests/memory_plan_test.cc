@@ -45,7 +45,7 @@ TEST(MemoryPlan, MlpTrainingStepsUseAtMost130PercentOfTheMinimalLiveSet) {
 TEST(MemoryPlan, FusionShrinksTheLargeStepsArena) {
   auto fused = train_step_plan({784, 512, 512, 10}, 128);
   CompileOptions o;
-  o.fuse = false;
+  o.fusion = Fusion::off;
   auto plain = compile(*fused->graph, {}, o);
   // Unfused, the three weight gradients and lr times them are materialized.
   EXPECT_LT(fused->arena_bytes * 2, plain->arena_bytes) << fused->plan_string() << "\n"

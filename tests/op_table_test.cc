@@ -20,8 +20,9 @@ TEST(OpTable, NamesRoundTripAndRulesMatchDifferentiability) {
     const Op op = static_cast<Op>(i);
     EXPECT_EQ(op_named(op_name(op)), op) << op_name(op);
     EXPECT_EQ(vjp_rule(op) != nullptr, op_is_differentiable(op)) << op_name(op);
-    if (op_is_elementwise(op))
+    if (op_is_elementwise(op)) {
       EXPECT_EQ(op_kernel_family(op), KernelFamily::kElementwiseFamily) << op_name(op);
+    }
   }
 }
 
@@ -70,8 +71,32 @@ TEST(OpTable, AutomaticChecksFollowTheRows) {
       else if (s.kind != CheckKind::user) ++input_checks;
     }
     EXPECT_EQ(nan_checks, op_may_overflow(op) ? 1 : 0) << op_name(op);
-    EXPECT_EQ(input_checks, op_input_check(op) == InputCheck::kNoInputCheck ? 0 : 1) << op_name(op);
+    EXPECT_EQ(input_checks, op_input_check(op) ? 1 : 0) << op_name(op);
   }
+}
+
+// The input_check column names check kinds whose rows (core/ir/check_kinds.def) fit an operand
+// check: they scan an operand the op has, with a rule the automatic-checks pass can build. And
+// no row of the check-kind table is dead: every kind is a user check, the result check, or
+// some op's input check.
+TEST(OpTable, InputCheckColumnNamesOperandCheckKinds) {
+  std::vector<bool> used(kNumCheckKinds, false);
+  used[static_cast<size_t>(CheckKind::user)] = used[static_cast<size_t>(CheckKind::nan)] = true;
+  for (int i = 0; i < kNumOps; ++i) {
+    const Op op = static_cast<Op>(i);
+    const std::optional<CheckKind> kind = op_input_check(op);
+    if (!kind) continue;
+    used[static_cast<size_t>(*kind)] = true;
+    const CheckKindInfo& info = check_kind_info(*kind);
+    const int operand = info.reads == CheckReads::kOperand0 ? 0 : info.reads == CheckReads::kOperand1 ? 1 : -1;
+    EXPECT_GE(operand, 0) << op_name(op) << ": " << info.label << " does not read an operand";
+    EXPECT_TRUE(op_arity(op) < 0 || operand < op_arity(op)) << op_name(op);
+    EXPECT_TRUE(info.bad == BadRule::kZero || info.bad == BadRule::kBelowBound ||
+                info.bad == BadRule::kOutsideRange) << op_name(op);
+  }
+  for (size_t k = 0; k < used.size(); ++k)
+    EXPECT_TRUE(used[k]) << "check kind " << check_kind_name(static_cast<CheckKind>(k))
+                         << " is neither a user, a result nor an input check";
 }
 
 // The finite column against the reference kernels: over extreme and ordinary finite inputs, an

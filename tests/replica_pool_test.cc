@@ -43,7 +43,9 @@ TEST(ReplicaPool, SpinsOnlyWhenEveryThreadHasACore) {
   EXPECT_EQ(ReplicaPool(1, 1).spin_window().count(), 0);  // nobody to hand a step to
   EXPECT_EQ(ReplicaPool(cores + 1, 1).spin_window().count(), 0);
   EXPECT_EQ(ReplicaPool(2, cores).spin_window().count(), 0);
-  if (cores >= 2) EXPECT_GT(ReplicaPool(2, 1).spin_window().count(), 0);
+  if (cores >= 2) {
+    EXPECT_GT(ReplicaPool(2, 1).spin_window().count(), 0);
+  }
 }
 
 TEST(ReplicaPool, FirstErrorByReplicaIsRethrownAfterAllFinish) {

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "fjit.h"
+#include "parallel/backends.h"
 #include "tests/test_util.h"
 
 namespace fjit {
@@ -38,15 +39,20 @@ TEST(IntraOpThreads, DefaultSplitsTheCoresAmongReplicas) {
   EXPECT_EQ(default_intra_op_threads(4 * cores), 1);  // never zero
 }
 
+// Read at Mesh start-up (parallel/backends.h), never by the default itself.
 TEST(IntraOpThreads, EnvironmentOverridesAndBadValuesAreErrors) {
   {
     EnvVar set("FJIT_INTRA_OP_THREADS", "3");
-    EXPECT_EQ(default_intra_op_threads(8), 3);
+    EXPECT_EQ(replica_intra_op_threads(8), 3);
+    EXPECT_EQ(Mesh::threads(2).intra_op_threads(), 3);
+    const int cores = static_cast<int>(std::thread::hardware_concurrency());
+    EXPECT_EQ(default_intra_op_threads(1), std::max(1, cores));  // the default reads nothing
   }
   for (const char* bad : {"0", "-2", "two", "3x"}) {
     EnvVar set("FJIT_INTRA_OP_THREADS", bad);
+    EXPECT_THROW(Mesh::threads(1), std::invalid_argument) << bad;
     try {
-      default_intra_op_threads(1);
+      replica_intra_op_threads(1);
       ADD_FAILURE() << "accepted FJIT_INTRA_OP_THREADS=" << bad;
     } catch (const std::invalid_argument& e) {
       EXPECT_NE(std::string(e.what()).find(bad), std::string::npos) << e.what();

@@ -3,9 +3,6 @@
 #include "core/autodiff/autodiff.h"
 
 #include <algorithm>
-#include <atomic>
-#include <cstdlib>
-#include <cstring>
 
 #include "absl/container/flat_hash_map.h"
 #include "core/ir/region.h"
@@ -13,8 +10,6 @@
 
 namespace fjit {
 namespace {
-
-std::atomic<int> g_strict{-1};
 
 // Nodes that depend on some leaf (forward reach), restricted to floating-point values:
 // integer and bool values carry no cotangent.
@@ -54,7 +49,7 @@ void report_unused(TraceContext& ctx, const std::vector<std::string>& unused, co
   const std::string what = std::to_string(unused.size()) + " differentiated parameter" +
                            (one ? " never reaches" : "s never reach") + " the output, so " +
                            (one ? "its gradient is" : "their gradients are") + " zero: " + list;
-  if (strict_unused_parameters())
+  if (ctx.options.strict_unused)
     detail::fail(api, {}, what + " (strict mode: FJIT_STRICT_UNUSED / set_strict_unused_parameters)", &loc);
   std::string msg = std::string("fjit: ") + api + ": " + what + " (at " + Site::from(loc).str() + ")";
   log().warn("{}", msg);
@@ -130,18 +125,6 @@ std::vector<Tensor> walk(TraceContext& tc, const std::vector<Tensor>& ys, const 
 }
 
 }  // namespace
-
-void set_strict_unused_parameters(bool strict) { g_strict.store(strict ? 1 : 0); }
-
-bool strict_unused_parameters() {
-  int s = g_strict.load();
-  if (s < 0) {
-    const char* env = std::getenv("FJIT_STRICT_UNUSED");
-    s = env && std::strcmp(env, "0") != 0 && *env ? 1 : 0;
-    g_strict.store(s);
-  }
-  return s == 1;
-}
 
 namespace detail {
 

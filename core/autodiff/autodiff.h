@@ -19,7 +19,8 @@
 //  - A differentiated leaf that never reaches the output through differentiable ops gets a
 //    zero gradient and is reported by name (its dict key and the jit argument path, e.g.
 //    "'w3' (arg0.w3)"): a warning through fjit::log() and TraceContext::warnings, or a
-//    TraceError in strict mode (set_strict_unused_parameters(true) or FJIT_STRICT_UNUSED=1).
+//    TraceError in strict mode (the trace's TraceOptions::strict_unused, which jit and pmap set
+//    from set_strict_unused_parameters() or FJIT_STRICT_UNUSED=1).
 //  - Arguments are independent variables: the walk stops at them, even when one argument was
 //    computed from another before f was called. Two arguments that are the same traced value
 //    (hash-consing makes f(p, p) one node) each receive the total gradient.
@@ -50,10 +51,6 @@ namespace fjit {
 // visited. A wrt that y does not depend on gets zeros (and is reported as unused, see above).
 std::vector<Tensor> vjp(const Tensor& y, const std::vector<Tensor>& wrt, const Tensor& seed,
                         Loc loc = Loc::current());
-
-// Strict mode turns the unused-parameter warning into a TraceError. Initially FJIT_STRICT_UNUSED.
-void set_strict_unused_parameters(bool strict);
-bool strict_unused_parameters();
 
 // One VJP rule: given the forward node's inputs, its output and the output's cotangent,
 // returns one cotangent per input (undefined = no gradient flows there). `need[i]` says

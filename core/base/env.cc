@@ -1,7 +1,6 @@
 #include "core/base/env.h"
 
 #include <charconv>
-#include <cstdlib>
 #include <stdexcept>
 
 namespace fjit {
@@ -15,12 +14,6 @@ int parse_count(const std::string& text, const std::string& what, int max) {
     throw std::invalid_argument(what + " must be an integer from 1 to " + std::to_string(max) + ", got '" +
                                 text + "'");
   return static_cast<int>(v);
-}
-
-int env_count(const char* name, int fallback, int max) {
-  const char* text = std::getenv(name);
-  if (text == nullptr || *text == '\0') return fallback;
-  return parse_count(text, name, max);
 }
 
 }  // namespace fjit

@@ -1,5 +1,6 @@
 // Reading counts that users set by environment variable or command line: strictly, so that
-// a typo is an error naming where the value came from, never a silent fallback.
+// a typo is an error naming where the value came from, never a silent fallback. The
+// environment itself is read only through core/base/config.h, whose count rows parse here.
 #pragma once
 
 #include <string>
@@ -10,9 +11,5 @@ namespace fjit {
 // white space, a sign, trailing characters, out of range)
 // throws std::invalid_argument "<what> must be an integer from 1 to <max>, got '<text>'".
 int parse_count(const std::string& text, const std::string& what, int max);
-
-// The environment variable `name` read with parse_count(value, name, max); `fallback` when it
-// is unset or empty. Reads the environment on every call (callers cache where they need to).
-int env_count(const char* name, int fallback, int max);
 
 }  // namespace fjit

@@ -1,5 +1,6 @@
-// fjit's logger: one spdlog logger named "fjit", level from FJIT_LOG_LEVEL
-// (trace, debug, info, warn, error, off; default info).
+// fjit's logger: one spdlog logger named "fjit", level from FJIT_LOG_LEVEL (trace, debug,
+// info, warn, error, critical, off; default info; core/base/config.def), read when the logger
+// is first used.
 #pragma once
 
 #include <spdlog/spdlog.h>

@@ -8,7 +8,7 @@
 //
 // The setting is per calling thread (OpenMP's nthreads ICV), so thread replicas in one process
 // each get their own share: Mesh gives every replica max(1, cores / replicas on this machine)
-// threads unless FJIT_INTRA_OP_THREADS says otherwise. A plain jit() call outside pmap runs
+// threads unless FJIT_INTRA_OP_THREADS says otherwise (read at Mesh start-up, parallel/). A plain jit() call outside pmap runs
 // with the calling thread's setting: OpenMP's default (OMP_NUM_THREADS, else every core, as
 // JAX and PyTorch use every core by default) until set_intra_op_threads() changes it.
 #pragma once
@@ -19,8 +19,8 @@ namespace fjit {
 void set_intra_op_threads(int n);
 // The intra-op thread count in effect on the calling thread (1 without OpenMP).
 int intra_op_threads();
-// What a replica gets when `replicas_here` replicas share this machine: FJIT_INTRA_OP_THREADS
-// when set (>= 1), else max(1, hardware cores / replicas_here).
+// What a replica gets by default when `replicas_here` replicas share this machine:
+// max(1, hardware cores / replicas_here).
 int default_intra_op_threads(int replicas_here);
 
 }  // namespace fjit

@@ -11,7 +11,6 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/node_hash_set.h"
-#include "core/base/env.h"
 #include "core/base/log.h"
 #include "core/base/metrics.h"
 #include "core/base/mutex.h"
@@ -114,7 +113,7 @@ nlohmann::json event_json(const Event& e, int pid, int tid, int64_t origin) {
   return j;
 }
 
-void write_at_exit() { write(); }
+void write_on_exit() { write(); }
 
 }  // namespace
 
@@ -138,14 +137,9 @@ bool stop() {
   return ok;
 }
 
-void start_from_environment() {
+void write_at_exit() {
   static const bool once = [] {
-    const char* path = std::getenv("FJIT_TIMELINE");
-    if (path == nullptr || *path == '\0') return true;
-    const int steps = env_count("FJIT_TIMELINE_STEPS", kDefaultMaxSteps, 1 << 20);
-    start(path, steps);
-    std::atexit(&write_at_exit);
-    log().info("timeline: recording the last {} steps into {}", steps, path);
+    std::atexit(&write_on_exit);
     return true;
   }();
   (void)once;

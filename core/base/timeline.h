@@ -13,9 +13,10 @@
 //    instruction (Executable::run picks its timed loop once per run).
 //  - Bounded: each track keeps the events of its last `max_steps` steps (a ring) and the last
 //    kMaxLooseEvents events outside any step (compiles before the first step, say).
-//  - Turned on by start() or by FJIT_TIMELINE=path.json (FJIT_TIMELINE_STEPS=N steps, default
-//    100), read once at the first jit or pmap construction; written by write() or stop(), and
-//    at process exit when it was turned on by the environment.
+//  - Turned on by start(), or by FJIT_TIMELINE=path.json (FJIT_TIMELINE_STEPS=N steps, default
+//    100), which the first jit or pmap reads (apply_process_environment, core/runtime/jit_core.h);
+//    written by write() or stop(), and at process exit after write_at_exit() (as the
+//    environment's timeline is).
 //  - A process that runs one replica of several processes (MPI) writes `path` with
 //    ".rankR" before its extension ("t.json" -> "t.rank1.json") for R > 0; the tracks of all
 //    ranks are distinct (the replica index), so the files can be merged by concatenating their
@@ -41,8 +42,8 @@ void start(const std::string& path, int max_steps = kDefaultMaxSteps);
 bool stop();
 // Writes what is recorded so far to `path` (empty: the path given to start()).
 bool write(const std::string& path = "");
-// Reads FJIT_TIMELINE and FJIT_TIMELINE_STEPS once per process and starts when set.
-void start_from_environment();
+// Has write() run at process exit; registers once however often it is called.
+void write_at_exit();
 
 bool enabled();
 

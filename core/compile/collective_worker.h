@@ -1,5 +1,5 @@
 // CollectiveWorker: the thread that runs a replica's collectives while its plan goes on
-// (communication overlapped with the backward pass; CompileOptions::overlap_collectives).
+// (communication overlapped with the backward pass; CompileOptions::overlap).
 //
 // The plan's thread submits a collective instruction and keeps running the instructions that
 // do not read its results; before the first one that does, it waits for it. The worker runs

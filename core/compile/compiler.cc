@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <stdexcept>
@@ -22,8 +21,9 @@ namespace fjit {
 
 class Compiler {
  public:
+  // Records `fusion` and `overlap` in the plan it returns.
   static std::shared_ptr<Executable> lower(std::shared_ptr<const Graph> g, std::vector<CheckSite> sites,
-                                           const FusionOptions& fusion, bool overlap);
+                                           Fusion fusion, Overlap overlap);
 };
 
 namespace {
@@ -40,6 +40,15 @@ void dump(const std::string& dir, const std::string& stem, const std::string& su
   f << text;
 }
 
+// The fusion planner's switches for a Fusion mode.
+FusionOptions fusion_options_for(Fusion f) {
+  FusionOptions o;
+  o.elementwise = f == Fusion::all || f == Fusion::elementwise || f == Fusion::single;
+  o.gemm_epilogue = f == Fusion::all || f == Fusion::gemm || f == Fusion::single;
+  o.multi_output = f != Fusion::single;
+  return o;
+}
+
 // Whether n's kernel may write its result over `in` (the planner decides whether `in` is dead
 // by then): elementwise kernels read each element before they write it, and an all-reduce
 // reduces its buffer in place (so a gradient is reduced where its matmul wrote it, not copied),
@@ -51,16 +60,6 @@ bool in_place_ok(const Node& n, const Node& in) {
 }
 
 }  // namespace
-
-Overlap overlap_from_env() {
-  const char* text = std::getenv("FJIT_OVERLAP");
-  const std::string_view v = text == nullptr ? "" : text;
-  if (v.empty() || v == "0" || v == "off") return Overlap::off;
-  if (v == "schedule") return Overlap::schedule;
-  if (v == "1" || v == "worker") return Overlap::worker;
-  throw std::invalid_argument("FJIT_OVERLAP must be 0 (off), schedule, or 1 (worker), got '" +
-                              std::string(v) + "'");
-}
 
 Graph optimize(const Graph& traced, bool verify, std::vector<CheckSite>* sites) {
   if (verify) traced.verify();
@@ -81,11 +80,15 @@ Graph optimize(const Graph& traced, bool verify, std::vector<CheckSite>* sites) 
 }
 
 std::shared_ptr<Executable> Compiler::lower(std::shared_ptr<const Graph> gp, std::vector<CheckSite> sites,
-                                            const FusionOptions& fusion_options, bool overlap) {
+                                            Fusion fusion_mode, Overlap overlap_mode) {
   const Graph& g = *gp;
   auto exe = std::make_shared<Executable>();
   exe->graph = gp;
   exe->check_sites = std::move(sites);
+  exe->fusion = fusion_mode;
+  exe->overlap = overlap_mode;
+  const FusionOptions fusion_options = fusion_options_for(fusion_mode);
+  const bool overlap = overlap_mode != Overlap::off;
   std::vector<int> node_buf(g.size(), -1);
   auto new_buffer = [&](BufferRef r) {
     exe->buffers.push_back(r);
@@ -124,9 +127,9 @@ std::shared_ptr<Executable> Compiler::lower(std::shared_ptr<const Graph> gp, std
     r.resize(n.attrs.region->outputs.size(), -1);
     r[n.attrs.index] = id;
   }
-  const GraphCompiler compile_graph = [&fusion_options](const Graph& sub) {
+  const GraphCompiler compile_graph = [fusion_mode](const Graph& sub) {
     auto optimized = std::make_shared<const Graph>(optimize(sub, true));
-    return std::shared_ptr<const Executable>(Compiler::lower(optimized, {}, fusion_options, false));
+    return std::shared_ptr<const Executable>(Compiler::lower(optimized, {}, fusion_mode, Overlap::off));
   };
   for (int id = 0; id < g.size(); ++id) {
     const Node& n = g.node(id);
@@ -270,9 +273,7 @@ std::shared_ptr<Executable> Compiler::lower(std::shared_ptr<const Graph> gp, std
 std::shared_ptr<const Executable> compile(const Graph& traced, std::vector<CheckSite> sites,
                                           const CompileOptions& options) {
   static std::atomic<int> counter{0};
-  std::string dir = options.dump_dir;
-  if (dir.empty())
-    if (const char* env = std::getenv("FJIT_DUMP_DIR")) dir = env;
+  const std::string& dir = options.dump_dir;
   const std::string stem = options.name + "." + std::to_string(counter++);
   if (!dir.empty()) {
     dump(dir, stem, ".before.txt", traced.to_string(true));
@@ -280,16 +281,8 @@ std::shared_ptr<const Executable> compile(const Graph& traced, std::vector<Check
   }
   auto optimized = std::make_shared<const Graph>(
       optimize(traced, options.verify, options.automatic_checks ? &sites : nullptr));
-  FusionOptions fusion;
-  fusion.elementwise = fusion.gemm_epilogue = options.fuse;
-  if (const char* env = std::getenv("FJIT_FUSION")) {  // 0, 1, elementwise, gemm or single
-    const std::string v = env;
-    if (v == "0" || v == "gemm") fusion.elementwise = false;
-    if (v == "0" || v == "elementwise") fusion.gemm_epilogue = false;
-    if (v == "single") fusion.multi_output = false;
-  }
-  const bool overlap = options.overlap_collectives.value_or(overlap_from_env() != Overlap::off);
-  std::shared_ptr<Executable> exe = Compiler::lower(optimized, std::move(sites), fusion, overlap);
+  std::shared_ptr<Executable> exe =
+      Compiler::lower(optimized, std::move(sites), options.fusion, options.overlap);
   if (!dir.empty()) {
     dump(dir, stem, ".after.txt", optimized->to_string(true));
     dump(dir, stem, ".after.dot", optimized->to_dot(options.name + " (optimized)"));

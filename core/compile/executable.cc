@@ -8,6 +8,26 @@
 
 namespace fjit {
 
+const char* overlap_name(Overlap mode) {
+  switch (mode) {
+    case Overlap::off: return "off";
+    case Overlap::schedule: return "schedule";
+    case Overlap::worker: return "worker";
+  }
+  return "?";
+}
+
+const char* fusion_name(Fusion fusion) {
+  switch (fusion) {
+    case Fusion::all: return "all";
+    case Fusion::off: return "off";
+    case Fusion::elementwise: return "elementwise";
+    case Fusion::gemm: return "gemm";
+    case Fusion::single: return "single";
+  }
+  return "?";
+}
+
 void Executable::run(const void* const* inputs, void* const* outputs, RunContext& ctx,
                      void* workspace) const {
   void** table = static_cast<void**>(workspace);
@@ -89,7 +109,8 @@ std::string Executable::plan_string() const {
     return std::string("?");
   };
   os << "plan: " << instrs.size() << " instructions, arena " << arena_bytes << " bytes (min live "
-     << min_live_bytes << "), " << check_sites.size() << " check sites\n";
+     << min_live_bytes << "), " << check_sites.size() << " check sites; overlap "
+     << overlap_name(overlap) << ", fusion " << fusion_name(fusion) << "\n";
   int ticket = 0;
   for (size_t i = 0; i < instrs.size(); ++i) {
     const Instr& in = instrs[i];

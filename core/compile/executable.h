@@ -3,6 +3,8 @@
 //
 // An Executable is immutable after compile() and may be run from several threads at once (one
 // plan serves every replica): each run passes its own workspace of workspace_bytes().
+// It records how it runs (overlap mode, fusion), so that whoever runs it reads that from the
+// plan, never from options of its own.
 #pragma once
 
 #include <memory>
@@ -14,6 +16,27 @@
 #include "core/kernels/kernel.h"
 
 namespace fjit {
+
+// How a step's all-reduces overlap the rest of its plan (core/compile/schedule.h).
+enum class Overlap : uint8_t {
+  off,       // graph order: the gradients are reduced after the backward pass
+  schedule,  // each all-reduce placed as soon as its gradients exist, run on the plan's thread
+  worker,    // the same order, each all-reduce run on the replica's collective worker thread
+             // while the plan goes on (under MPI only when MPI allows it, mpi_runtime.h;
+             // otherwise as schedule)
+};
+const char* overlap_name(Overlap mode);  // "off", "schedule", "worker"
+
+// Which fused instructions the compiler forms (core/compile/passes/fusion.h); the values of
+// FJIT_FUSION, in order: 1, 0, elementwise, gemm, single.
+enum class Fusion : uint8_t {
+  all,          // every kind
+  off,          // none: one instruction per node
+  elementwise,  // elementwise groups only
+  gemm,         // GEMM and all-reduce updates only
+  single,       // every kind, elementwise groups writing one result each
+};
+const char* fusion_name(Fusion fusion);  // "all", "off", "elementwise", "gemm", "single"
 
 struct BufferRef {
   enum Kind : uint8_t { kInput, kOutput, kConstant, kArena };
@@ -43,7 +66,8 @@ class Executable {
     return w >= 0 && (r < w || (r == w && input_last_read_in_place[input]));
   }
   int num_check_sites() const { return static_cast<int>(check_sites.size()); }
-  // The plan, one instruction per line with its buffer assignment.
+  // The plan: a first line with its sizes, overlap mode and fusion, then one instruction per
+  // line with its buffer assignment.
   std::string plan_string() const;
 
   std::shared_ptr<const Graph> graph;  // the optimized graph the plan computes
@@ -66,6 +90,11 @@ class Executable {
   std::vector<uint8_t> overlapped;
   std::vector<int> await_before;
   int num_overlapped = 0;
+  // How the plan runs, as compiled: its overlap mode (off for a plan without replicas;
+  // under worker the runner gives it a collective worker, core/runtime/jit_core.cc), and
+  // which fusion formed its instructions.
+  Overlap overlap = Overlap::off;
+  Fusion fusion = Fusion::all;
 
  private:
   // run()'s loop while the timeline records: one event per instruction.

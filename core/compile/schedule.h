@@ -2,9 +2,9 @@
 //
 // By default a plan runs its instructions in graph order: the order the step was traced in,
 // where a data-parallel step reduces its gradients after the whole backward pass. With
-// overlap (Overlap::schedule or worker, CompileOptions::overlap_collectives), the order
+// overlap (Overlap::schedule or worker, CompileOptions::overlap), the order
 // changes, and the plan's all-reduces may run on the replica's collective worker
-// (core/compile/collective_worker.h; JitCore gives the plan one under Overlap::worker):
+// (core/compile/collective_worker.h; JitCore gives it one when Executable::overlap is worker):
 //
 //  - Collectives, and control-flow instructions whose bodies hold collectives or checks, form
 //    a chain in the order of their collectives in the graph: every replica meets the same

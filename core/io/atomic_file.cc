@@ -1,12 +1,15 @@
 #include "core/io/atomic_file.h"
+#include "core/io/atomic_file_testing.h"
 
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -18,16 +21,13 @@ namespace {
 
 std::atomic<uint64_t> g_temp_counter{0};
 
-std::optional<uint64_t> fail_after_from_env() {
-  const char* v = std::getenv("FJIT_TEST_FAIL_SAVE_AFTER_BYTES");
-  if (!v || !*v) return std::nullopt;
-  char* end = nullptr;
-  errno = 0;
-  unsigned long long k = std::strtoull(v, &end, 10);
-  if (errno || *end || *v == '-')
-    throw std::invalid_argument(std::string("FJIT_TEST_FAIL_SAVE_AFTER_BYTES must be a byte count, got \"") +
-                                v + "\"");
-  return k;
+// The test seam (atomic_file_testing.h): -1 when off.
+std::atomic<int64_t> g_fail_after{-1};
+
+std::optional<uint64_t> fail_after_seam() {
+  const int64_t k = g_fail_after.load(std::memory_order_relaxed);
+  if (k < 0) return std::nullopt;
+  return static_cast<uint64_t>(k);
 }
 
 std::string parent_dir(const std::string& path) {
@@ -80,7 +80,7 @@ int remove_stale_temporaries(const std::string& dir) {
 }
 
 AtomicFile::AtomicFile(std::string target)
-    : target_(std::move(target)), fail_after_(fail_after_from_env()) {
+    : target_(std::move(target)), fail_after_(fail_after_seam()) {
   remove_stale_temporaries(parent_dir(target_));
   const std::string host = host_name();
   // O_EXCL never reuses a file: a leftover from a crashed process with a recycled pid
@@ -122,7 +122,7 @@ void AtomicFile::write(const void* data, size_t n) {
     }
     if (chunk == 0 && inject)
       fail("write failed after " + std::to_string(written_) +
-               " bytes (injected by FJIT_TEST_FAIL_SAVE_AFTER_BYTES)", ENOSPC);
+               " bytes (injected by testing::set_fail_save_after_bytes)", ENOSPC);
     ssize_t r = ::write(fd_, p, chunk);
     if (r < 0) {
       if (errno == EINTR) continue;
@@ -157,3 +157,13 @@ void AtomicFile::commit() {
 }
 
 }  // namespace fjit::io
+
+namespace fjit::testing {
+
+void set_fail_save_after_bytes(std::optional<uint64_t> bytes) {
+  // A count past INT64_MAX never fails a real save: it acts as that many.
+  const int64_t k = bytes ? static_cast<int64_t>(std::min<uint64_t>(*bytes, INT64_MAX)) : -1;
+  io::g_fail_after.store(k, std::memory_order_relaxed);
+}
+
+}  // namespace fjit::testing

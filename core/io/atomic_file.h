@@ -14,9 +14,8 @@
 // save in progress elsewhere (another process, or another host on a shared file system) is
 // never touched.
 //
-// Testing hook: with FJIT_TEST_FAIL_SAVE_AFTER_BYTES=K in the environment, write() stores
-// the first K bytes and then fails as a full disk would (ENOSPC), so tests can check that
-// a failed save leaves the previous file intact and no temporary file behind.
+// Tests can make write() fail after a number of bytes, as a full disk would
+// (atomic_file_testing.h).
 #pragma once
 
 #include <cstddef>
@@ -49,7 +48,7 @@ class AtomicFile {
   std::string target_, temp_;
   int fd_ = -1;
   uint64_t written_ = 0;
-  std::optional<uint64_t> fail_after_;  // from FJIT_TEST_FAIL_SAVE_AFTER_BYTES
+  std::optional<uint64_t> fail_after_;  // the test seam's, when this file was made
   bool committed_ = false;
 };
 

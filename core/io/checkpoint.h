@@ -25,8 +25,8 @@
 //  - Every error about a checkpoint, from loading or from comparing it with a model or a
 //    run's configuration, starts with the file's path.
 //
-// Testing hook: when the environment variable FJIT_TEST_FAIL_SAVE_AFTER_BYTES=K is set,
-// save_checkpoint fails as a full disk would once K bytes of the temporary file are written.
+// Tests make save_checkpoint fail as a full disk would, once K bytes of the temporary file
+// are written, through testing::set_fail_save_after_bytes(K) (core/io/atomic_file_testing.h).
 #pragma once
 
 #include <cstdint>

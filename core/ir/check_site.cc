@@ -22,10 +22,14 @@ const char* check_policy_name(CheckPolicy p) {
 
 namespace {
 constexpr CheckKindInfo kCheckKinds[] = {
-#define FJIT_CHECK_KIND(name, label, bad, detail, message, message_no_detail) \
-  {label, BadRule::bad, CheckDetail::detail, message, message_no_detail},
+#define at(v) CheckBound{false, v}
+#define axis_extent CheckBound{true, 0}
+#define FJIT_CHECK_KIND(name, label, bad, detail, reads, bound, message, message_no_detail) \
+  {label, BadRule::bad, CheckDetail::detail, CheckReads::reads, bound, message, message_no_detail},
 #include "core/ir/check_kinds.def"
 #undef FJIT_CHECK_KIND
+#undef axis_extent
+#undef at
 };
 }  // namespace
 

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "core/ir/check_kind.h"
 #include "core/ir/node.h"
 
 namespace fjit {
@@ -23,25 +24,6 @@ const char* check_mode_name(CheckMode m);
 // What the host does when a step raised a check (FJIT_ON_CHECK_FAILURE=throw|skip_step|log).
 enum class CheckPolicy : uint8_t { throw_error = 0, skip_step = 1, log = 2 };
 const char* check_policy_name(CheckPolicy p);
-
-// The kinds of check, generated from core/ir/check_kinds.def (the one check-kind table).
-enum class CheckKind : uint8_t {
-#define FJIT_CHECK_KIND(name, ...) name,
-#include "core/ir/check_kinds.def"
-#undef FJIT_CHECK_KIND
-};
-// Which checked values a kind counts as bad, and what the payload's detail slot holds.
-enum class BadRule : uint8_t { kNeverBad, kNonFinite, kZero, kOutsideRange, kBelowBound };
-enum class CheckDetail : uint8_t { kNoDetail, kNanCount, kElementCount, kBound };
-struct CheckKindInfo {
-  const char* label;            // "division by zero"
-  BadRule bad;
-  CheckDetail detail;
-  const char* message;          // the report's line; see check_kinds.def for its fields
-  const char* message_no_detail;  // used instead when the detail is 0 (empty: none)
-};
-const CheckKindInfo& check_kind_info(CheckKind k);
-const char* check_kind_name(CheckKind k);
 
 struct CheckSite {
   CheckKind kind = CheckKind::user;

@@ -16,7 +16,7 @@
 #include <limits>
 #include <type_traits>
 
-#include <Eigen/Core>
+#include "core/base/eigen.h"
 
 #include "core/ir/dtype.h"
 

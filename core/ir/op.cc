@@ -12,16 +12,21 @@ struct OpInfo {
   DTypeRule dtype;
   bool differentiable;
   Finite finite;
-  InputCheck input_check;
+  bool has_input_check;
+  CheckKind input_check;
   KernelFamily family;
 };
 
 constexpr OpInfo kOps[] = {
+#define no_check false, CheckKind::user
+#define check(k) true, CheckKind::k
 #define FJIT_OP(name, str, kind, arity, dtype, vjp, finite, input_check, family, builder) \
   {str, OpKind::kind, arity, DTypeRule::dtype, std::string_view(#vjp) != "none",         \
-   Finite::finite, InputCheck::input_check, KernelFamily::family},
+   Finite::finite, input_check, KernelFamily::family},
 #include "core/ir/ops.def"
 #undef FJIT_OP
+#undef check
+#undef no_check
 };
 static_assert(sizeof(kOps) / sizeof(kOps[0]) == kNumOps, "op table and enum disagree");
 
@@ -54,7 +59,10 @@ int op_arity(Op op) { return info(op).arity; }
 DTypeRule op_dtype_rule(Op op) { return info(op).dtype; }
 bool op_is_differentiable(Op op) { return info(op).differentiable; }
 bool op_may_overflow(Op op) { return info(op).finite == Finite::kMayOverflow; }
-InputCheck op_input_check(Op op) { return info(op).input_check; }
+std::optional<CheckKind> op_input_check(Op op) {
+  if (!info(op).has_input_check) return std::nullopt;
+  return info(op).input_check;
+}
 KernelFamily op_kernel_family(Op op) { return info(op).family; }
 
 const char* reduce_op_name(ReduceOp op) {

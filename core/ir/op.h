@@ -3,8 +3,11 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <stdexcept>
 #include <string_view>
+
+#include "core/ir/check_kind.h"
 
 namespace fjit {
 
@@ -18,9 +21,6 @@ enum class DTypeRule : uint8_t { kNumeric, kFloat, kToBool, kCompare, kBool, kGi
 // Whether finite inputs can give a non-finite float result (the automatic NaN/Inf check).
 enum class Finite : uint8_t { kStaysFinite, kMayOverflow };
 // The automatic check of an operand's domain (core/compile/passes/automatic_checks.cc).
-enum class InputCheck : uint8_t {
-  kNoInputCheck, kNonzeroDivisor, kIndexInRange, kLogDomain, kLog1pDomain, kSqrtDomain
-};
 // How an all_reduce combines (the attribute of Op::AllReduce, and what a Communicator does).
 enum class ReduceOp : uint8_t { sum, max, min, logical_or };
 const char* reduce_op_name(ReduceOp op);
@@ -71,7 +71,9 @@ bool op_has_effect(Op op);
 bool op_is_differentiable(Op op);
 // True when finite operands can give a non-finite float result.
 bool op_may_overflow(Op op);
-InputCheck op_input_check(Op op);
+// The automatic check of an operand (the row's input_check column): a check kind whose row in
+// core/ir/check_kinds.def says which operand it reads; nullopt for no_check.
+std::optional<CheckKind> op_input_check(Op op);
 KernelFamily op_kernel_family(Op op);
 
 }  // namespace fjit

@@ -2,38 +2,17 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cstdlib>
-#include <cstring>
 
-#include "core/base/env.h"
+#include "core/base/cpu_support.h"
 #include "core/base/log.h"
 #include "core/base/metrics.h"
+#include "core/base/timeline.h"
 #include "core/compile/collective_worker.h"
 #include "core/kernels/collective/communicator.h"
 #include "core/runtime/step_checks.h"
-#include "core/base/timeline.h"
 
 namespace fjit {
 namespace {
-
-CheckMode parse_mode(const char* s) {
-  if (!s) return CheckMode::user;
-  if (!std::strcmp(s, "off") || !std::strcmp(s, "0")) return CheckMode::off;
-  if (!std::strcmp(s, "all") || !std::strcmp(s, "2")) return CheckMode::all;
-  if (!std::strcmp(s, "user") || !std::strcmp(s, "1")) return CheckMode::user;
-  log().warn("FJIT_CHECKS='{}' is not one of off, user, all; using user", s);
-  return CheckMode::user;
-}
-
-CheckPolicy parse_policy(const char* s) {
-  if (!s || !std::strcmp(s, "throw")) return CheckPolicy::throw_error;
-  if (!std::strcmp(s, "skip_step") || !std::strcmp(s, "skip")) return CheckPolicy::skip_step;
-  if (!std::strcmp(s, "log")) return CheckPolicy::log;
-  log().warn("FJIT_ON_CHECK_FAILURE='{}' is not one of throw, skip_step, log; using throw", s);
-  return CheckPolicy::throw_error;
-}
-
-std::atomic<int> g_mode{-1}, g_policy{-1};
 
 // Per-thread scratch reused by every run on this thread: allocates only when it must grow.
 struct Scratch {
@@ -77,36 +56,11 @@ bool same_type(const Array& a, const ValueType& t) {
 
 }  // namespace
 
-CheckMode default_check_mode() {
-  int m = g_mode.load();
-  if (m < 0) {
-    m = static_cast<int>(parse_mode(std::getenv("FJIT_CHECKS")));
-    g_mode.store(m);
-  }
-  return static_cast<CheckMode>(m);
-}
-void set_default_check_mode(CheckMode mode) { g_mode.store(static_cast<int>(mode)); }
-CheckPolicy default_check_policy() {
-  int p = g_policy.load();
-  if (p < 0) {
-    p = static_cast<int>(parse_policy(std::getenv("FJIT_ON_CHECK_FAILURE")));
-    g_policy.store(p);
-  }
-  return static_cast<CheckPolicy>(p);
-}
-void set_default_check_policy(CheckPolicy policy) { g_policy.store(static_cast<int>(policy)); }
-
-JitOptions JitOptions::resolved() const {
-  JitOptions o = *this;
-  // Strict (core/base/env.h): a malformed value throws here, when the jit or pmap is constructed.
-  if (o.recompile_warn_threshold < 0) o.recompile_warn_threshold = env_count("FJIT_RECOMPILE_WARN", 8, 1 << 30);
-  if (!o.overlap) o.overlap = overlap_from_env();
-  if (o.large_constant_bytes < 0) o.large_constant_bytes = env_count("FJIT_LARGE_CONSTANT_BYTES", 1 << 20, 1 << 30);
-  return o;
-}
-
 JitCore::JitCore(JitOptions options) : options_(options.resolved()) {
-  timeline::start_from_environment();
+  // Links core/base/cpu_support.cc into every program that jits: its start-up check has
+  // already refused a CPU without the features this build needs.
+  [[maybe_unused]] static const bool cpu_ok = cpu_features_missing().empty();
+  apply_process_environment();
 }
 
 int64_t JitCore::compile_count() const {
@@ -181,10 +135,15 @@ std::shared_ptr<const CompiledEntry> JitCore::compile_locked(const FlatArgs& arg
                                                              const TraceFn& trace) {
   const int64_t t0 = now_ns();
   const CheckMode mode = options_.checks.value_or(default_check_mode());
+  // Overlap needs replicas; the plan records what it was compiled with, and run() reads that.
+  const Overlap overlap =
+      options_.num_replicas > 1 ? options_.overlap.value_or(Overlap::off) : Overlap::off;
   TraceOptions topts;
   topts.checks = mode;
   topts.large_constant_bytes = options_.large_constant_bytes;
-  topts.overlap_collectives = options_.overlap.value_or(Overlap::off) != Overlap::off && options_.num_replicas > 1;
+  topts.overlap_collectives = overlap != Overlap::off;
+  topts.fusion_bytes = options_.fusion_bytes;
+  topts.strict_unused = strict_unused_parameters();
   TraceContext ctx(topts);
   ctx.axis_names = options_.axis_names;
   ctx.num_replicas = options_.num_replicas;
@@ -209,7 +168,9 @@ std::shared_ptr<const CompiledEntry> JitCore::compile_locked(const FlatArgs& arg
   CompileOptions copts;
   copts.name = options_.name;
   copts.automatic_checks = mode == CheckMode::all;
-  copts.overlap_collectives = topts.overlap_collectives;
+  copts.overlap = overlap;
+  copts.fusion = options_.fusion.value_or(Fusion::all);
+  copts.dump_dir = options_.dump_dir.value_or("");
   entry->exe = compile(ctx.graph, ctx.check_sites, copts);
   entry->structure_hash = args.structure_hash;
   entry->mode = mode;
@@ -296,7 +257,7 @@ StepResult JitCore::run(const CompiledEntry& entry, const FlatArgs& args, std::s
   // a gradient where the plan wrote it (core/kernels/collective/communicator.h).
   void* ws = comm != nullptr ? comm->shared_workspace(exe.workspace_bytes()) : nullptr;
   if (ws == nullptr) ws = s.ensure(exe.workspace_bytes());
-  if (exe.num_overlapped > 0 && options_.overlap == Overlap::worker && comm != nullptr &&
+  if (exe.num_overlapped > 0 && exe.overlap == Overlap::worker && comm != nullptr &&
       comm->callable_from_any_thread())
     ctx.worker = &collective_worker(replica);
   const bool recorded = timeline::enabled();

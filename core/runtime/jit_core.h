@@ -20,12 +20,24 @@
 
 namespace fjit {
 
+// A jit's or pmap's options. Every field left unset is resolved once, when the jit or pmap is
+// made (resolved()), from its FJIT_* variable (core/base/config.def) or its default; the
+// stages below take the resolved values as TraceOptions and CompileOptions.
 struct JitOptions {
   std::string name = "fn";
   std::optional<CheckMode> checks;      // default: FJIT_CHECKS (off|user|all), else user
   std::optional<CheckPolicy> policy;    // default: FJIT_ON_CHECK_FAILURE, else throw_error
   int recompile_warn_threshold = -1;    // default: FJIT_RECOMPILE_WARN, else 8
   int64_t large_constant_bytes = -1;    // default: FJIT_LARGE_CONSTANT_BYTES, else 1 MiB
+  // Bucket size of psum and pmean of a dict (core/trace/collectives.h). Default:
+  // FJIT_FUSION_BYTES, else 1 MiB; raised to at least 1024.
+  int64_t fusion_bytes = -1;
+  // Which fused instructions the compiler forms (Fusion, core/compile/executable.h).
+  // Unset: FJIT_FUSION, else all.
+  std::optional<Fusion> fusion;
+  // Where every compile writes its graphs and plan (CompileOptions::dump_dir). Unset:
+  // FJIT_DUMP_DIR; empty: no dumps.
+  std::optional<std::string> dump_dir;
   // Donation (JAX's donate_argnums): top-level arguments whose storage the step may reuse for
   // the outputs that replace them. With run_into(out, args...) where `out` holds the very
   // Arrays passed as a donated argument (e.g. the parameters), each updated leaf is written in
@@ -34,23 +46,39 @@ struct JitOptions {
   // skip_step policy), a fresh output is allocated as without donation. Not used by pmap.
   std::vector<int> donate_argnums;
   // Under pmap, how the all-reduces overlap the instructions after them (Overlap,
-  // core/compile/compiler.h). Unset: FJIT_OVERLAP, else off.
+  // core/compile/executable.h). Unset: FJIT_OVERLAP, else off. The plan records the mode it
+  // was compiled with (Executable::overlap; off with one replica), and runs by that.
   std::optional<Overlap> overlap;
   // Set by pmap: the named axis collectives may use, and the number of replicas on it.
   std::vector<std::string> axis_names;
   int num_replicas = 1;
-  // Resolves every unset field from the environment (JitCore's constructor calls it). The
-  // integer variables are read strictly (core/base/env.h): an integer from 1 to 2^30, unset or
-  // empty for the default; anything else throws std::invalid_argument naming the variable.
+  // Resolves every unset field but checks and policy (the process defaults below stand in
+  // for those) from the environment (JitCore's constructor calls it). The integer variables
+  // are read strictly (core/base/config.def): an integer from 1 to 2^30, unset or empty for
+  // the default; anything else, or an FJIT_OVERLAP that is none of its values, throws
+  // std::invalid_argument naming the variable.
   JitOptions resolved() const;
 };
 
-// Process-wide defaults, initialised from FJIT_CHECKS and FJIT_ON_CHECK_FAILURE; a JitOptions
-// field that is set overrides them for that function.
+// Process-wide defaults, initialised from FJIT_CHECKS and FJIT_ON_CHECK_FAILURE on first use;
+// a JitOptions field that is set overrides them for that function.
 CheckMode default_check_mode();
 void set_default_check_mode(CheckMode mode);
 CheckPolicy default_check_policy();
 void set_default_check_policy(CheckPolicy policy);
+
+// Process-wide: strict mode turns autodiff's unused-parameter warning into a TraceError
+// (core/autodiff/autodiff.h) in the traces of every jit and pmap compiled afterwards.
+// Initially FJIT_STRICT_UNUSED, read on first use.
+void set_strict_unused_parameters(bool strict);
+bool strict_unused_parameters();
+
+// The process-wide settings of the environment that no option carries: the GEMM library's
+// use (FJIT_GEMM, core/kernels/gemm/gemm_library.h) and the timeline (FJIT_TIMELINE and
+// FJIT_TIMELINE_STEPS, written at exit; core/base/timeline.h). Applied once per process, by
+// the first jit or pmap made (JitCore's constructor); later calls do nothing. A malformed
+// FJIT_TIMELINE_STEPS throws std::invalid_argument, and the next call tries again.
+void apply_process_environment();
 
 // The flattened form of a call's arguments: one entry per leaf array.
 struct FlatArgs {

@@ -1,10 +1,9 @@
 #include "core/runtime/step_checks.h"
 
 #include <atomic>
-#include <cstdlib>
 #include <mutex>
 
-#include "core/base/env.h"
+#include "core/base/config.h"
 
 namespace fjit {
 namespace {
@@ -16,9 +15,8 @@ std::atomic<int> g_dump_state{-1};  // -1: not read from the environment yet, 0 
 
 void init_dump_locked() {
   if (g_dump_state.load() >= 0) return;
-  const char* dir = std::getenv("FJIT_CHECK_DUMP_DIR");
-  g_dump.dir = dir ? dir : "";
-  g_dump.max_bundles = env_count("FJIT_CHECK_DUMP_MAX", 8, 1 << 30);
+  g_dump.dir = config::check_dump_dir();
+  g_dump.max_bundles = static_cast<int>(config::check_dump_max());
   g_dump_state.store(g_dump.dir.empty() ? 0 : 1);
 }
 }  // namespace

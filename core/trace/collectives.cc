@@ -2,8 +2,6 @@
 
 #include <algorithm>
 
-#include "core/base/env.h"
-
 namespace fjit {
 namespace {
 
@@ -32,11 +30,6 @@ Tensor collective(const char* name, Op op, const Tensor& x, ReduceOp r, const st
 }
 
 }  // namespace
-
-int64_t default_fusion_bytes() {
-  // Default 1 MiB (why: collectives.h); a valid value below 1024 is raised to 1024.
-  return std::max(1024, env_count("FJIT_FUSION_BYTES", 1 << 20, 1 << 30));
-}
 
 Tensor psum(const Tensor& x, const std::string& axis, Loc loc) {
   return collective("psum", Op::AllReduce, x, ReduceOp::sum, axis, {}, loc);
@@ -142,7 +135,9 @@ TensorDict reduce_dict(const TensorDict& xs, const std::string& axis, bool mean,
     std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return xs.value(a).id() < xs.value(b).id(); });
   std::vector<Tensor> packed;
   for (size_t i : order) packed.push_back(leaves[i]);
-  std::vector<Tensor> r = detail::fused_all_reduce(packed, ReduceOp::sum, axis, default_fusion_bytes(), loc);
+  const int64_t bucket_bytes =
+      ctx != nullptr ? ctx->options.fusion_bytes : TraceOptions{}.fusion_bytes;
+  std::vector<Tensor> r = detail::fused_all_reduce(packed, ReduceOp::sum, axis, bucket_bytes, loc);
   std::vector<Tensor> reduced(leaves.size());
   for (size_t k = 0; k < order.size(); ++k) reduced[order[k]] = r[k];
   TensorDict out;

@@ -15,7 +15,8 @@
 
 namespace fjit {
 
-// FJIT_FUSION_BYTES, default 1 MiB. Packing costs two copies of every packed byte (concat
+// The bucket size is the trace's (TraceOptions::fusion_bytes: JitOptions::fusion_bytes, else
+// FJIT_FUSION_BYTES), default 1 MiB. Packing costs two copies of every packed byte (concat
 // in, slice out), while an extra all-reduce costs only its latency once buffers are large
 // enough for the all-reduce to run at full bandwidth, as 1 MiB is. So small tensors share
 // 1 MiB buckets and a tensor of 1 MiB or more is reduced alone, in place, without copies.
@@ -26,10 +27,6 @@ namespace fjit {
 // JitOptions::overlap) they are packed in the order the tensors were computed and each is
 // reduced as soon as it is complete, on the replica's collective worker while the backward
 // pass goes on, or between its instructions (core/compile/schedule.h).
-// Read on every call (on the tracing thread: psum/pmean of a TensorDict), strictly: an integer
-// from 1 to 2^30 (1 GiB), raised to at least 1024; unset or empty gives the default; anything
-// else throws std::invalid_argument naming FJIT_FUSION_BYTES, out of the trace to the caller.
-int64_t default_fusion_bytes();
 
 Tensor psum(const Tensor& x, const std::string& axis, Loc loc = Loc::current());
 // Mean over replicas. When pmap split an uneven batch, each replica's term is weighted by its

@@ -10,10 +10,12 @@
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
+#include <optional>
 #include <string>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "core/base/config.h"
 #include "core/base/mutex.h"
 
 namespace fjit::detail {
@@ -44,12 +46,13 @@ std::string normalize(const char* file) {
 
 // The standard lookup asks debuginfod servers for debug files missing on disk (libc's, say)
 // when DEBUGINFOD_URLS is set: that would block an error report on the network. Then separate
-// debug files are looked up by build-id on local disk only.
+// debug files are looked up by build-id on local disk only. The variable is libdw's, not an
+// option of fjit: it is looked at (through core/base/config.def) where libdw would read it.
 int find_debuginfo(Dwfl_Module* mod, void** userdata, const char* modname, Dwarf_Addr base,
                    const char* file, const char* debuglink, GElf_Word crc, char** found) {
   static const bool remote = [] {
-    const char* urls = std::getenv("DEBUGINFOD_URLS");
-    return urls != nullptr && *urls != '\0';
+    const std::optional<std::string> urls = config::debuginfod_urls();
+    return urls.has_value() && !urls->empty();
   }();
   if (remote)
     return dwfl_build_id_find_debuginfo(mod, userdata, modname, base, file, debuglink, crc, found);
@@ -74,8 +77,8 @@ std::string die_string(Dwarf_Die* die, int name) {
 using NameCache = absl::flat_hash_map<const void*, std::string>;
 
 // A lambda's call operator is named "operator()" and has no linkage name; "{lambda}::" and the
-// function around it make it recognizable. That costs a walk of the unit (dwarf_getscopes_die,
-// ~0.3 ms), hence the cache, and why the (rarer) other nameless functions keep their plain
+// function around it make it recognizable. That costs a walk of the unit (dwarf_getscopes_die:
+// bench/RESULTS.md, "Figures quoted by the sources"), hence the cache, and why the (rarer) other nameless functions keep their plain
 // name, which their file:line disambiguates.
 std::string qualify_call_operator(Dwarf_Die* die, std::string name, NameCache* cache) {
   Dwarf_Die decl = *die;
@@ -158,8 +161,9 @@ void scopes_at(Dwarf_Die* parent, Dwarf_Addr addr, std::vector<Dwarf_Die>* chain
 }
 
 // The code ranges of one compilation unit's functions, sorted by start. Finding the function
-// around an address by walking the unit's DIEs costs 60-300 us even in a small unit (as
-// dwarf_getscopes does, two or three times over); built once, this makes it a binary search.
+// around an address by walking the unit's DIEs is slow even in a small unit (as
+// dwarf_getscopes does, two or three times over; bench/RESULTS.md, "Figures quoted by the
+// sources"); built once, this makes it a binary search.
 // Functions are found at the top level and in namespaces, where g++ puts every definition
 // except members of classes local to a function (those lose their inlined frames only).
 struct FunctionRange {

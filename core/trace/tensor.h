@@ -24,6 +24,8 @@ struct TraceError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// What a trace is told; jit and pmap fill it from their resolved JitOptions (tracing reads no
+// environment).
 struct TraceOptions {
   CheckMode checks = CheckMode::off;
   // Record a symbolized-on-demand stack for every node (on whenever checks are on).
@@ -34,6 +36,12 @@ struct TraceOptions {
   // (core/compile/schedule.h): the dict forms of psum and pmean then fill their buckets in
   // the order the tensors were computed, so the first buckets are ready first.
   bool overlap_collectives = false;
+  // Bucket size of the dict forms of psum and pmean (core/trace/collectives.h;
+  // FJIT_FUSION_BYTES). REQUIRES: >= 1024.
+  int64_t fusion_bytes = 1 << 20;
+  // A differentiated parameter that never reaches the output is a TraceError, not a warning
+  // (core/autodiff/autodiff.h; FJIT_STRICT_UNUSED).
+  bool strict_unused = false;
 };
 
 class Tensor;

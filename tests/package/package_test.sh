@@ -15,12 +15,20 @@ command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
 case "$mode" in
   install)
     build=$2
+    SOURCE=$3
     cmake --install "$build" --prefix "$work/prefix" > "$work/install.log"
     for f in lib/cmake/fjit/fjitConfig.cmake lib/cmake/fjit/fjitConfigVersion.cmake \
              lib/pkgconfig/fjit.pc include/fjit/fjit.h include/fjit/core/base/version.h \
              include/fjit/core/ir/ops.def lib/libfjit_core.a; do
       p=$(find "$work/prefix" -path "*/${f#lib/}" -o -path "*/$f" | head -n 1)
       [ -n "$p" ] || { echo "not installed: $f"; exit 1; }
+    done
+    # Only the public headers (what fjit.h reaches) are installed: kernel tables, compiler
+    # passes and backend internals stay out, and the consumers below compile without them.
+    for f in core/kernels/fused/fused_compiled_tables.h core/compile/passes/pass.h \
+             core/kernels/gemm/gemm_epilogue.h parallel/mpi_communicator.h; do
+      [ -e "$SOURCE/$f" ] || { echo "package_test.sh: $f is no longer in the source tree; name another internal header"; exit 1; }
+      if [ -n "$(find "$work/prefix" -path "*/include/fjit/$f")" ]; then echo "internal header installed: $f"; exit 1; fi
     done
     cmake -S "$here/consumer" -B "$work/consumer" -DCMAKE_BUILD_TYPE=Release \
       -DCMAKE_PREFIX_PATH="$work/prefix" -DFJIT_CONSUME=find_package "${launcher[@]}" > "$work/cfg.log" \

@@ -2,7 +2,7 @@
 # installed, through find_package and pkg-config; and built from source with FetchContent.
 # The second compiles the libraries again, so it runs alone and has a long timeout.
 add_test(NAME package_find_package
-  COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/package/package_test.sh install ${PROJECT_BINARY_DIR})
+  COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/package/package_test.sh install ${PROJECT_BINARY_DIR} ${PROJECT_SOURCE_DIR})
 add_test(NAME package_fetchcontent
   COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/package/package_test.sh fetchcontent ${PROJECT_SOURCE_DIR})
 set_tests_properties(package_find_package PROPERTIES TIMEOUT 600)

@@ -23,6 +23,9 @@
 // innermost loop around them, whose iteration the report gives.
 #include "core/compile/passes/automatic_checks.h"
 
+#include <optional>
+#include <stdexcept>
+
 #include "core/ir/check_upstream.h"
 #include "core/ir/region.h"
 #include "core/compile/passes/pass.h"
@@ -56,6 +59,19 @@ class NodeMaker {
   // pred: no element of x satisfies `bad`, built as not(any(bad)) so that NaN, which
   // compares false, is left to the NaN check.
   int none(int bad) { return op(Op::LogicalNot, {reduce(Op::ReduceAny, bad)}); }
+  // The elements of x that `rule` counts as bad against `bound` (check_payload::is_bad, as
+  // graph ops), for the rules an operand check can have.
+  int bad_elements(BadRule rule, int x, double bound) {
+    const DType t = g_.node(x).dtype;
+    switch (rule) {
+      case BadRule::kZero: return op(Op::Eq, {x, scalar(t, 0)});
+      case BadRule::kBelowBound: return op(Op::Lt, {x, scalar(t, bound)});
+      case BadRule::kOutsideRange:
+        return op(Op::LogicalOr, {op(Op::Lt, {x, scalar(t, 0)}), op(Op::Ge, {x, scalar(t, bound)})});
+      case BadRule::kNonFinite: case BadRule::kNeverBad: break;
+    }
+    throw std::logic_error("core/ir/check_kinds.def: an operand check's bad rule has no predicate");
+  }
 
  private:
   Graph& g_;
@@ -100,34 +116,15 @@ class AutomaticChecks {
     const std::string what = std::string(op_name(op)) + " " + type_str(n.dtype, n.shape);
     NodeMaker make(out, site);
     const std::vector<int>& ins = n.inputs;
-    switch (op_input_check(op)) {  // the row's input check (core/ir/ops.def)
-      case InputCheck::kNonzeroDivisor: {
-        const int den = ins[1];
-        add(make, CheckKind::div_by_zero, what, site, den, 0,
-            make.none(make.op(Op::Eq, {den, make.scalar(out.node(den).dtype, 0)})));
-        break;
-      }
-      case InputCheck::kIndexInRange: {
-        const int idx = ins[1];
-        const int64_t bound = out.node(ins[0]).shape[n.attrs.axis];
-        const DType t = out.node(idx).dtype;
-        const int below = make.op(Op::Lt, {idx, make.scalar(t, 0)});
-        const int above = make.op(Op::Ge, {idx, make.scalar(t, static_cast<double>(bound))});
-        add(make, CheckKind::index_out_of_range, what, site, idx, static_cast<double>(bound),
-            make.none(make.op(Op::LogicalOr, {below, above})));
-        break;
-      }
-      case InputCheck::kLogDomain: case InputCheck::kLog1pDomain: case InputCheck::kSqrtDomain: {
-        const InputCheck c = op_input_check(op);
-        const double lo = c == InputCheck::kLog1pDomain ? -1.0 : 0.0;
-        const CheckKind kind = c == InputCheck::kSqrtDomain ? CheckKind::sqrt_domain : CheckKind::log_domain;
-        const int x = ins[0];
-        add(make, kind, what, site, x, lo,
-            make.none(make.op(Op::Lt, {x, make.scalar(out.node(x).dtype, lo)})));
-        break;
-      }
-      case InputCheck::kNoInputCheck:
-        break;
+    if (const std::optional<CheckKind> kind = op_input_check(op)) {
+      // The row of the kind (core/ir/check_kinds.def) says which operand it scans and the
+      // bound; the predicate is true when no element is bad by the kind's rule.
+      const CheckKindInfo& info = check_kind_info(*kind);
+      const int x = ins[info.reads == CheckReads::kOperand1 ? 1 : 0];
+      const double bound = info.bound.axis_extent
+                               ? static_cast<double>(out.node(ins[0]).shape[n.attrs.axis])
+                               : info.bound.value;
+      add(make, *kind, what, site, x, bound, make.none(make.bad_elements(info.bad, x, bound)));
     }
     const bool check_result = is_floating(n.dtype) && op_may_overflow(op);
     const int id = out.add(std::move(n));

@@ -18,7 +18,7 @@
 // and makes a single pass.
 #pragma once
 
-#include <Eigen/Core>
+#include "core/base/eigen.h"
 
 #include <array>
 #include <cstdint>

@@ -3,7 +3,7 @@
 // the same input whoever evaluates them.
 #pragma once
 
-#include <Eigen/Core>
+#include "core/base/eigen.h"
 
 #include <cmath>
 #include <limits>

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <limits>
 
+#include "core/base/eigen.h"  // first: it silences the intrinsics headers' false positives
 #include <unsupported/Eigen/SpecialFunctions>
 
 #include "core/kernels/elementwise/elementwise_common.h"

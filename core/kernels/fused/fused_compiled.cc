@@ -7,7 +7,7 @@
 // set may appear.
 #include "core/kernels/fused/fused_compiled.h"
 
-#include <Eigen/Core>
+#include "core/base/eigen.h"
 
 #include <algorithm>
 #include <array>

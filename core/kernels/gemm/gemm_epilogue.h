@@ -19,7 +19,7 @@
 // an unfused sum over the product, so it may differ from that sum in the last bits.
 #pragma once
 
-#include <Eigen/Core>
+#include "core/base/eigen.h"
 #include <cmath>
 
 namespace fjit {

@@ -2,7 +2,7 @@
 // call that carries the intra-op thread count.
 #include "core/kernels/gemm/gemm_library.h"
 
-#include <cstdlib>
+#include <atomic>
 #include <string>
 
 #include "core/base/threads.h"
@@ -20,6 +20,8 @@ constexpr int64_t kMinDepth = 32;
 constexpr int64_t kMinFlops = int64_t{1} << 21;
 // Threads only from this size on, as the fjit driver (gemm_update.cc).
 constexpr int64_t kThreadFlops = int64_t{1} << 22;
+
+std::atomic<bool> g_allowed{true};
 
 #ifdef FJIT_HAVE_BLIS
 // Row-major operands as strides: element (i, p) of op(A) is at a[i * rs + p * cs].
@@ -51,13 +53,11 @@ KernelFn pick(bool ta, bool tb) {
 
 }  // namespace
 
+void set_gemm_library_allowed(bool allowed) { g_allowed.store(allowed, std::memory_order_relaxed); }
+
 bool gemm_library_enabled() {
 #ifdef FJIT_HAVE_BLIS
-  static const bool enabled = [] {
-    const char* env = std::getenv("FJIT_GEMM");
-    return env == nullptr || std::string(env) != "eigen";
-  }();
-  return enabled;
+  return g_allowed.load(std::memory_order_relaxed);
 #else
   return false;
 #endif

@@ -14,8 +14,10 @@
 
 namespace fjit {
 
-// Whether plain products go to the library: built with it, and FJIT_GEMM is not "eigen"
-// (read once).
+// Process-wide: whether plans compiled from now on may use the library (default yes). The
+// first jit or pmap sets it from FJIT_GEMM (core/runtime/jit_core.h, apply_process_environment).
+void set_gemm_library_allowed(bool allowed);
+// Whether plain products go to the library: built with it, and allowed.
 bool gemm_library_enabled();
 
 // "BLIS 0.9.0 (zen3)" or "none".

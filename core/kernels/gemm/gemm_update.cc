@@ -24,7 +24,7 @@
 // op(B)^T op(A)^T, as Eigen does for a row-major destination. A block of C's rows is then a
 // block of C^T's columns: contiguous, B rows * N elements.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // see matmul.cc
-#include <Eigen/Core>
+#include "core/base/eigen.h"
 #include <algorithm>
 #include <cstring>
 #include <numeric>
@@ -323,8 +323,8 @@ bool select_blocked_matmul(Instr& instr, int64_t m, int64_t k, int64_t n) {
   instr.p[6] = kNoAddend;
   plan(instr, m, k, n, kUnitAlpha);
   // At least 8 blocks where the rows allow, so that 2, 4 or 8 threads share them evenly.
-  const int64_t nr = t == DType::f32 ? ei::gebp_traits<float, float>::nr
-                                     : ei::gebp_traits<double, double>::nr;
+  const int64_t nr = t == DType::f32 ? int64_t{ei::gebp_traits<float, float>::nr}
+                                     : int64_t{ei::gebp_traits<double, double>::nr};
   instr.p[3] = std::min(instr.p[3], std::max(nr, ((m + 7) / 8 + nr - 1) / nr * nr));
   const bool ta = instr.attrs.trans_a, tb = instr.attrs.trans_b;
   instr.fn = t == DType::f32 ? pick<float>(ta, tb) : pick<double>(ta, tb);

@@ -12,7 +12,7 @@
 // GCC 12 reports a false -Wmaybe-uninitialized inside its own AVX-512 intrinsics when Eigen's
 // vectorised reductions are inlined here; the warning is about _mm512_undefined_*().
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#include <Eigen/Core>
+#include "core/base/eigen.h"
 #include <algorithm>
 #include <cassert>
 #include <limits>
