@@ -154,7 +154,7 @@ class Pmapped {
           paths.push_back("__replica_weight");
           // pmean's f32 scale (weight / n), built before the user's ops, so that every later
           // pmean finds this node (graphs are hash-consed) and a gradient's matmul can take it
-          // as its runtime alpha (core/compile/passes/fusion.h).
+          // as its runtime alpha (core/compile/fusion/fusion.h).
           detail::mean_scale(DType::f32);
           return paths;
         },

@@ -128,7 +128,7 @@ TEST(ChecksModes, ModeOffCompilesTheTrainingStepOfCodeWithoutChecks) {
 // Issue 5: outputs are bit-identical with checks on and off. A production check on the global
 // gradient norm (or mode all's automatic checks) reads every weight gradient dW, so the GEMM
 // update that computes p - lr * dW must also sum dW's squares or write dW out; the update
-// itself must round exactly as it does without checks (core/compile/passes/fusion.h).
+// itself must round exactly as it does without checks (core/compile/fusion/fusion.h).
 auto checked_sgd_step(CheckMode mode, bool norm_check) {
   JitOptions o;
   o.checks = mode;

@@ -1,14 +1,18 @@
 // Compiled fused programs (core/kernels/fused/fused_compiled.h) and the op-by-op fused pass that
 // runs every other program. Oracle: the same graph compiled without fusion, bit for bit, on
 // sizes that are not multiples of a vector, a range or a block, on one thread and on two.
+// The compiled programs are recorded from the optimizers' declarations
+// (core/lib/optimizer_compiled.h) and matched as DAGs, whatever the order of the steps.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <functional>
 #include <random>
 #include <string>
 
-#include "core/lib/optimizers.h"
 #include "core/base/threads.h"
+#include "core/lib/optimizer_compiled.h"
+#include "core/lib/optimizers.h"
 #include "tests/fusion_test_util.h"
 
 namespace fjit {
@@ -66,6 +70,9 @@ std::vector<Update> updates() {
        [](auto& p, auto& g, auto& s) {
          return SGD{.lr = 0.1, .momentum = 0.9, .nesterov = true, .weight_decay = 1e-4}.update(p, g, s);
        },
+       false},
+      {"lion", [](auto& p, auto& g, auto& s) { return Lion{.lr = 3e-4}.update(p, g, s); }, false},
+      {"lion_wd", [](auto& p, auto& g, auto& s) { return Lion{.lr = 3e-4, .weight_decay = 0.1}.update(p, g, s); },
        false},
   };
 }
@@ -139,6 +146,94 @@ TEST(CompiledFusion, JittedOptimizerStepsRunCompiledPrograms) {
     for (size_t at = plans[k].find(label); at != std::string::npos; at = plans[k].find(label, at + 1)) ++count;
     EXPECT_EQ(count, 2) << names[k] << "\n" << plans[k];
   }
+}
+
+// The same update as Adam's, written by hand in another order: the moments before the
+// parameter's terms, the second moment first, and the operands of every add and mul but one
+// swapped. It is the same DAG, so it runs Adam's compiled program, with the same bits.
+TEST(CompiledFusion, AnUpdateInAnotherOrderRunsTheSameCompiledProgram) {
+  compiled_optimizer_programs();  // no optimizer traced here: register the programs
+  std::mt19937 rng(13);
+  for (DType t : {DType::f32, DType::f64}) {
+    const Shape s{37, 1100};
+    TraceContext ctx{{}};
+    Tensor p = ctx.parameter(t, s, "p"), g = ctx.parameter(t, s, "g");
+    Tensor m = ctx.parameter(t, s, "m"), v = ctx.parameter(t, s, "v");
+    Tensor step_size = ctx.parameter(t, {}, "step_size"), inv_sqrt_bc2 = ctx.parameter(t, {}, "c");
+    Tensor v2 = (1.0 - 0.999) * (g * g) + 0.999 * v;
+    Tensor m2 = (1.0 - 0.9) * g + 0.9 * m;
+    Tensor p2 = p - (m2 / (1e-8 + inv_sqrt_bc2 * sqrt(v2))) * step_size;
+    for (const Tensor& o : {v2, p2, m2}) ctx.graph.outputs.push_back(o.id());
+    const std::vector<Array> ins = {random_array(t, s, rng), random_array(t, s, rng),
+                                    random_array(t, s, rng), random_array(t, s, rng, 0.0, 1.0),
+                                    random_array(t, {}, rng, 0.1, 1.0), random_array(t, {}, rng, 0.5, 2.0)};
+    SCOPED_TRACE(dtype_name(t));
+    Compiled c = compile_both(ctx.graph);
+    EXPECT_TRUE(runs_compiled(*c.fused, "adam")) << c.fused->plan_string();
+    expect_matches_unfused(ctx.graph, ins);
+  }
+}
+
+// Two hyper-parameters of equal value are one constant node (hash-consing): b1 = 0.5 makes
+// b1 and 1 - b1 the same operand, which both of the program's leaves read.
+TEST(CompiledFusion, EqualHyperparametersShareAnOperandAndStillRunCompiled) {
+  std::mt19937 rng(14);
+  const Shape s{15, 33};
+  TraceContext ctx{{}};
+  TensorDict p, g, state;
+  p.set("w", ctx.parameter(DType::f32, s, "p"));
+  g.set("w", ctx.parameter(DType::f32, s, "g"));
+  state.set("m.w", ctx.parameter(DType::f32, s, "m"));
+  state.set("v.w", ctx.parameter(DType::f32, s, "v"));
+  state.set("step", ctx.parameter(DType::i32, {}, "step"));
+  auto [p2, s2] = Adam{.b1 = 0.5}.update(p, g, state);
+  ctx.graph.outputs.push_back(p2.at("w").id());
+  for (const auto& [name, x] : s2) ctx.graph.outputs.push_back(x.id());
+  Compiled c = compile_both(ctx.graph);
+  EXPECT_TRUE(runs_compiled(*c.fused, "adam")) << c.fused->plan_string();
+  expect_matches_unfused(ctx.graph, {random_array(DType::f32, s, rng), random_array(DType::f32, s, rng),
+                                     random_array(DType::f32, s, rng), random_array(DType::f32, s, rng, 0.0, 1.0),
+                                     Array::scalar<int32_t>(3)});
+}
+
+// The programs come from the declarations: recording an optimizer's element gives the
+// program the fusion planner emits for its traced update (the steps and results of the tables
+// that were transcribed by hand before, and their operands, each constant once per use), and
+// a declaration made up here gets one too.
+using optimizer_compiled::Form;
+using optimizer_compiled::record;
+constexpr compiled::Program kAdamRecorded = record(Form<Adam>{"adam", {}}, 0);
+constexpr compiled::Program kAdamSquareIn = record(Form<Adam>{"adam", {}}, 1);
+constexpr compiled::Program kAdamWRecorded = record(Form<AdamW>{"adamw", {}}, 0);
+constexpr compiled::Program kNesterovL2 =
+    record(Form<SGD>{"sgd_nesterov_l2", {.momentum = 0.9, .nesterov = true, .weight_decay = 1}}, 0);
+static_assert(kAdamRecorded.n == 13 && kAdamRecorded.k == 11 && kAdamRecorded.e == 3);
+static_assert(kAdamSquareIn.n == 12 && kAdamSquareIn.k == 12 && kAdamSquareIn.e == 3);
+static_assert(kAdamWRecorded.n == 14 && kAdamWRecorded.k == 12 && kAdamWRecorded.e == 3);
+// momentum is read twice: two leaves here, one constant node (and operand) in the plan.
+static_assert(kNesterovL2.n == 8 && kNesterovL2.k == 7 && kNesterovL2.e == 2);
+
+// A declaration made up here: m <- m * 0.5 + g;  p <- p - lr * m.
+struct HalfMomentum {
+  static constexpr const char* kName = "HalfMomentum";
+  Scalar lr = 0.1;
+  constexpr StateLayout layout() const { return {.moments = 1}; }
+  template <class V>
+  constexpr void element(Element<V>& x) const {
+    x.m = x.m * 0.5 + x.g;
+    x.p = x.p - x.scalar(lr, x.dtype) * x.m;
+  }
+};
+constexpr compiled::Program kHalf = record(Form<HalfMomentum>{"half", {}}, 0);
+static_assert(kHalf.n == 4 && kHalf.k == 5 && kHalf.e == 2);
+static_assert(kHalf.steps[0].op == Op::Mul && kHalf.steps[1].op == Op::Add &&
+              kHalf.steps[2].op == Op::Mul && kHalf.steps[3].op == Op::Sub);
+static_assert(kHalf.results[0] == 3 && kHalf.results[1] == 1);  // p, then m
+
+TEST(CompiledFusion, EveryOptimizerFormIsRegisteredByName) {
+  const std::vector<std::string> names = compiled_optimizer_programs();
+  for (const Update& u : updates())
+    EXPECT_NE(std::find(names.begin(), names.end(), u.compiled), names.end()) << u.compiled;
 }
 
 // A program no compiled table matches, so the block-by-block pass runs it: a row vector, a

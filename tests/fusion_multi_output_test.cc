@@ -1,4 +1,4 @@
-// Multi-output elementwise fusion (core/compile/passes/fusion.h, extra_roots of an elementwise
+// Multi-output elementwise fusion (core/compile/fusion/fusion.h, extra_roots of an elementwise
 // group): a group also writes members that are returned or read after it. Oracles: the same
 // graph compiled without fusion (bit-identical: the same kernels compute every value), a
 // closed form for Adam's first step, and runs whose outputs alias their inputs (donation).

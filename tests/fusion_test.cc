@@ -1,4 +1,4 @@
-// Fused instructions (core/compile/passes/fusion.h, core/kernels/fused/fused.h) against two oracles: the same
+// Fused instructions (core/compile/fusion/fusion.h, core/kernels/fused/fused.h) against two oracles: the same
 // graph compiled without fusion (elementwise fusion runs the very same kernels, so results
 // must be bit-identical) and the reference kernels evaluated node by node (GEMM epilogues
 // round differently, so within a tolerance). Shapes include broadcasts and sizes that are not

@@ -117,6 +117,33 @@ TEST(Optimizer, AdamWithL2WeightDecay) {
   expect_values(p["b"], {adam_by_hand(0.5, {-1.0, 2.0}, 0.01, 0.9, 0.999, 1e-8, 0.1, false)}, "b");
 }
 
+// One Lion coordinate after the given gradients, by the paper's formula; *m_out its moment.
+double lion_by_hand(double p, std::vector<double> gs, double lr, double b1, double b2, double wd,
+                    double* m_out) {
+  double m = 0;
+  for (double g : gs) {
+    const double c = b1 * m + (1 - b1) * g;
+    p = p * (1 - lr * wd) - lr * (c > 0 ? 1.0 : c < 0 ? -1.0 : 0.0);
+    m = b2 * m + (1 - b2) * g;
+  }
+  *m_out = m;
+  return p;
+}
+
+TEST(Optimizer, Lion) {
+  for (double wd : {0.0, 0.5}) {
+    Lion opt{.lr = 0.01, .b1 = 0.8, .b2 = 0.9, .weight_decay = wd};
+    auto [p, s] = run(opt, kParams, kGrads);
+    double m0, m1, mb;
+    expect_values(p["w"], {lion_by_hand(1.0, {0.5, -0.1}, 0.01, 0.8, 0.9, wd, &m0),
+                           lion_by_hand(-2.0, {0.25, 0.3}, 0.01, 0.8, 0.9, wd, &m1)}, "w");
+    expect_values(p["b"], {lion_by_hand(0.5, {-1.0, 2.0}, 0.01, 0.8, 0.9, wd, &mb)}, "b");
+    expect_values(s["m.w"], {m0, m1}, "m.w");
+    expect_values(s["m.b"], {mb}, "m.b");
+    EXPECT_EQ(s.names(), (std::vector<std::string>{"m.w", "m.b"}));
+  }
+}
+
 TEST(Optimizer, ClipByGlobalNorm) {
   // ||(3, 0, 4)|| = 5.
   const ArrayDict g = {{"a", f64({3.0, 0.0})}, {"b", f64({4.0})}};
@@ -136,6 +163,15 @@ TEST(Optimizer, ClipByGlobalNorm) {
   // A zero gradient stays zero (no 0/0 in the branch not taken).
   auto [zero, n3] = clip(ArrayDict{{"a", f64({0.0})}}, Array::scalar<double>(0.0));
   expect_values(zero["a"], {0.0}, "zero");
+}
+
+TEST(Optimizer, DescribeNamesEveryHyperparameter) {
+  EXPECT_EQ(describe(AdamW{.lr = 3e-4}),
+            "AdamW(lr=0.0003, b1=0.9, b2=0.999, eps=1e-08, weight_decay=0.01)");
+  TraceContext ctx{{}};
+  const Tensor lr = ctx.parameter(DType::f32, {}, "lr");
+  EXPECT_EQ(describe(SGD{.lr = lr, .momentum = 0.9}),
+            "SGD(lr=traced, momentum=0.9, nesterov=0, weight_decay=0)");
 }
 
 TEST(Optimizer, MissingStateIsATraceError) {

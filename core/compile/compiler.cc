@@ -14,7 +14,7 @@
 #include "core/compile/memory_plan.h"
 #include "core/compile/schedule.h"
 #include "core/ir/region.h"
-#include "core/compile/passes/fusion.h"
+#include "core/compile/fusion/fusion.h"
 #include "core/compile/passes/pass.h"
 
 namespace fjit {
@@ -65,6 +65,7 @@ Graph optimize(const Graph& traced, bool verify, std::vector<CheckSite>* sites) 
   if (verify) traced.verify();
   // The pipeline, in order: the one place that says which passes run.
   std::vector<std::unique_ptr<Pass>> pipeline;
+  pipeline.reserve(5);  // also keeps GCC 12 from a false use-after-free warning on regrowth
   if (sites != nullptr) pipeline.push_back(make_automatic_checks(sites));
   pipeline.push_back(make_algebraic_simplification());
   pipeline.push_back(make_constant_folding());

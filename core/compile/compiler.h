@@ -2,7 +2,7 @@
 //
 // The pass pipeline is fixed and ordered: algebraic simplification, constant folding,
 // simplification again, dead-code elimination. Lowering then fuses groups of nodes into single
-// instructions (core/compile/passes/fusion.h) and plans the arena (core/compile/memory_plan.h).
+// instructions (core/compile/fusion/fusion.h) and plans the arena (core/compile/memory_plan.h).
 // With CompileOptions::dump_dir set (jit sets it from FJIT_DUMP_DIR), the graph before and
 // after the passes is written as .txt and .dot and the plan as .plan.txt, named <name>.<n>.*.
 //

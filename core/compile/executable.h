@@ -27,7 +27,7 @@ enum class Overlap : uint8_t {
 };
 const char* overlap_name(Overlap mode);  // "off", "schedule", "worker"
 
-// Which fused instructions the compiler forms (core/compile/passes/fusion.h); the values of
+// Which fused instructions the compiler forms (core/compile/fusion/fusion.h); the values of
 // FJIT_FUSION, in order: 1, 0, elementwise, gemm, single.
 enum class Fusion : uint8_t {
   all,          // every kind

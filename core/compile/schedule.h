@@ -28,7 +28,7 @@
 
 #include "core/compile/executable.h"
 #include "core/compile/memory_plan.h"
-#include "core/compile/passes/fusion.h"
+#include "core/compile/fusion/fusion.h"
 #include "core/ir/graph.h"
 
 namespace fjit {

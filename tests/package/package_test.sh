@@ -23,10 +23,10 @@ case "$mode" in
       p=$(find "$work/prefix" -path "*/${f#lib/}" -o -path "*/$f" | head -n 1)
       [ -n "$p" ] || { echo "not installed: $f"; exit 1; }
     done
-    # Only the public headers (what fjit.h reaches) are installed: kernel tables, compiler
+    # Only the public headers (what fjit.h reaches) are installed: compiled programs, compiler
     # passes and backend internals stay out, and the consumers below compile without them.
-    for f in core/kernels/fused/fused_compiled_tables.h core/compile/passes/pass.h \
-             core/kernels/gemm/gemm_epilogue.h parallel/mpi_communicator.h; do
+    for f in core/lib/optimizer_compiled.h core/kernels/fused/compiled_loop.h \
+             core/compile/passes/pass.h core/kernels/gemm/gemm_epilogue.h parallel/mpi_communicator.h; do
       [ -e "$SOURCE/$f" ] || { echo "package_test.sh: $f is no longer in the source tree; name another internal header"; exit 1; }
       if [ -n "$(find "$work/prefix" -path "*/include/fjit/$f")" ]; then echo "internal header installed: $f"; exit 1; fi
     done

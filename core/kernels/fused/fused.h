@@ -1,5 +1,5 @@
 // Fused instructions: one Instr that computes several graph nodes (chosen by the fusion
-// planner, core/compile/passes/fusion.h).
+// planner, core/compile/fusion/fusion.h).
 //
 // Fused elementwise: a small program of elementwise ops (unary, binary and compare with
 // broadcasting, logical, select, cast) evaluated in one pass over memory. The output is walked
@@ -8,8 +8,9 @@
 // on the stack. So intermediates never leave L1, the values are exactly those of the unfused
 // kernels (the same kernels compute them), and dispatch is paid once per op and block. A large
 // pass splits its blocks among the intra-op threads, which changes no value. Programs known
-// when fjit is built (the optimizers' updates) run compiled instead, one loop over vector
-// packets with every intermediate in a register, with the same values (fused_compiled.h).
+// when fjit is built (the optimizers' updates, recorded from their declarations) run compiled
+// instead, one loop over vector packets with every intermediate in a register, with the same
+// values (fused_compiled.h).
 //
 // Fused sum: the same program with a full reduce_sum as its root, so sum(x*x) for a global
 // gradient norm reads x once and never writes the squares.
@@ -54,9 +55,9 @@ struct FusedOp {
 bool select_fused_elementwise(Instr& instr, const std::vector<FusedOp>& program,
                               const std::vector<int>& extras = {});
 
-// The name of the compiled program (core/kernels/fused/fused_compiled_tables.h: an optimizer update
-// such as "adamw" or "sgd_momentum", run as one loop with its intermediates in registers) that
-// an instruction prepared by select_fused_elementwise runs; null when it runs op by op.
+// The name of the compiled program (fused_compiled.h: an optimizer's update such as "adamw" or
+// "sgd_momentum", run as one loop with its intermediates in registers) that an instruction
+// prepared by select_fused_elementwise runs; null when it runs op by op.
 const char* compiled_fused_name(const Instr& instr);
 
 // Prepares a fused full sum: instr.out is a scalar (size 1) of value.dtype (f32 or f64), the

@@ -1,190 +1,202 @@
-// Compiled fused programs (fused_compiled.h). Each program is a constexpr table; a template
-// walks it once per packet (and once per element of the tail), so the compiler sees straight
-// code: loads of the external operands, the ops in order, the stores of the results.
-//
-// To add a program: write its table in fused_compiled_tables.h as the fusion planner emits it
-// (a plan dump's "fused[...]" label shows it) and list it in Tables below. Only ops of CStep's
-// set may appear.
+// Compiled fused programs (fused_compiled.h): the registry and the matcher. The loops are
+// instantiated where the programs are declared (compiled_loop.h).
 #include "core/kernels/fused/fused_compiled.h"
-
-#include "core/base/eigen.h"
 
 #include <algorithm>
 #include <array>
+#include <numeric>
 #include <utility>
 
-#include "core/kernels/elementwise/elementwise_sqrt.h"
-#include "core/kernels/fused/fused_compiled_tables.h"
-#include "core/base/threads.h"
+#include "core/base/mutex.h"
 
 namespace fjit {
 namespace {
 
-using namespace compiled;
+using compiled::Arg;
+using compiled::CompiledEntry;
+using compiled::CStep;
+using compiled::Kind;
+using compiled::Program;
 
-// Elements per thread range are a multiple of this, so only the last range has a tail.
-constexpr int64_t kRangeAlign = 64;
-// Element-steps from which the loop is split among the intra-op threads (as run_fused).
-constexpr int64_t kParallelWork = int64_t{1} << 20;
-
-// V is a packet of T, or T itself for the tail. Eigen's padd etc. are plain + on scalars.
-template <class T, class V, Op op>
-inline V apply(const V& a, const V& b) {
-  using namespace Eigen::internal;
-  if constexpr (op == Op::Add) return padd(a, b);
-  else if constexpr (op == Op::Sub) return psub(a, b);
-  else if constexpr (op == Op::Mul) return pmul(a, b);
-  else if constexpr (op == Op::Div) return pdiv(a, b);
-  else if constexpr (op == Op::Sqrt) {
-    if constexpr (std::is_same_v<V, T>) return kernels::ew::SqrtOp<T>()(a);
-    else return kernels::ew::SqrtOp<T>().packetOp(a);
-  } else {
-    static_assert(op == Op::Add, "a compiled program uses an op without a compiled form");
-  }
+Mutex registry_mu;
+std::vector<CompiledEntry>& registry() ABSL_EXCLUSIVE_LOCKS_REQUIRED(registry_mu) {
+  static std::vector<CompiledEntry> entries;
+  return entries;
 }
 
-template <const auto& P, class T>
-struct Loop {
-  static constexpr size_t N = P.steps.size(), K = P.ext.size(), E = P.extras.size();
+// A search for a map from a compiled program onto a fused one (the header's "same DAG"): a
+// depth-first search over pairs (fused operand, compiled operand) still to be equal, which
+// binds compiled steps to fused steps and leaves to operands as it goes and undoes what a
+// failed choice bound. The only choices are the two orders of an add's or a mul's operands,
+// and the operands bound first cut most of them short.
+class Matcher {
+ public:
+  Matcher(const Program& t, const Instr& instr, const std::vector<FusedOp>& prog)
+      : t_(t), instr_(instr), prog_(prog) {}
 
-  template <class V, Arg a>
-  static V arg(const V* r, const T* const* x, const V* bcast, int64_t i) {
-    if constexpr (a.step) return r[a.i];
-    else if constexpr (P.ext[a.i] == Kind::scalar) return bcast[a.i];
-    else if constexpr (std::is_same_v<V, T>) return x[a.i][i];
-    else return Eigen::internal::ploadu<V>(x[a.i] + i);
-  }
-
-  template <class V, CStep s>
-  static V step(const V* r, const T* const* x, const V* bcast, int64_t i) {
-    const V a = arg<V, s.a>(r, x, bcast, i);
-    if constexpr (s.op == Op::Sqrt) return apply<T, V, s.op>(a, a);
-    else return apply<T, V, s.op>(a, arg<V, s.b>(r, x, bcast, i));
-  }
-
-  // Every step at element (or packet) i, then the stores: each result is written after every
-  // read of element i, so a result may alias an operand of its shape.
-  template <class V>
-  static void at(const T* const* x, const V* bcast, T* const* outs, int64_t i) {
-    V r[N];
-    [&]<size_t... I>(std::index_sequence<I...>) {
-      ((r[I] = step<V, P.steps[I]>(r, x, bcast, i)), ...);
-    }(std::make_index_sequence<N>{});
-    for (size_t e = 0; e <= E; ++e) {
-      const V& v = r[e < E ? P.extras[e] : N - 1];
-      if constexpr (std::is_same_v<V, T>) outs[e][i] = v;
-      else Eigen::internal::pstoreu(outs[e] + i, v);
+  // Whether the fused program, with root j computing the compiled result perm[j], is t.
+  // roots: the fused program's further results, then its last step.
+  bool run(const std::vector<int>& roots, const std::vector<int>& perm) {
+    leaf_.assign(t_.k, -1);
+    step_.assign(t_.n, -1);
+    owner_.assign(prog_.size(), -1);
+    trail_.clear();
+    todo_.clear();
+    for (size_t j = 0; j < roots.size(); ++j) todo_.push_back({roots[j], {true, t_.results[perm[j]]}});
+    if (!solve()) return false;
+    // Every fused step is some compiled step (the counts are equal), every operand is read.
+    std::vector<bool> read(instr_.ins.size(), false);
+    for (int k : leaf_) {
+      if (k < 0) return false;
+      read[k] = true;
     }
+    return std::all_of(read.begin(), read.end(), [](bool r) { return r; });
   }
 
-  static void range(const T* const* x, T* const* outs, int64_t lo, int64_t hi) {
-    using V = typename Eigen::internal::packet_traits<T>::type;
-    constexpr int64_t kSize = Eigen::internal::packet_traits<T>::size;
-    V vb[K];
-    T sb[K];
-    for (size_t k = 0; k < K; ++k) {
-      sb[k] = P.ext[k] == Kind::scalar ? *x[k] : T(0);
-      vb[k] = Eigen::internal::pset1<V>(sb[k]);
-    }
-    int64_t i = lo;
-    for (; i + kSize <= hi; i += kSize) at<V>(x, vb, outs, i);
-    for (; i < hi; ++i) at<T>(x, sb, outs, i);
-  }
+  std::vector<int> leaf_;  // compiled leaf -> instr.ins index
 
-  // instr.v: the external operands' indices in instr.ins, in the table's order.
-  static void run(const Instr& in, const Frame& f) {
-    std::array<const T*, K> x;
-    for (size_t k = 0; k < K; ++k) x[k] = in.in<T>(f, static_cast<int>(in.v[k]));
-    std::array<T*, E + 1> outs;
-    for (size_t e = 0; e < E; ++e) outs[e] = static_cast<T*>(f.bufs[in.in_bufs[K + e]]);
-    outs[E] = in.output<T>(f);
-    const int64_t n = in.out.size();
-    const int64_t units = n / kRangeAlign;
-    const int threads = n * static_cast<int64_t>(N) >= kParallelWork
-                            ? static_cast<int>(std::min<int64_t>(units, intra_op_threads()))
-                            : 1;
-    if (threads <= 1) return range(x.data(), outs.data(), 0, n);
-#pragma omp parallel for num_threads(threads) schedule(static)
-    for (int t = 0; t < threads; ++t)
-      range(x.data(), outs.data(), units * t / threads * kRangeAlign,
-            t + 1 == threads ? n : units * (t + 1) / threads * kRangeAlign);
-  }
-};
-
-// Whether `program` is P's table; fills `order` with instr.ins indices in the table's order.
-template <const auto& P>
-bool matches(const Instr& instr, const std::vector<FusedOp>& program,
-             const std::vector<int>& extras, std::vector<int64_t>& order) {
-  if (program.size() != P.steps.size() || instr.ins.size() != P.ext.size()) return false;
-  if (!std::equal(extras.begin(), extras.end(), P.extras.begin(), P.extras.end())) return false;
-  std::vector<int> canon(instr.ins.size(), -1);
-  order.clear();
-  const auto same = [&](int a, const Arg& want) {
-    if (a >= 0) return want.step && want.i == a;
-    const int k = -1 - a;
-    if (canon[k] < 0) {
-      canon[k] = static_cast<int>(order.size());
-      order.push_back(k);
-    }
-    return !want.step && want.i == canon[k];
+ private:
+  struct Pair {
+    int prog;  // a fused operand: a step (>= 0) or an external operand -1 - k
+    Arg want;  // what the compiled program has there
   };
-  for (size_t i = 0; i < program.size(); ++i) {
-    const FusedOp& op = program[i];
-    const CStep& s = P.steps[i];
-    if (op.op != s.op || op.dtype != instr.out.dtype) return false;
-    if (op.args.size() != (s.op == Op::Sqrt ? 1u : 2u)) return false;
-    if (!same(op.args[0], s.a) || (op.args.size() == 2 && !same(op.args[1], s.b))) return false;
-  }
-  if (order.size() != P.ext.size()) return false;
-  for (size_t c = 0; c < order.size(); ++c) {
-    const ValueType& t = instr.ins[order[c]];
-    if (t.dtype != instr.out.dtype) return false;
-    if (P.ext[c] == Kind::full ? t.shape != instr.out.shape : t.size() != 1) return false;
-  }
-  return true;
-}
 
-template <const auto& P>
-bool try_program(Instr& instr, const std::vector<FusedOp>& program,
-                 const std::vector<int>& extras) {
-  std::vector<int64_t> order;
-  if (!matches<P>(instr, program, extras, order)) return false;
-  instr.v = std::move(order);
-  instr.prepared = nullptr;
-  instr.fn = instr.out.dtype == DType::f32 ? &Loop<P, float>::run : &Loop<P, double>::run;
-  return true;
-}
+  void set(int& slot, int value) {
+    trail_.push_back({&slot, slot});
+    slot = value;
+  }
+  void undo(size_t mark) {
+    for (; trail_.size() > mark; trail_.pop_back()) *trail_.back().first = trail_.back().second;
+  }
 
-// Every table: select tries each (at most one matches, since matching is exact), and a
-// prepared instruction names its table by its loop.
-template <const auto&... Ps>
-struct Tables {
-  static bool select(Instr& instr, const std::vector<FusedOp>& program,
-                     const std::vector<int>& extras) {
-    return (try_program<Ps>(instr, program, extras) || ...);
+  bool bind_leaf(int leaf, int prog) {
+    if (prog >= 0) return false;  // the fused program computes what the compiled one reads
+    const int k = -1 - prog;
+    if (leaf_[leaf] >= 0) return leaf_[leaf] == k;
+    const ValueType& in = instr_.ins[k];
+    if (in.dtype != instr_.out.dtype) return false;
+    if (t_.leaf[leaf] == Kind::full ? in.shape != instr_.out.shape : in.size() != 1) return false;
+    set(leaf_[leaf], k);
+    return true;
   }
-  static const char* name(KernelFn fn) {
-    const char* found = nullptr;
-    ((found = !found && (fn == &Loop<Ps, float>::run || fn == &Loop<Ps, double>::run) ? Ps.name
-                                                                                    : found),
-     ...);
-    return found;
+
+  bool same_step(int s, int j) const {
+    const FusedOp& op = prog_[s];
+    const CStep& c = t_.steps[j];
+    return op.op == c.op && op.dtype == instr_.out.dtype &&
+           op.args.size() == (compiled::is_unary_step(c.op) ? 1u : 2u);
   }
+
+  // Empties todo_ binding as it goes; on failure, leaves todo_ and the bindings as they were.
+  bool solve() {
+    if (todo_.empty()) return true;
+    if (--budget_ < 0) return false;
+    const Pair q = todo_.back();
+    todo_.pop_back();
+    const size_t mark = trail_.size(), depth = todo_.size();
+    bool ok = false;
+    if (!q.want.step) {
+      ok = bind_leaf(q.want.i, q.prog) && solve();
+    } else if (q.prog >= 0) {
+      const int j = q.want.i, s = q.prog;
+      if (step_[j] == s) {
+        ok = solve();  // reached before: its operands are queued already
+      } else if (step_[j] < 0 && owner_[s] < 0 && same_step(s, j)) {
+        set(step_[j], s);
+        set(owner_[s], j);
+        const FusedOp& op = prog_[s];
+        const CStep& c = t_.steps[j];
+        todo_.push_back({op.args[0], c.a});
+        if (op.args.size() == 2) todo_.push_back({op.args[1], c.b});
+        ok = solve();
+        if (!ok && op.args.size() == 2 && compiled::is_commutative_step(c.op)) {
+          todo_.resize(depth);
+          todo_.push_back({op.args[1], c.a});
+          todo_.push_back({op.args[0], c.b});
+          ok = solve();
+        }
+      }
+    }
+    if (!ok) {
+      undo(mark);
+      todo_.resize(depth);
+      todo_.push_back(q);
+    }
+    return ok;
+  }
+
+  const Program& t_;
+  const Instr& instr_;
+  const std::vector<FusedOp>& prog_;
+  std::vector<int> step_;   // compiled step -> fused step
+  std::vector<int> owner_;  // fused step -> compiled step
+  std::vector<std::pair<int*, int>> trail_;
+  std::vector<Pair> todo_;
+  // Pairs visited at most, over every order of the results: a pathological program runs op
+  // by op rather than stall the compiler.
+  int budget_ = 1 << 16;
 };
-using AllTables = Tables<kAdam, kAdamSquareIn, kAdamL2, kAdamW, kAdamWSquareIn, kSgdMomentum,
-                         kSgdNesterov, kSgdMomentumL2, kSgdNesterovL2>;
+
+// Cheap necessary conditions: as many steps, results and of each op.
+bool may_match(const Program& t, const std::vector<FusedOp>& program, size_t roots) {
+  if (program.size() != static_cast<size_t>(t.n) || roots != static_cast<size_t>(t.e)) return false;
+  std::array<int, kNumOps> count{};
+  for (int j = 0; j < t.n; ++j) ++count[static_cast<int>(t.steps[j].op)];
+  for (const FusedOp& op : program)
+    if (--count[static_cast<int>(op.op)] < 0) return false;
+  return true;
+}
+
+bool try_program(const CompiledEntry& entry, Instr& instr, const std::vector<FusedOp>& program,
+                 const std::vector<int>& extras) {
+  const Program& t = *entry.program;
+  std::vector<int> roots = extras;
+  roots.push_back(static_cast<int>(program.size()) - 1);
+  if (!may_match(t, program, roots.size())) return false;
+  Matcher m(t, instr, program);
+  std::vector<int> perm(roots.size());
+  std::iota(perm.begin(), perm.end(), 0);
+  do {
+    if (!m.run(roots, perm)) continue;
+    std::vector<int64_t> v(m.leaf_.begin(), m.leaf_.end());
+    v.resize(t.k + t.e);
+    for (size_t j = 0; j < roots.size(); ++j)  // compiled result perm[j] goes to root j's buffer
+      v[t.k + perm[j]] = j + 1 == roots.size() ? -1 : static_cast<int64_t>(j);
+    instr.v = std::move(v);
+    instr.prepared = nullptr;
+    instr.fn = instr.out.dtype == DType::f32 ? entry.f32 : entry.f64;
+    return true;
+  } while (std::next_permutation(perm.begin(), perm.end()));
+  return false;
+}
 
 }  // namespace
+
+void register_compiled_programs(std::span<const CompiledEntry> entries) {
+  MutexLock lock(&registry_mu);
+  for (const CompiledEntry& e : entries) {
+    const bool known = std::any_of(registry().begin(), registry().end(),
+                                   [&](const CompiledEntry& r) { return r.program == e.program; });
+    if (!known) registry().push_back(e);
+  }
+}
 
 bool select_compiled_fused(Instr& instr, const std::vector<FusedOp>& program,
                            const std::vector<int>& extras) {
   if (instr.out.dtype != DType::f32 && instr.out.dtype != DType::f64) return false;
   if (instr.out.size() == 0) return false;
-  return AllTables::select(instr, program, extras);
+  MutexLock lock(&registry_mu);
+  for (const CompiledEntry& e : registry())
+    if (try_program(e, instr, program, extras)) return true;
+  return false;
 }
 
 const char* compiled_fused_name(const Instr& instr) {
-  return instr.fn ? AllTables::name(instr.fn) : nullptr;
+  if (!instr.fn) return nullptr;
+  MutexLock lock(&registry_mu);
+  for (const CompiledEntry& e : registry())
+    if (instr.fn == e.f32 || instr.fn == e.f64) return e.program->name.data();
+  return nullptr;
 }
 
 }  // namespace fjit

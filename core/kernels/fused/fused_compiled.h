@@ -1,26 +1,35 @@
-// Compiled fused programs (internal to core/kernels/fused/fused_elementwise.cc): fused elementwise
-// programs known when fjit is built, such as Adam's update, each evaluated in one loop over
-// vector packets with every intermediate in a register, instead of op by op over blocks.
+// Compiled fused programs (internal to core/kernels/fused/ and to the library that declares
+// them): a fused elementwise program that a registered compiled program computes runs as that
+// program's loop (compiled_loop.h), one pass over vector packets with every intermediate in
+// a register, instead of op by op over blocks.
 //
-// A compiled program is a table of steps; the same table decides whether a program matches
-// and generates the loop, so the two cannot disagree. Its steps are ops whose every element
-// is correctly rounded (add, sub, mul, div, sqrt), evaluated in the program's order and
-// operand order with no contraction into fma (the file is built with -ffp-contract=off), and
-// packets cover each buffer from its start as the unfused kernels' do: so the results are
-// bit-identical to the unfused kernels' on any thread count.
+// The programs are recorded from their declarations (compiled_program.h; the optimizers'
+// updates, core/lib/optimizers_compiled.cc) and registered when first needed. A fused program
+// matches a compiled one when they are the same DAG: a one-to-one map between their steps
+// with the same ops, operands in the same places except that add and mul may take theirs in
+// either order, and a map from the compiled program's leaves to the instruction's operands
+// (several leaves may read one operand, as when two hyper-parameters are equal constants).
+// The order of the steps, and which further result is which, do not matter.
 #pragma once
 
+#include <span>
 #include <vector>
 
+#include "core/kernels/fused/compiled_loop.h"
 #include "core/kernels/fused/fused.h"
 
 namespace fjit {
 
-// Prepares `instr` as select_fused_elementwise does when a compiled program matches
-// `program` and `extras` exactly (the ops, their operands, the further results), every value
-// is f32 or f64 of the output's type and every external operand has the output's shape or a
-// single element, as the program's table says. Returns false, leaving instr untouched,
-// otherwise. Results may alias external operands of their shape, as fused.h allows.
+// Makes `entries` candidates of select_compiled_fused, after those registered before; an
+// entry whose program is registered already is skipped. Thread-safe.
+void register_compiled_programs(std::span<const compiled::CompiledEntry> entries);
+
+// Prepares `instr` as select_fused_elementwise does when a registered compiled program
+// matches `program` and `extras` (see above): every step of `program` is f32 or f64 of the
+// output's type, and each operand has the output's shape where the compiled program reads a
+// full leaf, a single element where it reads a scalar. The first registered program that
+// matches is taken. Returns false, leaving instr untouched, otherwise. Results may alias
+// external operands of their shape, as fused.h allows.
 bool select_compiled_fused(Instr& instr, const std::vector<FusedOp>& program,
                            const std::vector<int>& extras);
 

@@ -1,7 +1,7 @@
 // FusionPlan::describe: the "fused[...]" / "gemm[...]" text of a group in plan dumps.
 #include <cstdio>
 
-#include "core/compile/passes/fusion.h"
+#include "core/compile/fusion/fusion.h"
 
 namespace fjit {
 

@@ -1,6 +1,6 @@
 // Fusion planning: which nodes of an optimized graph one instruction computes together.
 //
-// Unlike the graph passes in pass.h, fusion does not rewrite the graph: the optimized graph
+// Unlike the graph passes (core/compile/passes/pass.h), fusion does not rewrite the graph: the optimized graph
 // stays the one the user's ops made (checks and their upstream analysis read it), and the
 // compiler lowers each group of this plan into one fused instruction (core/kernels/fused/fused.h).
 //   elementwise  a DAG of elementwise ops (and broadcasts) with the shape of its root: one
@@ -34,6 +34,9 @@
 // never a member, and a value it reads is never an intermediate, so it stays materialized and
 // every check still reads the value of the op that produced it. Graph outputs are never
 // intermediates either.
+//
+// The planner is split by kind of group, one file each, in core/compile/fusion/ (planner.h
+// lists them); the compiler calls plan_fusion after the passes and before the schedule.
 #pragma once
 
 #include <vector>

@@ -1,0 +1,117 @@
+// kElementwise and kSum groups (fusion.h): a DAG of elementwise ops grown from its root through
+// its operands, written out where it is read outside (multi-output), or summed whole.
+#include <algorithm>
+
+#include "absl/container/flat_hash_map.h"
+#include "core/compile/fusion/planner.h"
+
+namespace fjit::fusion_internal {
+
+bool Planner::fusable(int id) const {
+  const Node& n = g_.node(id);
+  if (n.size() == 0) return false;
+  if (n.op == Op::BroadcastTo) return true;
+  return op_is_elementwise(n.op);
+}
+
+// Whether `p`, read outside a group whose instruction runs at `root` (or an output), can be
+// one of its further results: every outside reader runs after root.
+bool Planner::writable_extra(int p, int root, const std::vector<bool>& in_group) const {
+  if (g_.node(p).op == Op::BroadcastTo) return false;  // no step of its own to write
+  for (int c : consumers_[p])
+    if (!in_group[c] && runs_at(c) <= root) return false;
+  return true;
+}
+
+// A group with `root` as its last elementwise node; with `sum` >= 0, that full reduce_sum
+// of root's value is the group's result instead. multi_output: members may be read outside
+// the group (or be outputs) too, and are then written as further results (extra_roots);
+// when such a program cannot run fused, the single-output group is tried instead.
+void Planner::try_elementwise(int root, int sum, bool multi_output) {
+  const Shape& shape = g_.node(root).shape;
+  std::vector<int> members{root}, extras;
+  std::vector<bool> in_group(g_.size(), false);
+  in_group[root] = true;
+  for (bool grew = true; grew && static_cast<int>(members.size()) < opt_.max_members;) {
+    grew = false;
+    for (size_t i = 0; i < members.size() && static_cast<int>(members.size()) < opt_.max_members;
+         ++i) {
+      for (int p : g_.node(members[i]).inputs) {
+        if (in_group[p] || plan.group_of[p] >= 0 || !live_[p] || !fusable(p)) continue;
+        const Node& pn = g_.node(p);
+        if (pn.shape != shape) continue;
+        // A broadcast is absorbed only over an operand that stays external.
+        if (pn.op == Op::BroadcastTo && g_.node(pn.inputs[0]).shape == shape) continue;
+        bool all_inside = !output_[p];
+        for (int c : consumers_[p]) all_inside = all_inside && in_group[c];
+        if (!all_inside) {
+          if (!multi_output || static_cast<int>(extras.size()) >= opt_.max_extra_results ||
+              !writable_extra(p, root, in_group))
+            continue;
+          extras.push_back(p);
+        }
+        in_group[p] = true;
+        members.push_back(p);
+        grew = true;
+      }
+    }
+  }
+  if (members.size() < (sum >= 0 ? 1u : 2u)) return;
+  std::sort(members.begin(), members.end());
+  // Further results: the members still read outside once the group stopped growing.
+  extras.clear();
+  for (int m : members)
+    if (m != root && read_outside(m, members)) extras.push_back(m);
+  FusionGroup grp;
+  grp.kind = sum >= 0 ? FusionGroup::kSum : FusionGroup::kElementwise;
+  grp.root = sum >= 0 ? sum : root;
+  absl::flat_hash_map<int, int> value;  // node -> program arg (step index, or -1 - operand)
+  auto arg_of = [&](int x) {
+    auto it = value.find(x);
+    if (it != value.end()) return it->second;
+    const int a = -1 - static_cast<int>(grp.inputs.size());
+    grp.inputs.push_back(x);
+    value[x] = a;
+    return a;
+  };
+  for (int id : members) {
+    const Node& n = g_.node(id);
+    if (n.op == Op::BroadcastTo) {  // identity: the step kernels broadcast the operand
+      value[id] = arg_of(n.inputs[0]);
+      continue;
+    }
+    FusedOp op;
+    op.node = id;
+    op.op = n.op;
+    op.dtype = n.dtype;
+    op.attrs = n.attrs;
+    for (int in : n.inputs) op.args.push_back(arg_of(in));
+    value[id] = static_cast<int>(grp.program.size());
+    grp.program.push_back(std::move(op));
+  }
+  if (grp.program.size() < (sum >= 0 ? 1u : 2u) ||
+      value[root] != static_cast<int>(grp.program.size()) - 1)
+    return;
+  grp.members = members;
+  grp.extra_roots = extras;
+  std::vector<int> extra_steps;
+  for (int x : extras) extra_steps.push_back(value[x]);
+  Instr& in = grp.instr;
+  for (int x : grp.inputs) in.ins.push_back({g_.node(x).dtype, g_.node(x).shape});
+  if (sum >= 0) {
+    grp.members.push_back(sum);
+    in.op = Op::ReduceSum;
+    in.out = {g_.node(sum).dtype, g_.node(sum).shape};
+    if (!select_fused_sum(in, {g_.node(root).dtype, shape}, grp.program)) return;
+  } else {
+    in.op = g_.node(root).op;
+    in.out = {g_.node(root).dtype, shape};
+    if (!select_fused_elementwise(in, grp.program, extra_steps)) {
+      if (!extras.empty()) try_elementwise(root, sum, false);
+      return;
+    }
+  }
+  add_group(std::move(grp));
+}
+
+}  // namespace fjit::fusion_internal
