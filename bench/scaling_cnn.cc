@@ -24,7 +24,7 @@ ModelSpec cnn_spec() {
   return s;
 }
 
-// The training step as a user writes it (examples/lib/mlp_model.cc's, without its checks and
+// The training step as a user writes it (parallel/train/train_step.cc's, without its checks and
 // learning-rate schedule). The dropout key differs by replica, not by step: the bench only
 // needs the compute. reduce = false leaves the gradients and loss local.
 struct CnnStepFn {

@@ -10,7 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/lib/atomic_file.h"
+#include "core/io/atomic_file.h"
 #include "core/base/log.h"
 
 namespace fjit {

@@ -6,7 +6,7 @@
 // writes one directory <dir>/step<N>_replica<R>/ holding
 //   inputs.safetensors  the step's input leaves (batch shard, parameters, optimizer state,
 //                       pmap's replica weight) under their paths ("arg0.w1", "arg2"), in the
-//                       plan's parameter order (core/lib/checkpoint.h's format)
+//                       plan's parameter order (core/io/checkpoint.h's format)
 //   meta.json           {"format": "fjit-replay-1", "function", "step", "replica",
 //                        "num_replicas", "axis_names", "check_mode", "fingerprint" (16 hex
 //                        digits), "inputs": [{"path", "dtype", "shape"}, ...]}
@@ -31,7 +31,7 @@
 #include <string>
 #include <vector>
 
-#include "core/lib/checkpoint.h"
+#include "core/io/checkpoint.h"
 #include "core/runtime/step_checks.h"
 
 namespace fjit {

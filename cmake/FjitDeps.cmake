@@ -8,6 +8,8 @@ find_package(spdlog REQUIRED)
 find_package(nlohmann_json 3 REQUIRED)
 find_package(MPI REQUIRED COMPONENTS CXX)
 find_package(ZLIB REQUIRED)
+# The trainer's command line (parallel/train/train_options.cc); header-only.
+find_package(CLI11 REQUIRED)
 find_package(Threads REQUIRED)
 find_package(PkgConfig REQUIRED)
 pkg_check_modules(LIBDW REQUIRED IMPORTED_TARGET libdw)

@@ -1,12 +1,13 @@
 # Install rules: the layer libraries and the umbrella as exported targets (fjit::core,
-# fjit::checks, fjit::parallel, fjit::fjit), the public headers under include/fjit/ (those
-# fjit.h reaches, cmake/install_public_headers.cmake; so "core/ir/array.h" and "fjit.h" resolve
-# with include/fjit on the path), the generated version header, fjitConfig.cmake with its
-# version file, and fjit.pc for pkg-config. Nothing here passes compiler flags on: the public
-# headers include no Eigen or intrinsics, so a consumer compiles for whatever CPU it targets.
+# fjit::io, fjit::checks, fjit::parallel, fjit::train, fjit::fjit), the public headers under
+# include/fjit/ (those fjit.h reaches, cmake/install_public_headers.cmake; so
+# "core/ir/array.h" and "fjit.h" resolve with include/fjit on the path), the generated version
+# header, fjitConfig.cmake with its version file, and fjit.pc for pkg-config. Nothing here
+# passes compiler flags on: the public headers include no Eigen or intrinsics, so a consumer
+# compiles for whatever CPU it targets.
 include(CMakePackageConfigHelpers)
 
-install(TARGETS fjit_core fjit_checks fjit_parallel fjit EXPORT fjitTargets
+install(TARGETS fjit_core fjit_io fjit_checks fjit_parallel fjit_train fjit EXPORT fjitTargets
   ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
   INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/fjit)

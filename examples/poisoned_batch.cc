@@ -35,10 +35,17 @@
 #include <sstream>
 #include <vector>
 
-#include "lib/train_loop.h"
+#include "lib/trainer.h"
 
 using namespace fjit;
-using namespace fjit::examples;
+using fjit::examples::Trainer;  // the trainer with the examples' models
+using fjit::training::describe;
+using fjit::training::first_row_of_replica;
+using fjit::training::mesh_from_command_line;
+using fjit::training::parse_train_options;
+using fjit::training::ParsedOptions;
+using fjit::training::TrainOptions;
+using fjit::training::train_usage;
 
 namespace {
 
@@ -159,11 +166,11 @@ int main(int argc, char** argv) {
   defaults.epochs = 1;
   defaults.log_every = 50;
   defaults.on_check_failure = CheckPolicy::skip_step;
-  ParsedOptions parsed = parse_train_options(argc, argv, defaults);
+  ParsedOptions parsed = parse_train_options(argc, argv, defaults, examples::model_menu().names);
   if (parsed.help) {
     std::printf("%s\nand: --poison nan|label (nan), --poison-step N (150, from 1), --poison-replica R (1),\n"
                 "     --replay BUNDLE_DIR (replay a step written under FJIT_CHECK_DUMP_DIR)\n",
-                train_usage(argv[0], defaults).c_str());
+                train_usage(argv[0], defaults, examples::model_menu().names).c_str());
     return 0;
   }
   if (error.empty()) error = parsed.error;

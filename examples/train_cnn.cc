@@ -7,14 +7,15 @@
 //   build/examples/train_cnn --help                # every option of train_fashion_mnist
 //
 // Exit codes as train_fashion_mnist's.
-#include "lib/train_main.h"
+#include "lib/models.h"
 
 int main(int argc, char** argv) {
-  fjit::examples::TrainOptions defaults;
+  fjit::training::TrainOptions defaults;
   defaults.model = "cnn";
   defaults.dropout = 0.3;
   defaults.epochs = 8;
   defaults.lr = 2e-3;
   defaults.warmup_steps = 200;
-  return fjit::examples::train_main(argc, argv, "train_cnn", defaults);
+  return fjit::training::train_main(argc, argv, "train_cnn", defaults,
+                                    fjit::examples::model_menu());
 }

@@ -5,7 +5,7 @@
 //   mpirun -np 2 build/examples/train_fashion_mnist          # one replica per MPI rank
 //   build/examples/train_fashion_mnist --help
 //
-// Every step is one pmap'd function (examples/lib/mlp_model.h): value_and_grad, a fused
+// Every step is one pmap'd function (parallel/train/train_step.h): value_and_grad, a fused
 // all-reduce of the gradients, checks that the loss and the gradient norm are sane, and the
 // AdamW update; params and optimizer state are double-buffered so steps allocate nothing for
 // them. Checkpoints (--checkpoint-dir, --checkpoint-every, --resume) continue a run
@@ -14,8 +14,9 @@
 //
 // Exit codes: 0 done; 1 bad data, a failed check (throw policy) or another error; 2 bad
 // command line.
-#include "lib/train_main.h"
+#include "lib/models.h"
 
 int main(int argc, char** argv) {
-  return fjit::examples::train_main(argc, argv, "train_fashion_mnist", {});
+  return fjit::training::train_main(argc, argv, "train_fashion_mnist", {},
+                                    fjit::examples::model_menu());
 }

@@ -8,15 +8,16 @@
 //   build/examples/train_vit --help                # every option of train_fashion_mnist
 //
 // Exit codes as train_fashion_mnist's.
-#include "lib/train_main.h"
+#include "lib/models.h"
 
 int main(int argc, char** argv) {
-  fjit::examples::TrainOptions defaults;
+  fjit::training::TrainOptions defaults;
   defaults.model = "vit";
   defaults.dropout = 0.1;
   defaults.epochs = 10;
   defaults.lr = 2e-3;
   defaults.warmup_steps = 400;
   defaults.weight_decay = 0.05;
-  return fjit::examples::train_main(argc, argv, "train_vit", defaults);
+  return fjit::training::train_main(argc, argv, "train_vit", defaults,
+                                    fjit::examples::model_menu());
 }

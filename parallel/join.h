@@ -28,7 +28,7 @@
 
 #include <cstdint>
 
-#include "core/lib/data.h"
+#include "core/io/data.h"
 #include "parallel/mesh.h"
 
 namespace fjit {

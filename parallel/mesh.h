@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "core/ir/array.h"
-#include "core/lib/data.h"
+#include "core/io/data.h"
 #include "core/kernels/collective/communicator.h"
 #include "core/trace/dict.h"
 #include "parallel/replica_pool.h"

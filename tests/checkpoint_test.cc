@@ -1,6 +1,6 @@
-// Tests for core/lib/checkpoint (safetensors save/load, run configurations) and atomic_file:
-// round trips, the on-disk format checked byte by byte, every documented load error,
-// failed saves that must leave the previous file alone, and model compatibility checks.
+// Tests for core/io/checkpoint (safetensors save/load, run configurations): round trips, the
+// on-disk format checked byte by byte, every documented load error, and model and
+// configuration compatibility checks. Saving and its failures: tests/checkpoint_save_test.cc.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -12,95 +12,14 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/lib/atomic_file.h"
-#include "core/lib/atomic_file_testing.h"
-#include "core/lib/checkpoint.h"
+#include "core/io/checkpoint.h"
+#include "tests/checkpoint_testing.h"
 #include "tests/test_util.h"
 
-namespace fs = std::filesystem;
 using namespace fjit;
 using namespace fjit::io;
-
-namespace {
-
-std::string slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-void write_file(const std::string& path, const std::string& bytes) {
-  std::ofstream(path, std::ios::binary) << bytes;
-}
-uint64_t le64(const std::string& s) {
-  uint64_t v = 0;
-  for (int i = 0; i < 8; ++i) v |= uint64_t{static_cast<unsigned char>(s[i])} << (8 * i);
-  return v;
-}
-std::string le64_bytes(uint64_t v) {
-  std::string s(8, '\0');
-  for (int i = 0; i < 8; ++i) s[i] = static_cast<char>(v >> (8 * i));
-  return s;
-}
-// A safetensors file made by hand, as another tool might write it.
-std::string st_file(const std::string& header, const std::string& data) {
-  return le64_bytes(header.size()) + header + data;
-}
-std::string raw_bytes(const Array& a) {
-  return std::string(static_cast<const char*>(a.raw()), a.nbytes());
-}
-
+using namespace fjit::io::checkpoint_testing;
 using fjit::testing::error_of;
-#define EXPECT_CONTAINS(haystack, needle) \
-  EXPECT_NE(std::string(haystack).find(needle), std::string::npos) << (haystack)
-
-Checkpoint sample() {
-  Checkpoint c;
-  const float nan = std::numeric_limits<float>::quiet_NaN();
-  const float inf = std::numeric_limits<float>::infinity();
-  c.tensors.emplace_back("w1", Array::from_vector<float>(
-                                   {1.5f, -0.0f, nan, inf, -inf, 1e-42f, 3.25f, -7.f, 0.1f, 2.f, 9.f, 1.f},
-                                   {3, 4}));
-  c.tensors.emplace_back("b1", Array::from_vector<double>({0.1, -2.5e300}, {2}));
-  c.tensors.emplace_back("step_count", Array::from_vector<int32_t>({-3, 0, 2147483647, -2147483647 - 1, 5}, {5}));
-  c.tensors.emplace_back("mask", Array::from_vector<uint8_t>({1, 0, 0, 1}, {2, 2}));
-  c.tensors.emplace_back("lr", Array::scalar(0.01f));
-  c.tensors.emplace_back("empty", Array(DType::f32, {0, 3}));
-  c.metadata = {{"step", "1200"}, {"seed", "7"}, {"note", "quote \" backslash \\ newline \n ü"}};
-  return c;
-}
-
-class CheckpointTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("fjit-ckpt-" + std::to_string(::getpid()) + "-" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-    path_ = (dir_ / "model.safetensors").string();
-  }
-  void TearDown() override {
-    fjit::testing::set_fail_save_after_bytes(std::nullopt);
-    fs::permissions(dir_, fs::perms::owner_all, fs::perm_options::add);
-    fs::remove_all(dir_);
-  }
-  std::vector<std::string> listing() const {
-    std::vector<std::string> names;
-    for (const auto& e : fs::directory_iterator(dir_)) names.push_back(e.path().filename().string());
-    std::sort(names.begin(), names.end());
-    return names;
-  }
-  // Saves sample() and returns the file's bytes and the header length.
-  std::string saved(uint64_t* header_len = nullptr) {
-    save_checkpoint(path_, sample());
-    std::string bytes = slurp(path_);
-    if (header_len) *header_len = le64(bytes);
-    return bytes;
-  }
-  fs::path dir_;
-  std::string path_;
-};
-
-}  // namespace
 
 TEST_F(CheckpointTest, RoundTripIsBitExactForAllDtypes) {
   Checkpoint in = sample();
@@ -286,96 +205,6 @@ TEST_F(CheckpointTest, CheckCompatibleNamesTheFirstMismatch) {
             "checkpoint: incompatible checkpoint: it lacks w2, model expects f32[512,10]");
   EXPECT_EQ(error_of([&] { check_compatible(c, {same[0]}); }),
             "checkpoint: incompatible checkpoint: checkpoint has b1 f32[512], which the model does not expect");
-}
-
-TEST_F(CheckpointTest, FailedSaveLeavesPreviousFileAndNoTempFiles) {
-  std::string before = saved();
-  Checkpoint next = sample();
-  next.tensors[0].second.data<float>()[0] = 99.f;
-  next.metadata["step"] = "1300";
-  for (uint64_t k : {uint64_t{0}, uint64_t{5}, uint64_t{8}, uint64_t{40}, uint64_t{before.size() - 1}}) {
-    fjit::testing::set_fail_save_after_bytes(k);
-    std::string msg = error_of([&] { save_checkpoint(path_, next); });
-    EXPECT_EQ(msg, path_ + ": write failed after " + std::to_string(k) +
-                       " bytes (injected by testing::set_fail_save_after_bytes): No space left on device");
-    EXPECT_EQ(slurp(path_), before) << "previous checkpoint changed after a failure at byte " << k;
-    EXPECT_EQ(listing(), std::vector<std::string>{"model.safetensors"}) << "after failing at byte " << k;
-  }
-  // A limit at the file's size lets the save through.
-  fjit::testing::set_fail_save_after_bytes(before.size());
-  save_checkpoint(path_, next);
-  fjit::testing::set_fail_save_after_bytes(std::nullopt);
-  EXPECT_EQ(load_checkpoint(path_).metadata.at("step"), "1300");
-  EXPECT_EQ(load_checkpoint(path_).tensors[0].second.data<float>()[0], 99.f);
-  EXPECT_EQ(listing(), std::vector<std::string>{"model.safetensors"});
-}
-
-TEST_F(CheckpointTest, SaveIntoMissingDirectory) {
-  std::string missing = (dir_ / "no-such-dir" / "model.safetensors").string();
-  std::string msg = error_of([&] { save_checkpoint(missing, sample()); });
-  EXPECT_EQ(msg.rfind(missing + ": cannot create temporary file " + missing + ".tmp-", 0), 0u) << msg;
-  EXPECT_CONTAINS(msg, ": No such file or directory");
-  EXPECT_TRUE(listing().empty());
-}
-
-TEST_F(CheckpointTest, SaveIntoReadOnlyDirectory) {
-  if (::geteuid() == 0) GTEST_SKIP() << "root ignores directory permissions";
-  std::string before = saved();
-  fs::permissions(dir_, fs::perms::owner_read | fs::perms::owner_exec);
-  EXPECT_CONTAINS(error_of([&] { save_checkpoint(path_, Checkpoint{}); }), "Permission denied");
-  fs::permissions(dir_, fs::perms::owner_all);
-  EXPECT_EQ(slurp(path_), before);
-}
-
-TEST_F(CheckpointTest, SaveRejectsBadNamesBeforeTouchingDisk) {
-  Array a(DType::f32, {1});
-  EXPECT_THROW(save_checkpoint(path_, Checkpoint{{{"a", a}, {"a", a}}, {}}), std::invalid_argument);
-  EXPECT_THROW(save_checkpoint(path_, Checkpoint{{{"", a}}, {}}), std::invalid_argument);
-  EXPECT_THROW(save_checkpoint(path_, Checkpoint{{{"__metadata__", a}}, {}}), std::invalid_argument);
-  EXPECT_THROW(save_checkpoint(path_, Checkpoint{{{"u", Array()}}, {}}), std::invalid_argument);
-  EXPECT_TRUE(listing().empty());
-}
-
-TEST_F(CheckpointTest, CallerChecksumIsReplacedAndEmptyCheckpointWorks) {
-  Checkpoint c = sample();
-  c.metadata[kChecksumKey] = "00000000";
-  save_checkpoint(path_, c);
-  EXPECT_NE(load_checkpoint(path_).metadata.at(kChecksumKey), "00000000");
-  save_checkpoint(path_, Checkpoint{});
-  Checkpoint empty = load_checkpoint(path_);
-  EXPECT_TRUE(empty.tensors.empty());
-  EXPECT_EQ(empty.metadata.at(kChecksumKey), "00000000") << "crc32 of no bytes";
-}
-
-TEST_F(CheckpointTest, LatestCheckpointPicksHighestStep) {
-  EXPECT_EQ(latest_checkpoint(dir_.string()), "");
-  EXPECT_EQ(latest_checkpoint((dir_ / "absent").string()), "");
-  EXPECT_EQ(checkpoint_path(dir_.string(), 40), (dir_ / "ckpt-40.safetensors").string());
-  for (int64_t step : {5, 100, 40}) save_checkpoint(checkpoint_path(dir_.string(), step), sample());
-  write_file((dir_ / "ckpt-200.safetensors.tmp-1-0").string(), "partial");
-  write_file((dir_ / "ckpt-300.safetensors.tmp-somehost-1-0").string(), "partial");
-  write_file((dir_ / "ckpt-x.safetensors").string(), "junk");
-  write_file((dir_ / "ckpt-.safetensors").string(), "junk");
-  EXPECT_EQ(latest_checkpoint(dir_.string()), (dir_ / "ckpt-100.safetensors").string());
-}
-
-// A save removes what killed saves left in its directory, but never the temporary file of a
-// live process or of another host.
-TEST_F(CheckpointTest, SaveRemovesStaleTemporaryFilesOnly) {
-  char host[256] = {0};
-  ASSERT_EQ(::gethostname(host, sizeof host - 1), 0);
-  // A pid that cannot be running: above the kernel's pid_max.
-  const std::string dead = std::string(host) + "-2147483646-0";
-  const std::string live = std::string(host) + "-" + std::to_string(::getpid()) + "-77";
-  const auto stale = dir_ / ("ckpt-1.safetensors.tmp-" + dead);
-  const auto mine = dir_ / ("ckpt-2.safetensors.tmp-" + live);
-  const auto other_host = dir_ / "ckpt-3.safetensors.tmp-not-this-host-2147483646-0";
-  for (const auto& p : {stale, mine, other_host}) write_file(p.string(), "partial");
-  save_checkpoint(checkpoint_path(dir_.string(), 4), sample());
-  EXPECT_FALSE(std::filesystem::exists(stale)) << "a dead process's leftover stays";
-  EXPECT_TRUE(std::filesystem::exists(mine)) << "a live process's temporary file was removed";
-  EXPECT_TRUE(std::filesystem::exists(other_host)) << "another host's temporary file was removed";
-  EXPECT_EQ(remove_stale_temporaries(dir_.string()), 0);
 }
 
 TEST_F(CheckpointTest, RunConfigDifferencesAreListedWithTheFile) {

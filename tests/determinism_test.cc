@@ -16,7 +16,7 @@
 #include <string>
 
 #include "core/lib/optimizers.h"
-#include "lib/train_loop.h"
+#include "lib/trainer.h"
 #include "tests/test_util.h"
 
 namespace fjit {
@@ -145,6 +145,8 @@ TEST(Determinism, FusedPassBitsDoNotDependOnThreads) {
 
 namespace examples {
 namespace {
+
+using namespace fjit::training;  // the trainer; Trainer itself is lib/trainer.h's
 
 // A synthetic image set, large enough that every product of the models is split over threads.
 io::Dataset synthetic_images(int64_t n, uint32_t seed) {

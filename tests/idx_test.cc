@@ -11,8 +11,8 @@
 #include <fstream>
 #include <set>
 
-#include "core/lib/data.h"
-#include "core/lib/idx.h"
+#include "core/io/data.h"
+#include "core/io/idx.h"
 #include "tests/test_util.h"
 
 namespace fs = std::filesystem;

@@ -15,7 +15,7 @@
 
 #include "core/compile/collective_worker.h"
 #include "fjit.h"
-#include "lib/train_loop.h"
+#include "lib/trainer.h"
 #include "parallel/pmap.h"
 #include "tests/test_util.h"
 
@@ -200,7 +200,7 @@ TEST(Overlap, CollectivesInsideLoopsKeepTheirOrder) {
 class OverlapModels : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(OverlapModels, TrainingStepsMatchThePlainPlanBitForBit) {
-  examples::TrainOptions o;
+  training::TrainOptions o;
   o.model = GetParam();
   o.layers = {784, 64, 32, 10};
   o.batch_size = 12;

@@ -29,7 +29,7 @@ int64_t accumulation_rows(const std::vector<Tensor>& batch, int micro_batches, L
 std::vector<MicroGroup> micro_groups(int64_t rows, int micro_batches) {
   std::vector<MicroGroup> groups;
   for (int k = 0; k < micro_batches; ++k) {
-    const auto [b, e] = io::split_rows(rows, micro_batches, k);
+    const auto [b, e] = split_rows(rows, micro_batches, k);
     if (!groups.empty() && groups.back().size == e - b) ++groups.back().count;
     else groups.push_back({b, e - b, 1});
   }

@@ -5,7 +5,7 @@
 //
 // Promises:
 //  - Every batch argument (a Tensor of rank >= 1) is split along axis 0 into `micro_batches`
-//    consecutive slices whose sizes differ by at most one row (io::split_rows), all arguments
+//    consecutive slices whose sizes differ by at most one row (split_rows, core/base/split_rows.h), all arguments
 //    at the same rows. loss_fn(params, slice...) must return a scalar loss that is a mean
 //    over the slice's rows. The result is the row-weighted mean of the micro-batch losses and
 //    gradients: the full batch's loss and gradient up to rounding, so a step that all-reduces
@@ -33,8 +33,8 @@
 #include <vector>
 
 #include "core/autodiff/autodiff.h"
+#include "core/base/split_rows.h"
 #include "core/trace/control_flow.h"
-#include "core/lib/data.h"
 #include "core/trace/dict.h"
 #include "core/trace/tensor.h"
 
@@ -43,7 +43,7 @@ namespace detail {
 
 // Validates the batch arguments and returns their common row count.
 int64_t accumulation_rows(const std::vector<Tensor>& batch, int micro_batches, Loc loc);
-// Consecutive micro-batches of equal size (io::split_rows): one loop each.
+// Consecutive micro-batches of equal size (split_rows, core/base/split_rows.h): one loop each.
 struct MicroGroup {
   int64_t begin = 0, size = 0, count = 0;
 };

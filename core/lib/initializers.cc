@@ -109,6 +109,19 @@ Array he_normal(const Shape& shape, uint64_t seed, DType dtype) {
   return normal_std(shape, seed, dtype, std::sqrt(2.0 / fans(shape).in));
 }
 Array zeros(const Shape& shape, DType dtype) { return Array::zeros(dtype, shape); }
+Array normal_array(const Shape& shape, uint64_t seed, double stddev, DType dtype) {
+  return normal_std(shape, seed, dtype, stddev);
+}
+
+Array initial_array(Init init, const Shape& shape, uint64_t seed, DType dtype) {
+  switch (init) {
+    case Init::glorot_uniform: return glorot_uniform(shape, seed, dtype);
+    case Init::glorot_normal: return glorot_normal(shape, seed, dtype);
+    case Init::he_uniform: return he_uniform(shape, seed, dtype);
+    case Init::he_normal: return he_normal(shape, seed, dtype);
+  }
+  throw std::invalid_argument("initial_array: unknown Init");
+}
 
 ArrayDict mlp_params(const std::vector<int64_t>& sizes, uint64_t seed, Init init, DType dtype) {
   if (sizes.size() < 2) throw std::invalid_argument("mlp_params: needs at least {in, out} sizes");
@@ -117,13 +130,7 @@ ArrayDict mlp_params(const std::vector<int64_t>& sizes, uint64_t seed, Init init
     const Shape w{sizes[k - 1], sizes[k]};
     // One splitmix step separates the layers' streams.
     const uint64_t layer_seed = SplitMix64(seed ^ (0x632be59bd9b4e019ULL * k)).next();
-    Array weights;
-    switch (init) {
-      case Init::glorot_uniform: weights = glorot_uniform(w, layer_seed, dtype); break;
-      case Init::glorot_normal: weights = glorot_normal(w, layer_seed, dtype); break;
-      case Init::he_uniform: weights = he_uniform(w, layer_seed, dtype); break;
-      case Init::he_normal: weights = he_normal(w, layer_seed, dtype); break;
-    }
+    Array weights = initial_array(init, w, layer_seed, dtype);
     // append() rather than "w" + ...: GCC 12 warns falsely (-Wrestrict) on the latter at -O3.
     const std::string index = std::to_string(k);
     p.set(std::string("w").append(index), weights);

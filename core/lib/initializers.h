@@ -47,8 +47,13 @@ Array he_uniform(const Shape& shape, uint64_t seed, DType dtype = DType::f32);
 // N(0, 2 / fan_in) (not truncated).
 Array he_normal(const Shape& shape, uint64_t seed, DType dtype = DType::f32);
 Array zeros(const Shape& shape, DType dtype = DType::f32);
+// N(0, stddev^2) (not truncated): embedding tables and other weights without fans.
+Array normal_array(const Shape& shape, uint64_t seed, double stddev, DType dtype = DType::f32);
 
 enum class Init { glorot_uniform, glorot_normal, he_uniform, he_normal };
+
+// An array of `shape` drawn with `init` (the function of that name above).
+Array initial_array(Init init, const Shape& shape, uint64_t seed, DType dtype = DType::f32);
 
 // Parameters of an MLP with layer sizes {in, h1, ..., out}: "w1" [in, h1], "b1" [h1], "w2",
 // "b2", ... in that order; weights drawn with `init`, biases zero. Layer k's weights use a

@@ -16,7 +16,7 @@
 //    The step Tensor may be any numeric scalar; steps up to 2^31 are exact.
 //  - A step before 0 counts as step 0; a schedule holds its final value after its last step.
 //  - describe() names the schedule and its parameters in one line; a checkpoint records it so
-//    that a resumed run with a different schedule is noticed (core/lib/checkpoint.h).
+//    that a resumed run with a different schedule is noticed (core/io/checkpoint.h).
 #pragma once
 
 #include <cstdint>

@@ -120,10 +120,7 @@ Tensor scatter_add(const Tensor& updates, const Tensor& indices, const Shape& op
 Tensor one_hot(const Tensor& labels, int64_t depth, DType dtype = DType::f32,
                Loc loc = Loc::current());
 
-// Composites over the last axis by default; numerically stable.
-Tensor log_softmax(const Tensor& logits, int64_t axis = -1, Loc loc = Loc::current());
-Tensor softmax(const Tensor& logits, int64_t axis = -1, Loc loc = Loc::current());
-// Per-example cross entropy of logits [..., C] against integer labels [...] (i32).
-Tensor softmax_cross_entropy(const Tensor& logits, const Tensor& labels, Loc loc = Loc::current());
+// softmax, log_softmax, softmax_cross_entropy and the other layers built from these ops are
+// in core/nn/.
 
 }  // namespace fjit

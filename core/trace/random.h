@@ -40,8 +40,6 @@ Tensor bernoulli(const Tensor& key, double p, const Shape& shape, Loc loc = Loc:
 // Integers uniform on [minval, maxval) (i32), for ranges up to 2^31.
 Tensor randint(const Tensor& key, const Shape& shape, int32_t minval, int32_t maxval,
                Loc loc = Loc::current());
-// Inverted dropout: each element kept with probability 1 - rate and scaled by 1 / (1 - rate),
-// else zero. rate == 0 returns x; rate must be in [0, 1).
-Tensor dropout(const Tensor& x, double rate, const Tensor& key, Loc loc = Loc::current());
+// dropout, a layer drawing from a key, is in core/nn/dropout.h.
 
 }  // namespace fjit

@@ -1,86 +1,11 @@
 #include "lib/mlp_model.h"
 
-#include <optional>
-#include <stdexcept>
-
-#include "core/lib/initializers.h"
-
 namespace fjit::examples {
 
 ArrayDict init_mlp(const std::vector<int64_t>& sizes, uint64_t seed) {
   return mlp_params(sizes, seed, Init::he_normal);
 }
 
-Tensor mlp_logits(const Params& p, const Tensor& x) {
-  return model_logits(ModelSpec{}, p, x, false);
-}
-
-std::tuple<Tensor, Tensor> model_loss(const ModelSpec& model, const Params& p, const Tensor& x,
-                                      const Tensor& y, bool training, const Tensor& key) {
-  Tensor logits = model_logits(model, p, x, training, key);
-  const double classes = static_cast<double>(logits.dim(-1));
-  // softmax_cross_entropy would silently score a label outside [0, classes) as zero loss.
-  check(all((y > -1.0) && (y < classes)), "labels must be classes in [0, {}); batch has min {} max {}",
-        scalar(DType::i32, classes), min(y), max(y));
-  return {mean(softmax_cross_entropy(logits, y)), logits};
-}
-
-std::tuple<TensorDict, TensorDict, Tensor, Tensor, Tensor> TrainStepFn::operator()(
-    const Params& params, const Params& state, const Tensor& x, const Tensor& y,
-    const Tensor& step) const {
-  Tensor key;
-  if (model.kind != ModelKind::mlp)
-    key = fold_in(fold_in(PRNGKey(seed), step), axis_index(axis));
-  auto loss_fn = [&](const Params& p, const Tensor& xs, const Tensor& ys) {
-    return model_loss(model, p, xs, ys, true, key);
-  };
-  // One micro-batch is plain value_and_grad; more accumulate over slices of the shard.
-  auto [loss, grads, logits] = accumulate_gradients_aux(loss_fn, micro_batches)(params, x, y);
-  // Checked before the all-reduce: only the replica with bad data raises, and is named.
-  check(isfinite(loss), "loss {} is not finite", loss);
-  TensorDict mean_grads = pmean(grads, axis);
-  Tensor norm = global_norm(mean_grads);
-  check(isfinite(norm) && norm < max_grad_norm,
-        "global gradient norm {} is not finite or not below {}", norm,
-        scalar(norm.dtype(), max_grad_norm));
-  AdamW opt = optimizer;
-  opt.lr = schedule(step);
-  auto [next_params, next_state] = opt.update(params, mean_grads, state);
-  Tensor accuracy = mean(cast(eq(argmax(logits, -1), y), DType::f32));
-  return {next_params, next_state, pmean(loss, axis), pmean(accuracy, axis), norm};
-}
-
-Tensor CorrectCountFn::operator()(const Params& params, const Tensor& x, const Tensor& y) const {
-  Tensor correct = sum(cast(eq(argmax(model_logits(model, params, x, false), -1), y), DType::f32));
-  return psum(correct, axis);
-}
-
-TrainStep make_train_step(const Mesh& mesh, TrainStepFn fn, PmapOptions options) {
-  if (options.jit.name == "fn") options.jit.name = "train_step";
-  const std::string axis = fn.axis;
-  // Argument 4, the step counter, is a scalar every replica gets whole.
-  return pmap(mesh, axis, std::move(fn), std::move(options), PmapArgOptions{{4}});
-}
-
-EvalStep make_eval_step(const Mesh& mesh, PmapOptions options, ModelSpec model) {
-  if (options.jit.name == "fn") options.jit.name = "eval_step";
-  return pmap(mesh, "batch", CorrectCountFn{"batch", std::move(model)}, std::move(options));
-}
-
-double evaluate_accuracy(EvalStep& eval, const Mesh& mesh, const ArrayDict& params,
-                         const io::Dataset& data, int64_t batch_size) {
-  if (data.size() == 0) return 0.0;
-  // In stored order, the last batch kept: at most two compiled shapes. Each process reads
-  // only its replicas' rows.
-  io::BatchIterator batches(data, {.batch_size = batch_size, .shuffle = false, .drop_last = false,
-                                   .shard = mesh.data_shard()});
-  Array correct;
-  double total = 0;
-  while (const io::Batch* b = batches.next()) {
-    eval.run_into(correct, params, (*b)["images"], (*b)["labels"]);
-    total += correct.item<double>();
-  }
-  return total / static_cast<double>(data.size());
-}
+Tensor mlp_logits(const Params& p, const Tensor& x) { return mlp(p, x); }
 
 }  // namespace fjit::examples

@@ -1,30 +1,13 @@
-// The data-parallel training step and evaluation of the examples' classifiers (the MLP, CNN or
-// ViT of lib/models.h, softmax cross entropy), shared by examples/train_*.cc,
-// examples/poisoned_batch.cc and the end-to-end tests.
-//
-// The training step is one pmap'd function of (params, optimizer state, images, labels, lr):
-//   value_and_grad of the loss on this replica's shard (dropout keyed by the run's seed, the
-//   step and the replica: fold_in(fold_in(PRNGKey(seed), step), axis_index)),
-//   check: the local loss is finite (so a report names the replica whose data was bad),
-//   pmean of the gradients (one fused all-reduce of the whole TensorDict) and of the loss,
-//   check: the global norm of the averaged gradient is finite and below a bound,
-//   AdamW update with the learning rate of the step's schedule (core/lib/schedules.h),
-//   computed inside the step from the step counter, an i32 scalar argument (replicated, not
-//   sharded), so it changes every step without recompiling.
-// With micro_batches > 1 the gradients of each replica's shard are accumulated over that many
-// slices (core/lib/accumulate.h) before the one all-reduce.
-// It returns {params', state', mean loss, mean accuracy, gradient norm}. Params and state
-// mirror the inputs, so under the skip_step policy a step whose checks fail keeps them.
+// The examples' MLP classifier of Fashion-MNIST (784-512-256-10, ReLU) as plain functions, for
+// the tests and benchmarks that build their own steps around it. The trainer's version of it
+// is lib/models.h's classifier(ModelSpec{}).
 #pragma once
 
 #include <cstdint>
-#include <string>
-#include <tuple>
 #include <vector>
 
 #include "fjit.h"
 #include "lib/models.h"
-#include "parallel/pmap.h"
 
 namespace fjit::examples {
 
@@ -32,51 +15,11 @@ namespace fjit::examples {
 inline const std::vector<int64_t> kFashionMnistLayers = {784, 512, 256, 10};
 
 // Parameters "w1", "b1", ..., "wL", "bL" for layer sizes {in, h1, ..., out}: He-normal
-// weights, zero biases, drawn from `seed` (core/lib/initializers.h).
+// weights, zero biases, drawn from `seed` (mlp_params, core/lib/initializers.h).
 ArrayDict init_mlp(const std::vector<int64_t>& sizes, uint64_t seed);
 
-// Logits [batch, classes] of x [batch, in]: ReLU after every layer but the last.
+// Logits [batch, classes] of x [batch, in]: ReLU after every layer but the last (mlp,
+// core/nn/linear.h).
 Tensor mlp_logits(const Params& p, const Tensor& x);
-
-// Mean softmax cross entropy of the batch, and the logits (for accuracy). Checks (user
-// check) that every label is a class of the model.
-std::tuple<Tensor, Tensor> model_loss(const ModelSpec& model, const Params& p, const Tensor& x,
-                                      const Tensor& y, bool training, const Tensor& key);
-
-// The traced training step (see the top of this file). A named type so that the pmap'd step
-// has a type callers can hold. optimizer.lr is ignored: schedule(step) is used.
-struct TrainStepFn {
-  AdamW optimizer;
-  Schedule schedule = Schedule::constant(1e-3);
-  int micro_batches = 1;
-  double max_grad_norm = 1e3;
-  std::string axis = "batch";
-  ModelSpec model;
-  uint64_t seed = 0;  // of the dropout keys
-  std::tuple<TensorDict, TensorDict, Tensor, Tensor, Tensor> operator()(
-      const Params& params, const Params& state, const Tensor& x, const Tensor& y,
-      const Tensor& step) const;
-};
-using TrainStep = Pmapped<TrainStepFn>;
-// Host values of one step's outputs: {params, state, loss, accuracy, grad norm}.
-using TrainStepOut = std::tuple<ArrayDict, ArrayDict, Array, Array, Array>;
-
-// Correct predictions (argmax of the logits equals the label) summed over every replica's
-// shard, as an f32 scalar (exact up to 2^24).
-struct CorrectCountFn {
-  std::string axis = "batch";
-  ModelSpec model;
-  Tensor operator()(const Params& params, const Tensor& x, const Tensor& y) const;
-};
-using EvalStep = Pmapped<CorrectCountFn>;
-
-TrainStep make_train_step(const Mesh& mesh, TrainStepFn fn, PmapOptions options);
-EvalStep make_eval_step(const Mesh& mesh, PmapOptions options, ModelSpec model = {});
-
-// Fraction of `data`'s examples ("images", "labels") the model classifies correctly,
-// evaluated data-parallel in batches of `batch_size` (the last one may be smaller: at most
-// two compiled shapes). Every replica must call it (it runs collectives).
-double evaluate_accuracy(EvalStep& eval, const Mesh& mesh, const ArrayDict& params,
-                         const io::Dataset& data, int64_t batch_size = 1000);
 
 }  // namespace fjit::examples

@@ -1,5 +1,6 @@
 // The image classifiers the examples train on 28x28 grey images (Fashion-MNIST): an MLP, a
-// CNN and a small vision transformer, as parameter initializers and traced forward passes.
+// CNN and a small vision transformer, as parameter initializers and traced forward passes
+// built from fjit's layers (core/nn), and as the trainer's models (parallel/train/model.h).
 //
 //   mlp  784-512-256-10 (or --layers), ReLU
 //   cnn  conv3x3(32)-ReLU-maxpool2, conv3x3(64)-ReLU-maxpool2, conv3x3(128)-ReLU-maxpool2,
@@ -16,6 +17,7 @@
 #include <vector>
 
 #include "fjit.h"
+#include "parallel/train/model.h"
 
 namespace fjit::examples {
 
@@ -37,5 +39,14 @@ ArrayDict init_model(const ModelSpec& spec, uint64_t seed);
 // Logits [batch, 10]. `key` (u32[2]) drives dropout when `training`; evaluation passes none.
 Tensor model_logits(const ModelSpec& spec, const Params& p, const Tensor& images, bool training,
                     const Tensor& key = Tensor());
+
+// The spec the options name (options.model, layers, dropout). Throws std::invalid_argument
+// for a name other than mlp, cnn or vit.
+ModelSpec model_spec(const training::TrainOptions& options);
+// The trainer's model for `spec`: the MLP takes f32 pixels (784 = layers.front() inputs), the
+// CNN and the ViT take the file's u8 bytes and draw dropout keys.
+training::Model classifier(const ModelSpec& spec);
+// mlp, cnn and vit, for training::train_main.
+training::ModelMenu model_menu();
 
 }  // namespace fjit::examples

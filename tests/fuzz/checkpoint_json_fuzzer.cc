@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "core/lib/checkpoint.h"
+#include "core/io/checkpoint.h"
 #include "tests/fuzz/fuzz_input.h"
 
 using namespace fjit;

@@ -1,5 +1,5 @@
 // Fuzzes the numbers users type: the training programs' command line (parse_train_options,
-// examples/lib/train_options.h) and the replica and thread counts read from --replicas and
+// parallel/train/train_options.h) and the replica and thread counts read from --replicas and
 // FJIT_* variables (parse_count, core/base/env.h).
 //
 // The input is split at NUL bytes: the first piece is a count for parse_count, the rest are
@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "core/base/env.h"
-#include "lib/train_options.h"
+#include "parallel/train/train_options.h"
 #include "tests/fuzz/fuzz_input.h"
 
 using namespace fjit;
@@ -49,7 +49,7 @@ void check_count(const std::string& text) {
   }
 }
 
-void check_options(const examples::TrainOptions& o) {
+void check_options(const training::TrainOptions& o) {
   const bool ok = o.epochs >= 1 && o.batch_size >= 1 && o.micro_batches >= 1 &&
                   o.warmup_steps >= 0 && o.replicas >= 1 && o.checkpoint_every >= 0 &&
                   o.log_every >= 0 && o.max_steps >= -1 && o.eval_batch_size >= 1 &&
@@ -78,8 +78,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   argv.push_back(program.data());
   for (size_t i = 1; i < pieces.size(); ++i) argv.push_back(pieces[i].data());
   argv.push_back(nullptr);
-  const examples::ParsedOptions parsed =
-      examples::parse_train_options(static_cast<int>(argv.size() - 1), argv.data());
+  const training::ParsedOptions parsed =
+      training::parse_train_options(static_cast<int>(argv.size() - 1), argv.data());
   if (parsed.error.empty() && !parsed.help) check_options(parsed.options);
   return 0;
 }

@@ -1,4 +1,4 @@
-// Fuzzes the IDX reader (core/lib/idx.h) with whole files, plain or gzip-compressed, as the
+// Fuzzes the IDX reader (core/io/idx.h) with whole files, plain or gzip-compressed, as the
 // data directory of a training run could hold them: read_idx for both magic numbers, then
 // load_images (f32 and u8) and load_labels, which shape the bytes into Arrays.
 //
@@ -10,7 +10,7 @@
 #include <cstring>
 #include <stdexcept>
 
-#include "core/lib/idx.h"
+#include "core/io/idx.h"
 #include "tests/fuzz/fuzz_input.h"
 
 using namespace fjit;

@@ -1,4 +1,4 @@
-// Fuzzes load_checkpoint (core/lib/checkpoint.h) with whole files: the 8-byte header length,
+// Fuzzes load_checkpoint (core/io/checkpoint.h) with whole files: the 8-byte header length,
 // the JSON header and the tensor data, as a checkpoint directory could hold them.
 //
 // Checked for every input: no crash, leak or undefined behaviour; an error names the file;
@@ -9,7 +9,7 @@
 #include <cstring>
 #include <stdexcept>
 
-#include "core/lib/checkpoint.h"
+#include "core/io/checkpoint.h"
 #include "tests/fuzz/fuzz_input.h"
 
 using namespace fjit;

@@ -8,11 +8,13 @@
 #include <cstdlib>
 #include <random>
 
-#include "lib/train_loop.h"
+#include "lib/trainer.h"
 #include "tests/mpi/mpi_test_main.h"
 
 namespace fjit::examples {
 namespace {
+
+using namespace fjit::training;  // the trainer; Trainer itself is lib/trainer.h's
 
 Mesh& mesh() {
   static Mesh m = Mesh::mpi();

@@ -9,12 +9,14 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "lib/train_loop.h"
+#include "lib/trainer.h"
 #include "parallel/join.h"
 #include "tests/mpi/mpi_test_main.h"
 
 namespace fjit::examples {
 namespace {
+
+using namespace fjit::training;  // the trainer; Trainer itself is lib/trainer.h's
 
 Mesh& mesh() {
   static Mesh m = Mesh::mpi();
@@ -183,7 +185,7 @@ TEST(JoinMpi, TrainerWithUnequalPartsEqualsOneReplicaOverTheSameRows) {
       TrainStepFn{.optimizer = AdamW{.lr = o.lr, .weight_decay = o.weight_decay},
                   .schedule = learning_rate_schedule(o, o.epochs * steps_per_epoch),
                   .max_grad_norm = o.max_grad_norm,
-                  .model = spec,
+                  .model = classifier(spec),
                   .seed = o.seed},
       PmapOptions{});
   ArrayDict params = init_model(spec, o.seed);

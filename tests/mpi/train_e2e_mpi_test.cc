@@ -1,6 +1,6 @@
-// End to end under mpiexec (-n 2 and -n 3): the Fashion-MNIST trainer of examples/lib with one
-// replica per rank on the committed 16-example fixture. The loss falls, every rank holds
-// bitwise-identical parameters (fingerprints compared across ranks, and the divergence check
+// End to end under mpiexec (-n 2 and -n 3): the trainer of parallel/train (the examples'
+// models) with one replica per rank on the committed 16-example fixture. The loss falls, every
+// rank holds bitwise-identical parameters (fingerprints compared across ranks, and the divergence check
 // every step), a run resumed from a checkpoint that rank 0 wrote reproduces the uninterrupted
 // run bit for bit, and the MPI run equals the same run on thread replicas.
 #include <gtest/gtest.h>
@@ -10,11 +10,13 @@
 #include <cstring>
 #include <filesystem>
 
-#include "lib/train_loop.h"
+#include "lib/trainer.h"
 #include "tests/mpi/mpi_test_main.h"
 
 namespace fjit::examples {
 namespace {
+
+using namespace fjit::training;  // the trainer; Trainer itself is lib/trainer.h's
 
 Mesh& mesh() {
   static Mesh m = Mesh::mpi();

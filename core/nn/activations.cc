@@ -1,0 +1,39 @@
+// Activations built from ops (see core/nn/activations.h).
+#include "core/nn/activations.h"
+
+#include <cmath>
+
+namespace fjit {
+
+Tensor gelu(const Tensor& x, bool approximate, Loc loc) {
+  detail::CompositeScope scope("gelu", {x});
+  if (!x.defined() || !is_floating(x.dtype()))
+    detail::fail("gelu", {x}, "expects a floating-point operand", &loc);
+  const DType t = x.dtype();
+  if (approximate) {
+    const double c = std::sqrt(2.0 / M_PI);
+    Tensor inner = mul(add(x, mul(mul(mul(x, x, loc), x, loc), scalar(t, 0.044715, loc), loc), loc),
+                       scalar(t, c, loc), loc);
+    return mul(mul(x, scalar(t, 0.5, loc), loc), add(tanh(inner, loc), scalar(t, 1.0, loc), loc), loc);
+  }
+  Tensor phi = add(erf(mul(x, scalar(t, M_SQRT1_2, loc), loc), loc), scalar(t, 1.0, loc), loc);
+  return mul(mul(x, scalar(t, 0.5, loc), loc), phi, loc);
+}
+
+Tensor log_softmax(const Tensor& x, int64_t axis, Loc loc) {
+  detail::CompositeScope scope("log_softmax", {x});
+  if (!x.defined() || !is_floating(x.dtype()))
+    detail::fail("log_softmax", {x}, "expects floating-point logits", &loc);
+  Tensor shifted = sub(x, max(x, {axis}, true, loc), loc);
+  return sub(shifted, log(sum(exp(shifted, loc), {axis}, true, loc), loc), loc);
+}
+
+Tensor softmax(const Tensor& x, int64_t axis, Loc loc) {
+  detail::CompositeScope scope("softmax", {x});
+  if (!x.defined() || !is_floating(x.dtype()))
+    detail::fail("softmax", {x}, "expects floating-point logits", &loc);
+  Tensor e = exp(sub(x, max(x, {axis}, true, loc), loc), loc);
+  return div(e, sum(e, {axis}, true, loc), loc);
+}
+
+}  // namespace fjit

@@ -1,0 +1,140 @@
+// Trainer: the training loop of a classifier (parallel/train/model.h) — parameters and AdamW
+// state, the data order, the pmap'd step, evaluation and checkpoints — usable a step at a time
+// (tests, the poisoned-batch example) or as a whole run with progress lines (run()). The
+// examples' programs run it through train_main (parallel/train/train_main.h).
+//
+// Promises:
+//  - Deterministic: the data order comes from (seed, epoch) through io::BatchIterator, the
+//    initial parameters from the seed, and each step is the same compiled plan, so two runs
+//    with the same options produce bit-identical parameters.
+//  - A checkpoint holds params, optimizer state, seed and the position in the data (step,
+//    epoch, batch within the epoch); a run resumed from it continues bit-for-bit as the
+//    uninterrupted run would have.
+//  - Steps allocate no parameter memory: params/state are double-buffered and the step writes
+//    into the buffer it did not read (pmap's run_into).
+//  - Every replica (thread or MPI rank) runs the same sequence of calls; under MPI every rank
+//    holds the whole data set and reads its replicas' rows of each global batch
+//    (io::BatchIterator with Mesh::data_shard()), or, with examples_per_process, its own
+//    part of it, the parts of any sizes: every process runs the epoch's steps of the process
+//    with the most batches, one whose part has run out with zero rows (JoinedBatches,
+//    parallel/join.h), so the job ends normally and each step's mean is over the rows fed.
+//  - A checkpoint records the run's configuration (run_config); resuming with a different
+//    model, optimizer or schedule is refused with the differences listed, unless
+//    allow_config_change.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "core/io/checkpoint.h"
+#include "core/io/data.h"
+#include "core/io/progress.h"
+#include "parallel/join.h"
+#include "parallel/mesh.h"
+#include "parallel/train/model.h"
+#include "parallel/train/train_options.h"
+#include "parallel/train/train_step.h"
+
+namespace fjit::training {
+
+class Trainer {
+ public:
+  // `test` may be empty (no evaluation). Throws std::invalid_argument when the data do not
+  // fit the model (image size vs. model.inputs), the global batch is smaller than the mesh, or
+  // examples_per_process does not list one count per process within the training set.
+  Trainer(Mesh mesh, TrainOptions options, Model model, io::Dataset train, io::Dataset test = {});
+
+  // This process's rows of the global batch at the current position, advancing it (to the
+  // next epoch when one is done); nullptr once every epoch is done. The batch is the
+  // iterator's: valid until the next call.
+  const io::Batch* next_batch();
+  // One training step on a batch from next_batch() (or a changed copy of one). May throw
+  // CheckError (throw policy) or ReplicaMismatchError (divergence check).
+  StepStats train_on(const io::Batch& batch);
+  // next_batch() + train_on(); nullopt when the run is over (epochs or max_steps).
+  std::optional<StepStats> step();
+  // True when the run is over: every epoch done, or max_steps reached.
+  bool done() const;
+
+  // Test-set accuracy of the current parameters (every replica must call it).
+  double evaluate();
+
+  // Writes a checkpoint (primary replica only; under MPI the others wait at a barrier until
+  // the file is complete). Creates the directory if needed.
+  void save(const std::string& path);
+  // Restores parameters, optimizer state and the data position. Replica 0 reads and verifies
+  // the file and broadcasts what it holds to the other MPI ranks (which need not see it).
+  // Throws std::runtime_error on every rank when it does not match the model or the batch size.
+  void load(const std::string& path);
+
+  // The whole run: progress lines, evaluation at each epoch end, checkpoints every
+  // checkpoint_every steps and at the end (when checkpoint_dir is set), scalars as JSON lines
+  // and TensorBoard events (when log_dir is set: train_scalars.h), starting from the latest
+  // checkpoint with options.resume. Returns the final test accuracy (or -1).
+  double run();
+  // A Progress configured for this run from the current position (prints on the primary
+  // replica only).
+  Progress make_progress() const;
+
+  const ArrayDict& params() const { return std::get<0>(buffers_[current_]); }
+  const ArrayDict& optimizer_state() const { return std::get<1>(buffers_[current_]); }
+  int64_t steps_done() const { return steps_done_; }
+  // What the last train_on reported besides its StepStats: the batch's accuracy and the
+  // global norm of the averaged gradient.
+  double last_train_accuracy() const { return last_accuracy_; }
+  double last_grad_norm() const { return last_grad_norm_; }
+  // Steps the last run() took (not counting those before the checkpoint it resumed from).
+  int64_t steps_this_run() const { return steps_done_ - run_started_at_; }
+  int64_t epoch() const { return epoch_; }
+  int64_t batch_in_epoch() const { return batch_in_epoch_; }
+  // Steps of an epoch, the same on every process (with examples_per_process: the most batches
+  // of any process's part).
+  int64_t batches_per_epoch() const { return batches_.steps_per_epoch(); }
+  int64_t total_steps() const;
+  // The learning rate of step `step` (0-based) under the schedule: a function of the step and
+  // of epochs * batches_per_epoch only, so a resumed or poisoned run sees the same values.
+  double learning_rate(int64_t step) const;
+  const Mesh& mesh() const { return mesh_; }
+  const TrainOptions& options() const { return options_; }
+  const Model& model() const { return model_; }
+  TrainStep& train_step() { return train_step_; }
+
+ private:
+  PmapOptions pmap_options(const char* name) const;
+  void save_at_step();
+  static JoinedBatches make_batches(const io::Dataset& train, const TrainOptions& o,
+                                    const Mesh& mesh);
+
+  Mesh mesh_;
+  TrainOptions options_;
+  Model model_;
+  io::Dataset train_, test_;
+  JoinedBatches batches_;
+  Schedule schedule_;
+  TrainStep train_step_;
+  EvalStep eval_step_;
+  // Double buffer: step k reads buffers_[current_] and writes buffers_[1 - current_].
+  TrainStepOut buffers_[2];
+  int current_ = 0;
+  bool buffers_conformed_ = false;
+  Array step_;                   // i32 scalar argument of the step: its index in the run
+  int64_t steps_done_ = 0;       // batches consumed, skipped ones included
+  int64_t epoch_ = 0;            // of the next batch
+  int64_t batch_in_epoch_ = 0;   // of the next batch
+  int64_t run_started_at_ = 0;   // steps_done_ when run() began training
+  double last_accuracy_ = 0, last_grad_norm_ = 0;
+};
+
+// Mesh::from_environment ("--replicas N" or "--replicas=N") that leaves argv as it is, for
+// the examples' own option parser.
+Mesh mesh_from_command_line(int argc, char** argv);
+
+// The row of `batch` (this process's rows of a global batch, from Trainer::next_batch) where
+// replica `replica`'s shard begins, or -1 when another process feeds that replica.
+int64_t first_row_of_replica(const Mesh& mesh, const io::Batch& batch, int replica);
+
+// The checkpoint's tensors: "params/<name>" and "opt/<name>".
+io::NamedArrays checkpoint_tensors(const ArrayDict& params, const ArrayDict& state);
+
+}  // namespace fjit::training
