@@ -6,9 +6,13 @@
 //    "may be used uninitialized" wherever Eigen's AVX-512 paths are inlined.
 #pragma once
 
+#if defined(__GNUC__) && !defined(__clang__)  // clang knows neither the false positive nor its flag
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
 #include <immintrin.h>
 #include <Eigen/Core>
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop
+#endif
