@@ -7,16 +7,12 @@
 #include <vector>
 
 #include "parallel/fjit.h"
+#include "tests/test_util.h"
 
 namespace fjit {
 namespace {
 
-Array random_f64(Shape s, uint64_t seed) {
-  Array a(DType::f64, std::move(s));
-  SplitMix64 rng(seed);
-  for (int64_t i = 0; i < a.size(); ++i) a.data<double>()[i] = 2 * rng.uniform() - 1;
-  return a;
-}
+using testing::random_f64;
 
 // rows x [n, in] @ w [in, out] + b [out] on the host.
 std::vector<double> host_affine(const double* x, int64_t n, const Array& w, const Array& b) {

@@ -12,12 +12,7 @@
 namespace fjit {
 namespace {
 
-Array random_f64(Shape s, uint64_t seed) {
-  Array a(DType::f64, std::move(s));
-  SplitMix64 rng(seed);
-  for (int64_t i = 0; i < a.size(); ++i) a.data<double>()[i] = 2 * rng.uniform() - 1;
-  return a;
-}
+using testing::random_f64;
 
 // Resolved padding (top, left) and output extents, as the SAME/VALID rules define them.
 struct Geo { int64_t oh, ow, top, left; };

@@ -10,8 +10,9 @@
 #include <stdexcept>
 #include <string>
 
-#include "core/ir/array.h"
 #include "core/base/log.h"
+#include "core/ir/array.h"
+#include "core/lib/initializers.h"
 
 namespace fjit::testing {
 
@@ -21,6 +22,14 @@ inline Array random_f32(Shape s, uint32_t seed) {
   std::uniform_real_distribution<float> u(-1, 1);
   Array a(DType::f32, s);
   for (int64_t i = 0; i < a.size(); ++i) a.data<float>()[i] = u(rng);
+  return a;
+}
+
+// An f64 array of uniform values in [-1, 1) from SplitMix64, the same for the same seed.
+inline Array random_f64(Shape s, uint64_t seed) {
+  Array a(DType::f64, std::move(s));
+  SplitMix64 rng(seed);
+  for (int64_t i = 0; i < a.size(); ++i) a.data<double>()[i] = 2 * rng.uniform() - 1;
   return a;
 }
 
