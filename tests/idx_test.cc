@@ -13,6 +13,7 @@
 
 #include "core/io/data.h"
 #include "core/io/idx.h"
+#include "tests/fixture_data.h"
 #include "tests/test_util.h"
 
 namespace fs = std::filesystem;
@@ -28,16 +29,8 @@ constexpr int64_t kFirst16PixelSum = 877288;
 constexpr uint32_t kFirst16PixelCrc = 0xba9a2acd;
 constexpr int kImage0Row14Col14 = 217;
 
-std::string data_dir() {
-  if (const char* d = std::getenv("FJIT_TEST_DATA")) return d;
-#ifdef FJIT_SOURCE_DIR
-  return std::string(FJIT_SOURCE_DIR) + "/tests/data";
-#else
-  return "tests/data";
-#endif
-}
-std::string fixture_images() { return data_dir() + "/fmnist-16-images-idx3-ubyte.gz"; }
-std::string fixture_labels() { return data_dir() + "/fmnist-16-labels-idx1-ubyte.gz"; }
+using fjit::testing::fixture_images;
+using fjit::testing::fixture_labels;
 
 std::string slurp(const std::string& path) {
   std::ifstream in(path, std::ios::binary);

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "lib/trainer.h"
+#include "tests/fixture_data.h"
 #include "tests/test_util.h"
 
 namespace fjit::examples {
@@ -20,16 +21,7 @@ using namespace fjit::training;  // the trainer; Trainer itself is lib/trainer.h
 
 using fjit::testing::error_of;
 
-std::string data_dir() {
-  const char* env = std::getenv("FJIT_TEST_DATA");
-  return env ? env : std::string(FJIT_SOURCE_DIR) + "/tests/data";
-}
-
-const io::Dataset& fixture() {
-  static const io::Dataset d = io::load_dataset(data_dir() + "/fmnist-16-images-idx3-ubyte.gz",
-                                                 data_dir() + "/fmnist-16-labels-idx1-ubyte.gz");
-  return d;
-}
+using fjit::testing::fixture;
 
 TrainOptions small_options() {
   TrainOptions o;
@@ -294,7 +286,7 @@ TEST(TrainE2e, WithChecksOffNothingIsCompiledIn) {
 
 TEST(TrainE2e, MissingDataIsAClearError) {
   try {
-    io::load_fashion_mnist(data_dir() + "/no-such-dir", "train");
+    io::load_fashion_mnist(fjit::testing::fixture_dir() + "/no-such-dir", "train");
     FAIL() << "loading a missing file succeeded";
   } catch (const std::runtime_error& e) {
     EXPECT_NE(std::string(e.what()).find("no-such-dir"), std::string::npos) << e.what();

@@ -17,6 +17,7 @@
 
 #include "core/io/scalar_log.h"
 #include "lib/trainer.h"
+#include "tests/fixture_data.h"
 #include "tests/event_file_reader.h"
 
 namespace fjit::examples {
@@ -26,16 +27,7 @@ using namespace fjit::training;  // the trainer; Trainer itself is lib/trainer.h
 
 namespace fs = std::filesystem;
 
-std::string data_dir() {
-  const char* env = std::getenv("FJIT_TEST_DATA");
-  return env ? env : std::string(FJIT_SOURCE_DIR) + "/tests/data";
-}
-
-const io::Dataset& fixture() {
-  static const io::Dataset d = io::load_dataset(data_dir() + "/fmnist-16-images-idx3-ubyte.gz",
-                                                 data_dir() + "/fmnist-16-labels-idx1-ubyte.gz");
-  return d;
-}
+using fjit::testing::fixture;
 
 TrainOptions options(const fs::path& log_dir) {
   TrainOptions o;
