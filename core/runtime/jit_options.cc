@@ -42,35 +42,32 @@ static_assert(config::row(Id::timeline_steps).fallback == timeline::kDefaultMaxS
 
 std::atomic<int> g_mode{-1}, g_policy{-1}, g_strict{-1};
 
+// A process default: the value a setter stored in `slot`, else read from the table on first
+// use (-1: neither yet).
+template <class Read>
+int read_once(std::atomic<int>& slot, Read read) {
+  int v = slot.load();
+  if (v < 0) {
+    v = static_cast<int>(read());
+    slot.store(v);
+  }
+  return v;
+}
+
 }  // namespace
 
 CheckMode default_check_mode() {
-  int m = g_mode.load();
-  if (m < 0) {
-    m = config::checks();
-    g_mode.store(m);
-  }
-  return static_cast<CheckMode>(m);
+  return static_cast<CheckMode>(read_once(g_mode, [] { return config::checks(); }));
 }
 void set_default_check_mode(CheckMode mode) { g_mode.store(static_cast<int>(mode)); }
 CheckPolicy default_check_policy() {
-  int p = g_policy.load();
-  if (p < 0) {
-    p = config::on_check_failure();
-    g_policy.store(p);
-  }
-  return static_cast<CheckPolicy>(p);
+  return static_cast<CheckPolicy>(read_once(g_policy, [] { return config::on_check_failure(); }));
 }
 void set_default_check_policy(CheckPolicy policy) { g_policy.store(static_cast<int>(policy)); }
 
 void set_strict_unused_parameters(bool strict) { g_strict.store(strict ? 1 : 0); }
 bool strict_unused_parameters() {
-  int s = g_strict.load();
-  if (s < 0) {
-    s = config::strict_unused() ? 1 : 0;
-    g_strict.store(s);
-  }
-  return s == 1;
+  return read_once(g_strict, [] { return config::strict_unused() ? 1 : 0; }) == 1;
 }
 
 void apply_process_environment() {
