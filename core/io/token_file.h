@@ -30,7 +30,9 @@
 //    size against it, and throws std::runtime_error starting with the path and saying what
 //    was found for a missing, truncated, foreign (another format), corrupt or newer file. It
 //    reads nothing of the tokens: they are read from the mapping as they are used, and pages
-//    the kernel can drop at will (the file is mapped read-only, shared).
+//    the kernel can drop at will (the file is mapped read-only, shared). Replace a token file
+//    by rename, as the writers here do: a mapping keeps the old content. A file truncated in
+//    place while mapped makes reading the lost tokens fault (SIGBUS), as with any mapping.
 #pragma once
 
 #include <cstdint>
