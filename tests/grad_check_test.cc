@@ -226,6 +226,15 @@ std::vector<GradCase> cases() {
                   Tensor zero = zeros_like(x[1]), one = ones_like(x[1]);
                   return batch_norm(x[0], x[1], x[2], zero, one).y;
                 }});
+  // Fused attention: q, k, v over several key blocks (Tk > 64), causal with Tq < Tk, and key
+  // lengths with a fully masked batch index (its gradients are zeros on both sides).
+  cs.push_back({"attention causal Tq < Tk", {Op::Attention}, {{{1, 2, 5, 4}}, {{1, 2, 70, 4}}, {{1, 2, 70, 3}}},
+                [](V x) { return dot_product_attention(x[0] * 3.0, x[1], x[2], true); }});
+  cs.push_back({"attention key lengths", {Op::Attention}, {{{3, 1, 4, 3}}, {{3, 1, 6, 3}}, {{3, 1, 6, 2}}},
+                [](V x) {
+                  Tensor lengths = constant(Array::from_vector<int32_t>({6, 0, 2}));
+                  return dot_product_attention(x[0], x[1], x[2], false, lengths, 0.8);
+                }});
   // stop_gradient differs from finite differences by design: tests/nn_test.cc.
   return cs;
 }
