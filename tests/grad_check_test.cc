@@ -282,10 +282,29 @@ TEST(GradCheck, Collectives) {
   }
 }
 
+// Fused attention's backward op has a rule only to refuse: a second derivative through it is
+// a TraceError naming dot_product_attention, not a silently zero cotangent.
+TEST(GradCheck, AttentionHasNoSecondDerivative) {
+  auto f = jit([](const Tensor& q) {
+    return grad([](const Tensor& q) {
+      return sum(grad([](const Tensor& q) { return sum(dot_product_attention(q, q, q, true)); })(q));
+    })(q);
+  });
+  std::string what;
+  try {
+    f(make_input({{1, 1, 3, 2}}, 3));
+  } catch (const TraceError& e) {
+    what = e.what();
+  }
+  EXPECT_NE(what.find("dot_product_attention"), std::string::npos) << what;
+  EXPECT_NE(what.find("second derivatives through fused attention are not implemented"), std::string::npos) << what;
+}
+
 TEST(GradCheck, EveryDifferentiableOpHasARuleAndACase) {
   std::set<Op> covered;
   for (const GradCase& c : cases()) covered.insert(c.ops.begin(), c.ops.end());
   covered.insert({Op::AllReduce, Op::AllGather});  // GradCheck.Collectives
+  covered.insert(Op::AttentionGrad);  // GradCheck.AttentionHasNoSecondDerivative
   std::string missing_rule, missing_case;
   for (int i = 0; i < kNumOps; ++i) {
     const Op op = static_cast<Op>(i);

@@ -1,6 +1,6 @@
 // The VJP of fused attention (core/trace/attention.h): one attention_grad op over the packed
 // forward result and its cotangent, whose flat [B, H, Tq*dh + Tk*dh + Tk*dv] result is sliced
-// into dq, dk and dv.
+// into dq, dk and dv. attention_grad itself has no VJP: differentiating it is an error.
 #include "core/autodiff/autodiff.h"
 
 namespace fjit::autodiff {
@@ -21,6 +21,15 @@ std::vector<Tensor> rule_attention(const VjpArgs& a) {
   std::vector<Tensor> cts{piece(0, tq, dh), piece(tq * dh, tk, dh), piece(tq * dh + tk * dh, tk, dv)};
   if (a.ins.size() > 3) cts.emplace_back();  // key lengths: integers, no cotangent
   return cts;
+}
+
+// Differentiating the backward op (a second derivative through attention) is not implemented:
+// an error naming the op, where an op without a rule would silently pass no cotangent on.
+std::vector<Tensor> rule_attention_grad(const VjpArgs& a) {
+  detail::fail("dot_product_attention", {a.ins[0], a.ins[1], a.ins[2]},
+               "second derivatives through fused attention are not implemented (differentiate "
+               "the composed attention instead)",
+               nullptr);
 }
 
 }  // namespace fjit::autodiff

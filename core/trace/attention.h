@@ -13,8 +13,8 @@
 // reads the packed value and its cotangent in place (the slice's VJP pads the cotangent with a
 // zero column; a cotangent there would be the log-sum-exp's own and is honoured). Likewise
 // `attention_grad` returns dq, dk and dv of each head in one flat [B, H, Tq*dh + Tk*(dh+dv)]
-// value, which the VJP rule slices apart. attention_grad has no VJP of its own (no second
-// derivatives through attention).
+// value, which the VJP rule slices apart. Second derivatives through attention are not
+// implemented: differentiating attention_grad is a TraceError, not a silent zero.
 //
 // Reproducibility: the forward runs a task per (batch, head, query block) and the backward a
 // task per (batch, head); inside a task every sum runs in a fixed order of blocks, so the bits
