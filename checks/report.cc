@@ -55,7 +55,8 @@ std::string automatic_message(const CheckSite& site, std::span<const double> v) 
   if (*message == '\0') return site.op;
   return fmt::format(fmt::runtime(message), fmt::arg("op", site.op), fmt::arg("bad", bad),
                      fmt::arg("detail", detail), fmt::arg("others", bad - static_cast<int64_t>(detail)),
-                     fmt::arg("first", first), fmt::arg("at", at));
+                     fmt::arg("first", first), fmt::arg("value", unsigned_nan(v[kFirstValue])),
+                     fmt::arg("at", at));
 }
 
 bool internal_file(const char* file) {

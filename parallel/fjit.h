@@ -34,6 +34,7 @@
 #include "core/nn/losses.h"
 #include "core/nn/normalization.h"
 #include "core/runtime/jit.h"
+#include "core/trace/attention.h"
 #include "core/trace/collectives.h"
 #include "core/trace/control_flow.h"
 #include "core/trace/dict.h"

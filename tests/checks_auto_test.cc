@@ -100,6 +100,25 @@ TEST(AutomaticChecks, GatherIndexOutOfRange) {
   EXPECT_NE(e.find(here(line)), std::string::npos) << what;
 }
 
+// Attention's key lengths: 0 leaves every query row of that batch index with no key (the
+// report names the batch index), and a length above Tk is out of range too.
+TEST(AutomaticChecks, AttentionKeyLengthOutsideOneToTk) {
+  int line = 0;
+  auto f = jit([&](const Tensor& q, const Tensor& kv, const Tensor& len) {
+    line = __LINE__ + 1;
+    Tensor a = dot_product_attention(q, kv, kv, false, len);
+    return a;
+  }, all_checks());
+  const Array q = Array::full(DType::f32, {3, 1, 2, 4}, 0.5), kv = Array::full(DType::f32, {3, 1, 6, 4}, 0.25);
+  f(q, kv, Array::from_vector(std::vector<int32_t>{1, 6, 3}));
+  std::string what = error_of<CheckError>([&] { f(q, kv, Array::from_vector(std::vector<int32_t>{4, 0, 7})); });
+  std::string e = entry(what, "key length outside [1, 6] in attention f32[3,1,2,5]");
+  EXPECT_NE(e.find("[first] [root cause] key length outside [1, 6] in attention f32[3,1,2,5]: 2 batch indices, "
+                   "first at batch index 1 with key length 0 (a length below 1 leaves every query row"),
+            std::string::npos) << what;
+  EXPECT_NE(e.find(here(line)), std::string::npos) << what;
+}
+
 TEST(AutomaticChecks, LogOfNegative) {
   int line = 0;
   auto f = jit([&](const Tensor& x) {

@@ -226,6 +226,15 @@ std::vector<GradCase> cases() {
                   Tensor zero = zeros_like(x[1]), one = ones_like(x[1]);
                   return batch_norm(x[0], x[1], x[2], zero, one).y;
                 }});
+  // Fused attention: q, k, v over several key blocks (Tk > 64), causal with Tq < Tk, and key
+  // lengths with a fully masked batch index (its gradients are zeros on both sides).
+  cs.push_back({"attention causal Tq < Tk", {Op::Attention}, {{{1, 2, 5, 4}}, {{1, 2, 70, 4}}, {{1, 2, 70, 3}}},
+                [](V x) { return dot_product_attention(x[0] * 3.0, x[1], x[2], true); }});
+  cs.push_back({"attention key lengths", {Op::Attention}, {{{3, 1, 4, 3}}, {{3, 1, 6, 3}}, {{3, 1, 6, 2}}},
+                [](V x) {
+                  Tensor lengths = constant(Array::from_vector<int32_t>({6, 0, 2}));
+                  return dot_product_attention(x[0], x[1], x[2], false, lengths, 0.8);
+                }});
   // stop_gradient differs from finite differences by design: tests/nn_test.cc.
   return cs;
 }
@@ -273,10 +282,29 @@ TEST(GradCheck, Collectives) {
   }
 }
 
+// Fused attention's backward op has a rule only to refuse: a second derivative through it is
+// a TraceError naming dot_product_attention, not a silently zero cotangent.
+TEST(GradCheck, AttentionHasNoSecondDerivative) {
+  auto f = jit([](const Tensor& q) {
+    return grad([](const Tensor& q) {
+      return sum(grad([](const Tensor& q) { return sum(dot_product_attention(q, q, q, true)); })(q));
+    })(q);
+  });
+  std::string what;
+  try {
+    f(make_input({{1, 1, 3, 2}}, 3));
+  } catch (const TraceError& e) {
+    what = e.what();
+  }
+  EXPECT_NE(what.find("dot_product_attention"), std::string::npos) << what;
+  EXPECT_NE(what.find("second derivatives through fused attention are not implemented"), std::string::npos) << what;
+}
+
 TEST(GradCheck, EveryDifferentiableOpHasARuleAndACase) {
   std::set<Op> covered;
   for (const GradCase& c : cases()) covered.insert(c.ops.begin(), c.ops.end());
   covered.insert({Op::AllReduce, Op::AllGather});  // GradCheck.Collectives
+  covered.insert(Op::AttentionGrad);  // GradCheck.AttentionHasNoSecondDerivative
   std::string missing_rule, missing_case;
   for (int i = 0; i < kNumOps; ++i) {
     const Op op = static_cast<Op>(i);

@@ -88,11 +88,12 @@ TEST(OpTable, InputCheckColumnNamesOperandCheckKinds) {
     if (!kind) continue;
     used[static_cast<size_t>(*kind)] = true;
     const CheckKindInfo& info = check_kind_info(*kind);
-    const int operand = info.reads == CheckReads::kOperand0 ? 0 : info.reads == CheckReads::kOperand1 ? 1 : -1;
+    const int operand = check_operand(info.reads);
     EXPECT_GE(operand, 0) << op_name(op) << ": " << info.label << " does not read an operand";
     EXPECT_TRUE(op_arity(op) < 0 || operand < op_arity(op)) << op_name(op);
     EXPECT_TRUE(info.bad == BadRule::kZero || info.bad == BadRule::kBelowBound ||
-                info.bad == BadRule::kOutsideRange) << op_name(op);
+                info.bad == BadRule::kOutsideRange || info.bad == BadRule::kOutsideLengthRange)
+        << op_name(op);
   }
   for (size_t k = 0; k < used.size(); ++k)
     EXPECT_TRUE(used[k]) << "check kind " << check_kind_name(static_cast<CheckKind>(k))

@@ -19,13 +19,22 @@ inline constexpr int kNumCheckKinds = 0
 #undef FJIT_CHECK_KIND
     ;
 // Which checked values a kind counts as bad, and what the payload's detail slot holds.
-enum class BadRule : uint8_t { kNeverBad, kNonFinite, kZero, kOutsideRange, kBelowBound };
+// kOutsideRange: outside [0, bound); kOutsideLengthRange: outside [1, bound] (a length that
+// must leave at least one element and at most bound).
+enum class BadRule : uint8_t { kNeverBad, kNonFinite, kZero, kOutsideRange, kBelowBound, kOutsideLengthRange };
 enum class CheckDetail : uint8_t { kNoDetail, kNanCount, kElementCount, kBound };
 // The tensor an automatic check scans, and where its bound comes from.
-enum class CheckReads : uint8_t { kNothing, kResult, kOperand0, kOperand1 };
+// kOperand3: an optional fourth operand (attention's key lengths); no check when the op has none.
+enum class CheckReads : uint8_t { kNothing, kResult, kOperand0, kOperand1, kOperand3 };
+// The operand an operand check reads (-1 for kNothing and kResult).
+constexpr int check_operand(CheckReads r) {
+  return r == CheckReads::kOperand0 ? 0 : r == CheckReads::kOperand1 ? 1 : r == CheckReads::kOperand3 ? 3 : -1;
+}
 struct CheckBound {
-  bool axis_extent = false;  // the size of operand 0 along the op's axis
+  bool axis_extent = false;  // the size of operand `operand` along `axis` (-1: the op's axis)
   double value = 0;          // otherwise this constant
+  int operand = 0;
+  int axis = -1;
 };
 struct CheckKindInfo {
   const char* label;            // "division by zero"

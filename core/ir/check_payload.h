@@ -30,6 +30,7 @@ inline bool is_bad(CheckKind kind, double v, double bound) {
     case BadRule::kZero: return v == 0;
     case BadRule::kOutsideRange: return v < 0 || v >= bound;
     case BadRule::kBelowBound: return v < bound;
+    case BadRule::kOutsideLengthRange: return v < 1 || v > bound;
     case BadRule::kNeverBad: return false;
   }
   return false;

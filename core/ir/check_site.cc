@@ -24,10 +24,12 @@ namespace {
 constexpr CheckKindInfo kCheckKinds[] = {
 #define at(v) CheckBound{false, v}
 #define axis_extent CheckBound{true, 0}
+#define extent(operand, axis) CheckBound{true, 0, operand, axis}
 #define FJIT_CHECK_KIND(name, label, bad, detail, reads, bound, message, message_no_detail) \
   {label, BadRule::bad, CheckDetail::detail, CheckReads::reads, bound, message, message_no_detail},
 #include "core/ir/check_kinds.def"
 #undef FJIT_CHECK_KIND
+#undef extent
 #undef axis_extent
 #undef at
 };

@@ -69,6 +69,9 @@ std::string Node::to_string(int id) const {
            << (attrs.region->reverse ? ", reverse" : "") << "}";
       break;
     case Op::Output: os << " #" << attrs.index; break;
+    case Op::Attention: case Op::AttentionGrad:
+      os << (attrs.index ? " causal" : "") << " scale=" << attrs.scalar;
+      break;
     case Op::AllReduce: case Op::AllGather: case Op::AxisIndex:
       os << " axis_name=\"" << attrs.name << "\"";
       break;

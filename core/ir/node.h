@@ -49,9 +49,10 @@ struct Attrs {
   // dilation_w, pad_top, pad_bottom, pad_left, pad_right}
   std::vector<int64_t> window;
   int64_t axis = 0;             // concat, gather, argmax, argmin, iota, scatter_add; check: kind
-  int64_t index = 0;            // parameter number, check site id, collective id
+  int64_t index = 0;            // parameter number, check site id, collective id; attention:
+                                // causal (0 or 1)
   double scalar = 0;            // constant without value: every element; check: its bound;
-                                // patches: the padding's value
+                                // patches: the padding's value; attention: the score scale
   bool keepdims = false;        // reductions
   bool trans_a = false;         // matmul: use A^T without materialising it
   bool trans_b = false;         // matmul: use B^T

@@ -13,7 +13,7 @@ namespace fjit {
 
 enum class OpKind : uint8_t {
   kSource, kUnary, kBinary, kCompare, kLogical, kSelect, kMatMul, kReduce, kLayout, kIndex,
-  kCollective, kRandom, kEffect, kControl
+  kCollective, kRandom, kEffect, kControl, kAttention
 };
 
 // How the result's dtype follows from the operands' (see ops.def).

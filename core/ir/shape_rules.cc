@@ -48,6 +48,43 @@ ValueType matmul_type(const Attrs& a, std::span<const ValueType> ins) {
   return {x.dtype, out};
 }
 
+// attention(q [B,H,Tq,dh], k [B,H,Tk,dh], v [B,H,Tk,dv] [, key_lengths i32 [B]]) ->
+// [B,H,Tq,dv+1] (the output and each row's log-sum-exp); attention_grad(q, k, v, that result,
+// its cotangent [, key_lengths]) -> [B,H,Tq*dh + Tk*dh + Tk*dv] (dq, dk, dv of each head, flat).
+// attrs.index: causal (0 or 1).
+ValueType attention_type(Op op, const Attrs& a, std::span<const ValueType> ins) {
+  const size_t base = op == Op::Attention ? 3 : 5;
+  if (ins.size() != base && ins.size() != base + 1)
+    fail("expects " + std::to_string(base) + " operands and optional key lengths, got " + std::to_string(ins.size()));
+  const ValueType &q = ins[0], &k = ins[1], &v = ins[2];
+  require_same_dtype(ins.first(base));
+  require_dtype(q, q.dtype == DType::f32 || q.dtype == DType::f64, "f32 or f64 q, k and v");
+  if (q.shape.size() != 4 || k.shape.size() != 4 || v.shape.size() != 4)
+    fail("expects q [B,H,Tq,dh], k [B,H,Tk,dh] and v [B,H,Tk,dv] of rank 4, got " + types(ins.first(3)));
+  const int64_t b = q.shape[0], h = q.shape[1], tq = q.shape[2], dh = q.shape[3];
+  const int64_t tk = k.shape[2], dv = v.shape[3];
+  if (k.shape[0] != b || k.shape[1] != h || k.shape[3] != dh || v.shape[0] != b || v.shape[1] != h ||
+      v.shape[2] != tk)
+    fail("expects q [B,H,Tq,dh], k [B,H,Tk,dh] and v [B,H,Tk,dv] with equal B, H, dh and Tk, got " +
+         types(ins.first(3)));
+  if (tk < 1) fail("needs at least one key, got " + types(ins.first(3)));
+  if (a.index != 0 && tq > tk)
+    fail("causal attention with more queries than keys (Tq " + std::to_string(tq) + " > Tk " +
+         std::to_string(tk) + "): the first Tq - Tk query rows would see no key");
+  if (ins.size() == base + 1) {
+    const ValueType& len = ins[base];
+    if (len.dtype != DType::i32 || len.shape != Shape{b})
+      fail("expects key lengths i32[" + std::to_string(b) + "], got " + type_str(len.dtype, len.shape));
+  }
+  const Shape packed{b, h, tq, dv + 1};
+  if (op == Op::Attention) return {q.dtype, packed};
+  for (size_t i = 3; i < 5; ++i)
+    if (ins[i].shape != packed)
+      fail("expects the forward's result and its cotangent " + type_str(q.dtype, packed) + ", got " +
+           types(ins.subspan(3, 2)));
+  return {q.dtype, {b, h, tq * dh + tk * (dh + dv)}};
+}
+
 ValueType reduce_type(Op op, const Attrs& a, const ValueType& x) {
   if (op == Op::ReduceAll || op == Op::ReduceAny)
     require_dtype(x, x.dtype == DType::boolean, "a bool operand");
@@ -250,6 +287,7 @@ ValueType infer_type(Op op, const Attrs& a, std::span<const ValueType> ins, cons
       return {ins[1].dtype, s};
     }
     case OpKind::kMatMul: return matmul_type(a, ins);
+    case OpKind::kAttention: return attention_type(op, a, ins);
     case OpKind::kReduce: return reduce_type(op, a, ins[0]);
     case OpKind::kLayout: return layout_type(op, a, ins, hint);
     case OpKind::kIndex: {

@@ -68,6 +68,8 @@ class NodeMaker {
       case BadRule::kBelowBound: return op(Op::Lt, {x, scalar(t, bound)});
       case BadRule::kOutsideRange:
         return op(Op::LogicalOr, {op(Op::Lt, {x, scalar(t, 0)}), op(Op::Ge, {x, scalar(t, bound)})});
+      case BadRule::kOutsideLengthRange:
+        return op(Op::LogicalOr, {op(Op::Lt, {x, scalar(t, 1)}), op(Op::Gt, {x, scalar(t, bound)})});
       case BadRule::kNonFinite: case BadRule::kNeverBad: break;
     }
     throw std::logic_error("core/ir/check_kinds.def: an operand check's bad rule has no predicate");
@@ -120,11 +122,15 @@ class AutomaticChecks {
       // The row of the kind (core/ir/check_kinds.def) says which operand it scans and the
       // bound; the predicate is true when no element is bad by the kind's rule.
       const CheckKindInfo& info = check_kind_info(*kind);
-      const int x = ins[info.reads == CheckReads::kOperand1 ? 1 : 0];
-      const double bound = info.bound.axis_extent
-                               ? static_cast<double>(out.node(ins[0]).shape[n.attrs.axis])
-                               : info.bound.value;
-      add(make, *kind, what, site, x, bound, make.none(make.bad_elements(info.bad, x, bound)));
+      const int operand = check_operand(info.reads);
+      if (operand >= 0 && operand < static_cast<int>(ins.size())) {  // an optional one may be absent
+        const int x = ins[operand];
+        const CheckBound& b = info.bound;
+        const double bound =
+            b.axis_extent ? static_cast<double>(out.node(ins[b.operand]).shape[b.axis < 0 ? n.attrs.axis : b.axis])
+                          : b.value;
+        add(make, *kind, what, site, x, bound, make.none(make.bad_elements(info.bad, x, bound)));
+      }
     }
     const bool check_result = is_floating(n.dtype) && op_may_overflow(op);
     const int id = out.add(std::move(n));

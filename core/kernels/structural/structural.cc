@@ -15,6 +15,7 @@ bool select_structural(Instr& instr) {
     case OpKind::kIndex: return st::select_index(instr);
     case OpKind::kCollective: return st::select_collective(instr);
     case OpKind::kRandom: return st::select_random(instr);
+    case OpKind::kAttention: return st::select_attention(instr);
     default: return false;
   }
 }
@@ -31,6 +32,7 @@ bool reference_structural(Op op, const Attrs& attrs, const ValueType& out,
     case OpKind::kIndex: case OpKind::kCollective:
       return st::reference_layout_index(op, attrs, out, ins, ctx, result);
     case OpKind::kRandom: return st::reference_random(op, attrs, ins, result);
+    case OpKind::kAttention: return st::reference_attention(op, attrs, ins, result);
     default: return false;
   }
 }
