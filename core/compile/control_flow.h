@@ -13,7 +13,12 @@
 //               read, gets the carry entering iteration i. RunContext::iteration is i while
 //               the body runs, so a check raised in it records i.
 //   cond        runs one branch's plan straight on the operands and results.
+//   while_loop  per iteration i = 0, 1, ...: cond_fn's plan reads the carry buffer and writes
+//               a flag in the scratch; while it is true, body_fn's plan writes the other carry
+//               buffer. RunContext::iteration is i during both. The final carry is copied to
+//               the results that are read.
 //   custom_vjp  runs fwd's plan once.
+//   remat       runs fn's plan once (its intermediate values live in the scratch).
 #pragma once
 
 #include <functional>
@@ -31,7 +36,8 @@ struct ControlPlan {
   int num_results = 0;
   // Byte offsets into the scratch buffer.
   size_t in_table = 0, out_table = 0;     // void* tables for a sub-plan's run
-  std::vector<size_t> carry[2];           // scan: per carry leaf, the two carry buffers
+  std::vector<size_t> carry[2];           // scan, while_loop: per carry leaf, the two carry buffers
+  size_t flag = 0;                        // while_loop: cond_fn's result
   std::vector<size_t> sink;               // per sub-plan output: where it goes when unread
   size_t workspace = 0;                   // the sub-plans' workspace
   size_t scratch_bytes = 0;
@@ -40,7 +46,7 @@ struct ControlPlan {
 };
 
 // Compiles `n`'s sub-graphs with `compile_graph` and lays out its scratch; sets instr.fn and
-// instr.prepared. REQUIRES: n is a scan, cond or custom_vjp node.
+// instr.prepared. REQUIRES: n is a control-flow node other than output.
 using GraphCompiler = std::function<std::shared_ptr<const Executable>(const Graph&)>;
 void prepare_control(Instr& instr, const Node& n, const GraphCompiler& compile_graph);
 

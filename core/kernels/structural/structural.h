@@ -1,5 +1,5 @@
-// Internal: the structural kernel family (matmul, reductions, argmax, layout, indexing,
-// collectives), split by file. select_structural() and reference_structural() in
+// Internal: the structural kernel family (matmul, reductions, argmax, top_k, layout, cumsum,
+// indexing, collectives), split by file. select_structural() and reference_structural() in
 // structural.cc dispatch to the functions below; each returns false for ops it does not own.
 //
 // Fast kernels precompute everything in select (sizes in Instr::p, shapes and strides in
@@ -26,6 +26,8 @@ bool select_index(Instr& instr);
 bool select_collective(Instr& instr);
 bool select_patches(Instr& instr);   // patches.cc
 bool select_random(Instr& instr);    // random.cc
+bool select_cumsum(Instr& instr);    // cumsum_top_k.cc
+bool select_top_k(Instr& instr);     // cumsum_top_k.cc
 
 // The most dimensions a fast kernel walks with an on-stack odometer after merging
 // contiguous dimensions; select throws std::logic_error beyond it.
@@ -58,5 +60,6 @@ bool reference_layout_index(Op op, const Attrs& attrs, const ValueType& out,
                             std::span<const Array> ins, const RunContext* ctx, Array& result);
 bool reference_patches(Op op, const Attrs& attrs, std::span<const Array> ins, Array& result);
 bool reference_random(Op op, const Attrs& attrs, std::span<const Array> ins, Array& result);
+bool reference_cumsum_top_k(Op op, const Attrs& attrs, std::span<const Array> ins, Array& result);
 
 }  // namespace fjit::kernels::st
