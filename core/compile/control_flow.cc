@@ -116,7 +116,8 @@ void call_kernel(const Instr& in, const Frame& f) { run_once(in, f, 0, 0); }
 
 }  // namespace
 
-void prepare_control(Instr& instr, const Node& n, const GraphCompiler& compile_graph) {
+void prepare_control(Instr& instr, const Node& n, const std::vector<int>& results,
+                     const GraphCompiler& compile_graph) {
   auto p = std::make_shared<ControlPlan>();
   p->region = n.attrs.region;
   const Region& r = *p->region;
@@ -145,8 +146,11 @@ void prepare_control(Instr& instr, const Node& n, const GraphCompiler& compile_g
     for (int b = 0; b < 2; ++b)
       for (int j = 0; j < r.num_carry; ++j) p->carry[b].push_back(take(p->out_bytes[j]));
   if (n.op == Op::WhileLoop) p->flag = take(1);  // its results come from the carry buffers
-  else
-    for (int64_t bytes : p->out_bytes) p->sink.push_back(take(bytes));
+  // A sink for each sub-plan output whose result nobody reads; a loop's carries go to its
+  // carry buffers instead.
+  p->sink.assign(p->out_bytes.size(), 0);
+  for (size_t k = loop ? r.num_carry : 0; k < p->out_bytes.size(); ++k)
+    if (k >= results.size() || results[k] < 0) p->sink[k] = take(p->out_bytes[k]);
   size_t ws = 0;
   for (const auto& plan : p->plans) ws = std::max(ws, plan->workspace_bytes());
   p->workspace = take(ws);

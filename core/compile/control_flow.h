@@ -5,8 +5,8 @@
 // the operands, then one per result (-1 when nothing reads it: the result is not written,
 // unless the loop needs it), then one scratch buffer planned in the enclosing arena, live
 // only during the instruction. The scratch holds the sub-plans' input and output tables, the
-// loop's two carry buffers, slots for results nobody reads, and the sub-plans' workspace, so
-// running allocates nothing.
+// loop's two carry buffers, slots for the results nobody reads (only those), and the
+// sub-plans' workspace, so running allocates nothing.
 //   scan        per iteration i (length-1 down to 0 when reversed): the body reads the carry
 //               buffer, row i of each xs in place and the captured values, and writes the
 //               other carry buffer and row i of each y; the stacked-carries result, when
@@ -39,6 +39,7 @@ struct ControlPlan {
   std::vector<size_t> carry[2];           // scan, while_loop: per carry leaf, the two carry buffers
   size_t flag = 0;                        // while_loop: cond_fn's result
   std::vector<size_t> sink;               // per sub-plan output: where it goes when unread
+                                          // (unset for read results and loop carries)
   size_t workspace = 0;                   // the sub-plans' workspace
   size_t scratch_bytes = 0;
   std::vector<int64_t> row_bytes;         // scan: per input, bytes of one row of an xs leaf
@@ -46,8 +47,10 @@ struct ControlPlan {
 };
 
 // Compiles `n`'s sub-graphs with `compile_graph` and lays out its scratch; sets instr.fn and
-// instr.prepared. REQUIRES: n is a control-flow node other than output.
+// instr.prepared. `results[k]` is the node reading result k, or -1 when none does (only such
+// results get a sink in the scratch). REQUIRES: n is a control-flow node other than output.
 using GraphCompiler = std::function<std::shared_ptr<const Executable>(const Graph&)>;
-void prepare_control(Instr& instr, const Node& n, const GraphCompiler& compile_graph);
+void prepare_control(Instr& instr, const Node& n, const std::vector<int>& results,
+                     const GraphCompiler& compile_graph);
 
 }  // namespace fjit
