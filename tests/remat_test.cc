@@ -150,6 +150,29 @@ TEST(Remat, NestedAndInsideAScanGiveTheSameGradient) {
   }
 }
 
+// Under automatic checks, a bad value inside fn is reported at its line; the gradient through
+// the recomputation is unaffected by the checks.
+TEST(Remat, AutomaticChecksInsideTheFunction) {
+  JitOptions o;
+  o.checks = CheckMode::all;
+  o.policy = CheckPolicy::throw_error;
+  int log_line = 0;
+  auto f = jit([&](const Tensor& x, const Tensor& w) {
+    return grad([&](const Tensor& x) {
+      return sum(remat([&](const Tensor& a) {
+        log_line = __LINE__ + 1;
+        return log(a) * w;
+      })(x));
+    })(x);
+  }, o);
+  const Array w = Array::from_vector<double>({2, 3}, {2});
+  const Array g = f(Array::from_vector<double>({0.5, 4}, {2}), w);
+  EXPECT_EQ(g.to_vector<double>(), (std::vector<double>{4, 0.75}));
+  const std::string e = error_of<CheckError>([&] { f(Array::from_vector<double>({0.5, -4}, {2}), w); });
+  EXPECT_NE(e.find("log of a value below 0"), std::string::npos) << e;
+  EXPECT_NE(e.find("remat_test.cc:" + std::to_string(log_line)), std::string::npos) << e;
+}
+
 TEST(Remat, MisuseNamesRematAndTheCallSite) {
   int line = 0;
   auto f = jit([&](const Tensor&) {
