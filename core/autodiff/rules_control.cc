@@ -163,7 +163,7 @@ std::vector<Tensor> rule_remat(const VjpArgs& a) {
 std::vector<Tensor> rule_while_loop(const VjpArgs& a) {
   throw TraceError("fjit: while_loop: cannot be differentiated in reverse mode (its trip count is "
                    "decided at run time, so no carries are kept to replay); use scan or fori_loop "
-                   "for a loop of known length, or stop_gradient its inputs (at " +
+                   "for a loop of known length, or apply stop_gradient to its inputs (at " +
                    a.node.attrs.region->site.str() + ")");
 }
 
