@@ -41,6 +41,7 @@
 #include "core/trace/ops.h"
 #include "core/trace/patches.h"
 #include "core/trace/random.h"
+#include "core/trace/remat.h"
 #include "core/trace/tensor.h"
 #include "parallel/join.h"
 #include "parallel/pmap.h"

@@ -180,6 +180,16 @@ std::vector<GradCase> cases() {
                 [](V x) { return take(x[0], reshape(idx({3, 3, 0, 1}), {2, 2}), 1); }});
   cs.push_back({"scatter_add repeated indices", {Op::ScatterAdd}, {{{4, 3}}},
                 [](V x) { return scatter_add(x[0], idx({1, 1, 3, 0}), {5, 3}, 0); }});
+  cs.push_back({"cumsum axis 1", {Op::Cumsum}, {{{2, 4}}}, [](V x) { return cumsum(x[0], 1); }});
+  cs.push_back({"cumsum reverse axis 0", {Op::Cumsum}, {{{3, 2, 2}}}, [](V x) { return cumsum(x[0], 0, true); }});
+  // top_k's values are a gather of x by its (non-differentiable) indices.
+  cs.push_back({"top_k values", {Op::Gather}, {{{3, 5}}}, [](V x) { return top_k(x[0], 3).first; }});
+  // remat (core/trace/remat.h): the VJP recomputes fn; its argument and the parameter it
+  // captures (x[1]) get gradients.
+  cs.push_back({"remat with a captured parameter", {Op::Remat}, {{{2, 3}}, {{3, 3}}, {{3}}}, [](V x) {
+    auto f = remat([&](const Tensor& a) { return tanh(matmul(a, x[1]) + x[2]) * sin(a); });
+    return f(f(x[0]));
+  }});
   // Control flow (core/trace/control_flow.h): the loop's VJP is a reversed scan; the carry,
   // the xs rows and the captured x[2] all get gradients.
   cs.push_back({"scan", {Op::Scan}, {{{2, 3}}, {{4, 2, 3}}, {{2, 3}}}, [](V x) {
@@ -300,11 +310,33 @@ TEST(GradCheck, AttentionHasNoSecondDerivative) {
   EXPECT_NE(what.find("second derivatives through fused attention are not implemented"), std::string::npos) << what;
 }
 
+// A while_loop's trip count is decided at run time: reverse mode through it is a TraceError
+// naming the op and the loop's call site (tests/while_loop_test.cc has its forward values).
+TEST(GradCheck, WhileLoopRefusesNamingItsCallSite) {
+  int line = 0;
+  auto f = jit([&](const Tensor& x) {
+    return grad([&](const Tensor& x) {
+      line = __LINE__ + 1;
+      Tensor y = while_loop([](const Tensor& c) { return sum(c) < 10.0; }, [](const Tensor& c) { return c * 2.0; }, x);
+      return sum(y);
+    })(x);
+  });
+  try {
+    f(Array::from_vector<double>({1, 2}, {2}));
+    ADD_FAILURE() << "no TraceError";
+  } catch (const TraceError& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("while_loop: cannot be differentiated"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("grad_check_test.cc:" + std::to_string(line)), std::string::npos) << msg;
+  }
+}
+
 TEST(GradCheck, EveryDifferentiableOpHasARuleAndACase) {
   std::set<Op> covered;
   for (const GradCase& c : cases()) covered.insert(c.ops.begin(), c.ops.end());
   covered.insert({Op::AllReduce, Op::AllGather});  // GradCheck.Collectives
   covered.insert(Op::AttentionGrad);  // GradCheck.AttentionHasNoSecondDerivative
+  covered.insert(Op::WhileLoop);  // its rule refuses: GradCheck.WhileLoopRefusesNamingItsCallSite
   std::string missing_rule, missing_case;
   for (int i = 0; i < kNumOps; ++i) {
     const Op op = static_cast<Op>(i);

@@ -8,6 +8,9 @@
 #if __has_include("tests/op_sweep_structural.inc")
 #include "tests/op_sweep_structural.inc"
 #endif
+#if __has_include("tests/op_sweep_cumsum_top_k.inc")
+#include "tests/op_sweep_cumsum_top_k.inc"
+#endif
 #if __has_include("tests/op_sweep_nn.inc")
 #include "tests/op_sweep_nn.inc"
 #endif

@@ -6,10 +6,15 @@
 //               cotangents of the captured values, its ys the cotangents of the xs rows.
 //   cond        a cond on the same predicate whose branches replay a branch and run its VJP.
 //   custom_vjp  the user's bwd graph, inlined, on the residuals fwd returned.
+//   remat       another remat, whose function replays fn on the op's inputs and runs its VJP:
+//               the recomputation lives in its own sub-graph, so hash-consing cannot merge it
+//               with the forward pass, and its intermediates live only while it runs.
+//   while_loop  none: a TraceError (a loop of run-time trip count keeps no carries to replay).
 // Only floating-point leaves carry cotangents.
 #include "core/autodiff/autodiff.h"
 #include "core/trace/control_flow.h"
 #include "core/trace/region_trace.h"
+#include "core/trace/remat.h"
 
 namespace fjit::autodiff {
 namespace {
@@ -125,6 +130,41 @@ std::vector<Tensor> rule_custom_vjp(const VjpArgs& a) {
   for (size_t k = 0; k < nargs; ++k)
     if (is_floating(a.ins[k].dtype())) result[k] = g[k];
   return result;
+}
+
+std::vector<Tensor> rule_remat(const VjpArgs& a) {
+  const Region& r = *a.node.attrs.region;
+  const size_t nin = a.ins.size();
+  std::vector<size_t> wrt, fout;
+  for (size_t k = 0; k < nin; ++k)
+    if (a.need[k] && is_floating(a.ins[k].dtype())) wrt.push_back(k);
+  for (size_t k = 0; k < r.outputs.size(); ++k)
+    if (is_floating(r.outputs[k].dtype) && k < a.cts->size() && (*a.cts)[k].defined()) fout.push_back(k);
+  std::vector<Tensor> result(nin);
+  if (wrt.empty() || fout.empty()) return result;
+  std::vector<Tensor> operands = a.ins;
+  for (size_t k : fout) operands.push_back((*a.cts)[k]);
+  auto backward = [&](const std::vector<Tensor>& l) {
+    const std::vector<Tensor> params(l.begin(), l.begin() + static_cast<std::ptrdiff_t>(nin));
+    const std::vector<Tensor> outs = detail::inline_graph(*r.graphs[0], params, false);
+    std::vector<Tensor> ys, seeds, xs;
+    for (size_t i = 0; i < fout.size(); ++i) {
+      ys.push_back(outs[fout[i]]);
+      seeds.push_back(l[nin + i]);
+    }
+    for (size_t k : wrt) xs.push_back(params[k]);
+    return detail::vjp_many(ys, seeds, xs, Loc::current());
+  };
+  const std::vector<Tensor> g = detail::remat_leaves(backward, operands, Loc::current(), &r.site);
+  for (size_t i = 0; i < wrt.size(); ++i) result[wrt[i]] = g[i];
+  return result;
+}
+
+std::vector<Tensor> rule_while_loop(const VjpArgs& a) {
+  throw TraceError("fjit: while_loop: cannot be differentiated in reverse mode (its trip count is "
+                   "decided at run time, so no carries are kept to replay); use scan or fori_loop "
+                   "for a loop of known length, or apply stop_gradient to its inputs (at " +
+                   a.node.attrs.region->site.str() + ")");
 }
 
 }  // namespace fjit::autodiff

@@ -34,6 +34,12 @@ Cts rule_reduce_extremum(const VjpArgs& a) {
   return {mul(mask, div(reshape(a.ct, ks), count))};
 }
 
+// The cotangent of an inclusive cumsum: element i feeds every output at or after it, so it
+// gets the cumsum of the cotangent from the other end.
+Cts rule_cumsum(const VjpArgs& a) {
+  return {cumsum(a.ct, static_cast<int>(a.node.attrs.axis), !a.node.attrs.reverse)};
+}
+
 Cts rule_reshape(const VjpArgs& a) { return {reshape(a.ct, a.ins[0].shape())}; }
 
 Cts rule_transpose(const VjpArgs& a) {

@@ -220,11 +220,12 @@ std::shared_ptr<Executable> Compiler::lower(std::shared_ptr<const Graph> gp, std
       exe->flops += 2 * n.size() * k;
     }
     if (op_kind(n.op) == OpKind::kControl) {
-      prepare_control(instr, n, compile_graph);
-      const auto* plan = static_cast<const ControlPlan*>(instr.prepared.get());
       const std::vector<int> none(n.attrs.region->outputs.size(), -1);
       auto found = results_of.find(id);
-      for (int r : found == results_of.end() ? none : found->second) {
+      const std::vector<int>& results = found == results_of.end() ? none : found->second;
+      prepare_control(instr, n, results, compile_graph);
+      const auto* plan = static_cast<const ControlPlan*>(instr.prepared.get());
+      for (int r : results) {
         if (r >= 0) define(r, {}, index);
         instr.in_bufs.push_back(r >= 0 ? node_buf[r] : -1);
       }

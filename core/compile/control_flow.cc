@@ -69,6 +69,32 @@ void scan_kernel(const Instr& in, const Frame& f) {
   *in.output<uint8_t>(f) = 1;
 }
 
+// cond_fn on the carry, then body_fn into the other carry buffer, until cond_fn is false.
+void while_kernel(const Instr& in, const Frame& f) {
+  const ControlPlan& p = plan_of(in);
+  const Scratch s = scratch_of(in, f, p);
+  const int nc = p.region->num_carry;
+  for (int j = 0; j < nc; ++j) std::memcpy(s.base + p.carry[0][j], operand(in, f, j), p.out_bytes[j]);
+  for (int k = nc; k < p.num_inputs; ++k) s.ins[k] = operand(in, f, k);
+  auto* flag = reinterpret_cast<uint8_t*>(s.base + p.flag);
+  const int64_t saved = f.ctx->iteration;
+  int cur = 0;
+  for (int64_t i = 0;; ++i) {
+    for (int j = 0; j < nc; ++j) s.ins[j] = s.base + p.carry[cur][j];
+    f.ctx->iteration = i;
+    s.outs[0] = flag;
+    p.plans[0]->run(s.ins, s.outs, *f.ctx, s.workspace);
+    if (!*flag) break;
+    for (int j = 0; j < nc; ++j) s.outs[j] = s.base + p.carry[1 - cur][j];
+    p.plans[1]->run(s.ins, s.outs, *f.ctx, s.workspace);
+    cur = 1 - cur;
+  }
+  f.ctx->iteration = saved;
+  for (int j = 0; j < nc; ++j)
+    if (std::byte* out = result(in, f, p, j)) std::memcpy(out, s.base + p.carry[cur][j], p.out_bytes[j]);
+  *in.output<uint8_t>(f) = 1;
+}
+
 // Runs sub-plan `which` on operands [first, num_inputs) into the results.
 void run_once(const Instr& in, const Frame& f, int which, int first) {
   const ControlPlan& p = plan_of(in);
@@ -90,7 +116,8 @@ void call_kernel(const Instr& in, const Frame& f) { run_once(in, f, 0, 0); }
 
 }  // namespace
 
-void prepare_control(Instr& instr, const Node& n, const GraphCompiler& compile_graph) {
+void prepare_control(Instr& instr, const Node& n, const std::vector<int>& results,
+                     const GraphCompiler& compile_graph) {
   auto p = std::make_shared<ControlPlan>();
   p->region = n.attrs.region;
   const Region& r = *p->region;
@@ -98,7 +125,9 @@ void prepare_control(Instr& instr, const Node& n, const GraphCompiler& compile_g
   p->num_results = static_cast<int>(r.outputs.size());
   const size_t runs = n.op == Op::CustomVjp ? 1 : r.graphs.size();  // bwd is inlined by the VJP
   for (size_t g = 0; g < runs; ++g) p->plans.push_back(compile_graph(*r.graphs[g]));
-  const Executable& first = *p->plans[0];
+  const bool loop = n.op == Op::Scan || n.op == Op::WhileLoop;
+  // The plan whose outputs are the results (while_loop: body_fn's, the carry).
+  const Executable& first = *p->plans[n.op == Op::WhileLoop ? 1 : 0];
   for (const ValueType& t : first.output_types) p->out_bytes.push_back(t.size() * dtype_size(t.dtype));
   p->row_bytes.assign(p->num_inputs, 0);
   for (int k = r.num_carry; n.op == Op::Scan && k < r.num_carry + r.num_xs; ++k) {
@@ -113,10 +142,15 @@ void prepare_control(Instr& instr, const Node& n, const GraphCompiler& compile_g
   };
   p->in_table = take(sizeof(void*) * std::max<size_t>(p->num_inputs, 1));
   p->out_table = take(sizeof(void*) * std::max<size_t>(p->out_bytes.size(), 1));
-  if (n.op == Op::Scan)
+  if (loop)
     for (int b = 0; b < 2; ++b)
       for (int j = 0; j < r.num_carry; ++j) p->carry[b].push_back(take(p->out_bytes[j]));
-  for (int64_t bytes : p->out_bytes) p->sink.push_back(take(bytes));
+  if (n.op == Op::WhileLoop) p->flag = take(1);  // its results come from the carry buffers
+  // A sink for each sub-plan output whose result nobody reads; a loop's carries go to its
+  // carry buffers instead.
+  p->sink.assign(p->out_bytes.size(), 0);
+  for (size_t k = loop ? r.num_carry : 0; k < p->out_bytes.size(); ++k)
+    if (k >= results.size() || results[k] < 0) p->sink[k] = take(p->out_bytes[k]);
   size_t ws = 0;
   for (const auto& plan : p->plans) ws = std::max(ws, plan->workspace_bytes());
   p->workspace = take(ws);
@@ -124,10 +158,13 @@ void prepare_control(Instr& instr, const Node& n, const GraphCompiler& compile_g
   switch (n.op) {
     case Op::Scan: instr.fn = scan_kernel; break;
     case Op::Cond: instr.fn = cond_kernel; break;
-    default: instr.fn = call_kernel; break;
+    case Op::WhileLoop: instr.fn = while_kernel; break;
+    default: instr.fn = call_kernel; break;  // custom_vjp, remat
   }
   instr.label = std::string(op_name(n.op)) + "{" + std::to_string(first.instrs.size()) + " instructions" +
-                (n.op == Op::Scan ? " x " + std::to_string(r.length) : "") + "}";
+                (n.op == Op::Scan ? " x " + std::to_string(r.length) : "") +
+                (n.op == Op::WhileLoop ? " while " + std::to_string(p->plans[0]->instrs.size()) + " instructions" : "") +
+                "}";
   instr.prepared = std::move(p);
 }
 

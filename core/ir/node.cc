@@ -21,7 +21,7 @@ std::string Site::str() const {
 bool Attrs::operator==(const Attrs& o) const {
   if (axes != o.axes || starts != o.starts || limits != o.limits || steps != o.steps || window != o.window ||
       axis != o.axis || index != o.index || keepdims != o.keepdims || trans_a != o.trans_a ||
-      trans_b != o.trans_b || reduce != o.reduce || name != o.name || region != o.region)
+      trans_b != o.trans_b || reverse != o.reverse || reduce != o.reduce || name != o.name || region != o.region)
     return false;
   // Bitwise comparison so that NaN constants compare equal to themselves and -0 != 0.
   if (std::memcmp(&scalar, &o.scalar, sizeof scalar) != 0) return false;
@@ -34,7 +34,7 @@ size_t Attrs::hash() const {
   uint64_t bits;
   std::memcpy(&bits, &scalar, sizeof bits);
   return absl::HashOf(axes, starts, limits, steps, window, axis, index, keepdims, trans_a, trans_b,
-                      reduce, name, bits, value ? value->fingerprint() : 0, region.get());
+                      reverse, reduce, name, bits, value ? value->fingerprint() : 0, region.get());
 }
 
 std::string Node::to_string(int id) const {
@@ -54,14 +54,16 @@ std::string Node::to_string(int id) const {
   list("window", attrs.window);
   switch (op) {
     case Op::Concat: case Op::Gather: case Op::ScatterAdd: case Op::ArgMax: case Op::Iota:
+    case Op::Cumsum:
       os << " axis=" << attrs.axis;
       break;
+    case Op::TopK: os << " k=" << attrs.index; break;
     case Op::Parameter:
       os << " #" << attrs.index;
       if (!attrs.name.empty()) os << " \"" << attrs.name << "\"";
       break;
     case Op::Check: os << " site=" << attrs.index; break;
-    case Op::Scan: case Op::Cond: case Op::CustomVjp:
+    case Op::Scan: case Op::Cond: case Op::CustomVjp: case Op::WhileLoop: case Op::Remat:
       if (attrs.region)
         os << " {" << attrs.region->graphs.size() << " sub-graphs of "
            << attrs.region->graphs[0]->size() << " nodes, " << attrs.region->outputs.size()
@@ -84,6 +86,7 @@ std::string Node::to_string(int id) const {
   if (attrs.keepdims) os << " keepdims";
   if (attrs.trans_a) os << " trans_a";
   if (attrs.trans_b) os << " trans_b";
+  if (attrs.reverse) os << " reverse";
   return os.str();
 }
 

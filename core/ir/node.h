@@ -48,18 +48,20 @@ struct Attrs {
   // patches, patches_adjoint: {window_h, window_w, stride_h, stride_w, dilation_h,
   // dilation_w, pad_top, pad_bottom, pad_left, pad_right}
   std::vector<int64_t> window;
-  int64_t axis = 0;             // concat, gather, argmax, argmin, iota, scatter_add; check: kind
-  int64_t index = 0;            // parameter number, check site id, collective id; attention:
-                                // causal (0 or 1)
+  int64_t axis = 0;             // concat, gather, argmax, argmin, iota, scatter_add, cumsum,
+                                // top_k (the last axis); check: kind
+  int64_t index = 0;            // parameter number, check site id, collective id; top_k: k;
+                                // attention: causal (0 or 1)
   double scalar = 0;            // constant without value: every element; check: its bound;
                                 // patches: the padding's value; attention: the score scale
   bool keepdims = false;        // reductions
   bool trans_a = false;         // matmul: use A^T without materialising it
   bool trans_b = false;         // matmul: use B^T
+  bool reverse = false;         // cumsum: sums from the end of the axis
   uint8_t reduce = 0;           // collectives: ReduceOp
   std::string name;             // collectives: axis name; parameter: argument path
   std::shared_ptr<const Array> value;  // constant data (absent: filled with scalar)
-  // scan, cond, custom_vjp, output: the sub-graphs (compared by identity); output: attrs.index
+  // scan, cond, custom_vjp, while_loop, remat, output: the sub-graphs (compared by identity); output: attrs.index
   // is which result.
   std::shared_ptr<const Region> region;
 

@@ -66,6 +66,29 @@ ValueType control_type(Op op, const Attrs& a, std::span<const ValueType> ins) {
       if (r.graphs.size() != 2) fail("custom_vjp needs fwd and bwd");
       require_params(*r.graphs[0], ins, "fwd");
       break;
+    case Op::WhileLoop: {
+      if (r.graphs.size() != 2) fail("while_loop needs cond_fn and body_fn");
+      require_params(*r.graphs[0], ins, "cond_fn");
+      require_params(*r.graphs[1], ins, "body_fn");
+      const Graph& c = *r.graphs[0];
+      if (c.outputs.size() != 1 || c.node(c.outputs[0]).dtype != DType::boolean ||
+          !c.node(c.outputs[0]).shape.empty())
+        fail("while_loop's cond_fn must return one bool scalar");
+      const Graph& b = *r.graphs[1];
+      if (r.num_carry > static_cast<int>(ins.size()) || b.outputs.size() != static_cast<size_t>(r.num_carry))
+        fail("while_loop's body_fn must return its " + std::to_string(r.num_carry) + " carry leaves");
+      for (int j = 0; j < r.num_carry; ++j) {
+        const Node& o = b.node(b.outputs[j]);
+        if (o.dtype != ins[j].dtype || o.shape != ins[j].shape)
+          fail("while_loop carry " + std::to_string(j) + " is " + type_str(ins[j].dtype, ins[j].shape) +
+               " but body_fn returns " + type_str(o.dtype, o.shape));
+      }
+      break;
+    }
+    case Op::Remat:
+      if (r.graphs.size() != 1) fail("remat needs one function");
+      require_params(*r.graphs[0], ins, "the function");
+      break;
     default: fail("not a control-flow op");
   }
   return {DType::boolean, {}};

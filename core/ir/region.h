@@ -1,4 +1,5 @@
-// Region: the sub-graphs of a control-flow op (scan, cond, custom_vjp), each traced once.
+// Region: the sub-graphs of a control-flow op (scan, cond, custom_vjp, while_loop, remat), each
+// traced once.
 //
 // A control node's inputs feed its graphs' parameters and its results are `output` nodes
 // (Op::Output, attrs.index = which result), typed by `outputs` below. What the graphs are:
@@ -13,6 +14,12 @@
 //               fwd takes all inputs and returns [out..., residuals...] (the results); bwd
 //               takes [residuals..., cotangents of out..., bwd's captured...] and returns one
 //               cotangent per arg. Only fwd runs in the forward plan; the VJP rule inlines bwd.
+//   while_loop  graphs {cond_fn, body_fn}. Inputs [carry..., captured...]; both take all
+//               inputs; cond_fn returns one bool scalar, body_fn the new carry. Results: [final
+//               carry...]. The trip count is decided at run time.
+//   remat       graphs {fn}. Inputs [args..., captured...]; fn takes all inputs and returns the
+//               results. Its VJP is another remat whose function recomputes fn and
+//               differentiates it, so fn's intermediate values live only inside each call.
 // Regions are immutable once built and shared by every node (and pass) that refers to them.
 #pragma once
 
@@ -27,13 +34,14 @@ namespace fjit {
 
 struct Region {
   std::vector<std::shared_ptr<const Graph>> graphs;
-  int num_carry = 0;      // scan: carry leaves; custom_vjp: args
+  int num_carry = 0;      // scan, while_loop: carry leaves; custom_vjp, remat: args
   int num_xs = 0;         // scan: sliced leaves; custom_vjp: out leaves (before residuals)
   int64_t length = 0;     // scan: trip count
   bool reverse = false;   // scan: iterates from length-1 down to 0 (row i is still row i)
   std::vector<ValueType> outputs;  // the results' types, in output order
-  // The innermost loop's name ("scan", "fori_loop") and call site, for check reports of the
-  // checks inside; empty for cond and custom_vjp, whose checks report the loop around them.
+  // The innermost loop's name ("scan", "fori_loop", "while_loop") and call site, for check
+  // reports of the checks inside; empty for cond, custom_vjp and remat, whose checks report
+  // the loop around them.
   std::string loop;
   Site site;
   bool has_effects = false;  // some graph holds a check or collective (set by finish())

@@ -85,7 +85,23 @@ ValueType attention_type(Op op, const Attrs& a, std::span<const ValueType> ins) 
   return {q.dtype, {b, h, tq * dh + tk * (dh + dv)}};
 }
 
+// top_k(x [..., n]) -> i32 [..., k]: the indices of the k largest along the last axis.
+ValueType top_k_type(const Attrs& a, const ValueType& x) {
+  require_dtype(x, is_arithmetic(x.dtype), "a numeric operand");
+  const int64_t rank = static_cast<int64_t>(x.shape.size());
+  if (rank == 0) fail("top_k needs an operand of rank >= 1, got " + type_str(x.dtype, x.shape));
+  if (a.axis != rank - 1) fail("top_k runs along the last axis (" + std::to_string(rank - 1) + "), not " +
+                               std::to_string(a.axis));
+  if (a.index < 0 || a.index > x.shape.back())
+    fail("k = " + std::to_string(a.index) + " is outside [0, " + std::to_string(x.shape.back()) + "] for " +
+         type_str(x.dtype, x.shape));
+  Shape out = x.shape;
+  out.back() = a.index;
+  return {DType::i32, out};
+}
+
 ValueType reduce_type(Op op, const Attrs& a, const ValueType& x) {
+  if (op == Op::TopK) return top_k_type(a, x);
   if (op == Op::ReduceAll || op == Op::ReduceAny)
     require_dtype(x, x.dtype == DType::boolean, "a bool operand");
   else
@@ -169,6 +185,11 @@ ValueType layout_type(Op op, const Attrs& a, std::span<const ValueType> ins, con
       return {x.dtype, out};
     }
     case Op::Patches: case Op::PatchesAdjoint: return patches_type(op, a, x, hint);
+    case Op::Cumsum:
+      require_dtype(x, is_arithmetic(x.dtype), "a numeric operand");
+      if (a.axis < 0 || a.axis >= rank)
+        fail("axis " + std::to_string(a.axis) + " is out of range for " + type_str(x.dtype, x.shape));
+      return x;
     default: fail("not a layout op");
   }
 }

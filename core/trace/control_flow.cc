@@ -102,6 +102,49 @@ ScanLeaves scan_leaves(const char* api, const ScanBody& body, const std::vector<
   return {outputs_of(node, 0, nc), outputs_of(node, nc, ny)};
 }
 
+std::vector<Tensor> while_loop_leaves(const LeafFn& cond_fn, const LeafFn& body_fn,
+                                      const std::vector<Tensor>& init, const Loc& loc) {
+  const char* api = "while_loop";
+  require_leaves(api, init, loc);
+  if (init.empty()) fail(api, init, "needs at least one carry leaf", &loc);
+  const std::vector<ValueType> params = types_of(init);
+  TracedRegion c = trace_region(api, params, cond_fn, loc);
+  const std::vector<ValueType> cout = output_types(*c.graph);
+  if (cout.size() != 1 || cout[0].dtype != DType::boolean || !cout[0].shape.empty())
+    fail(api, init, "cond_fn must return a bool scalar, got " + types_of(cout), &loc);
+  TracedRegion b = trace_region(api, params, body_fn, loc);
+  const std::vector<ValueType> bout = output_types(*b.graph);
+  bool same = bout.size() == params.size();
+  for (size_t k = 0; same && k < bout.size(); ++k)
+    same = bout[k].dtype == params[k].dtype && bout[k].shape == params[k].shape;
+  if (!same)
+    fail(api, init, "body_fn returns " + types_of(bout) + " for the carry " + types_of(params) +
+         " (a carry keeps its structure and types)", &loc);
+  // Both take [carry..., cond_fn's captures..., body_fn's captures...].
+  const std::vector<Tensor> inputs = concat_leaves(concat_leaves(init, c.captured), b.captured);
+  const std::vector<ValueType> in_types = types_of(inputs);
+  const size_t n = init.size(), nc = c.captured.size(), nb = b.captured.size();
+  std::vector<int> cmap, bmap;
+  for (size_t k = 0; k < n + nc; ++k) cmap.push_back(static_cast<int>(k));
+  for (size_t k = 0; k < n; ++k) bmap.push_back(static_cast<int>(k));
+  for (size_t k = 0; k < nb; ++k) bmap.push_back(static_cast<int>(n + nc + k));
+  auto region = std::make_shared<Region>();
+  region->graphs = {remap_params(*c.graph, in_types, cmap), remap_params(*b.graph, in_types, bmap)};
+  region->num_carry = static_cast<int>(n);
+  region->outputs = params;
+  region->loop = api;
+  region->site = Site::from(loc);
+  region->finish();
+  std::vector<int> sites = c.sites;
+  sites.insert(sites.end(), b.sites.begin(), b.sites.end());
+  tag_loop_sites(sites, api, region->site);
+  Attrs a;
+  a.region = region;
+  if (region->has_effects) a.index = TraceContext::current()->next_effect_id();
+  const Tensor node = build(api, Op::WhileLoop, inputs, std::move(a), {}, &loc);
+  return outputs_of(node, 0, static_cast<int>(n));
+}
+
 std::vector<Tensor> cond_leaves(const Tensor& pred, const LeafFn& true_fn, const LeafFn& false_fn,
                                 const std::vector<Tensor>& operands, const Loc& loc) {
   const std::vector<Tensor> all = concat_leaves({pred}, operands);

@@ -1,5 +1,6 @@
-// Control flow traced once: scan, fori_loop, cond, and custom_vjp (JAX's lax.scan,
-// lax.fori_loop, lax.cond and jax.custom_vjp).
+// Control flow traced once: scan, fori_loop, while_loop, cond, and custom_vjp (JAX's lax.scan,
+// lax.fori_loop, lax.while_loop, lax.cond and jax.custom_vjp). remat (jax.checkpoint) is in
+// core/trace/remat.h.
 //
 //   auto [h, ys] = scan([&](const Tensor& h, const Tensor& x) {
 //     Tensor next = tanh(matmul(h, w) + x);
@@ -8,6 +9,9 @@
 //   Tensor s = fori_loop(0, 100, [](const Tensor& i, const Tensor& s) { return s * 0.5; }, s0);
 //   Tensor y = cond(x_norm > 1.0, [](const Tensor& x) { return x / 2.0; },
 //                   [](const Tensor& x) { return x; }, x);
+//   auto [n, steps] = while_loop([](const auto& c) { return c.first > 1.0; },
+//                                [](const auto& c) { return std::pair{collatz(c.first), c.second + 1}; },
+//                                std::pair{n0, zero});
 //
 // Promises:
 //  - Each body or branch is traced once into a sub-graph of the node it makes; the plan runs
@@ -24,6 +28,12 @@
 //    leading extent; the new carry must have the carry's structure and types.
 //  - fori_loop(lo, hi, body, init): body(i, carry) -> carry for i = lo .. hi-1 (i an i32
 //    scalar); hi <= lo returns init.
+//  - while_loop(cond_fn, body_fn, init): cond_fn(carry) returns a bool scalar Tensor;
+//    body_fn(carry) returns the next carry, of the carry's structure and types; the result is
+//    the first carry for which cond_fn is false (init when it is false at once). The trip
+//    count is decided at run time: one compiled plan runs any number of iterations. Forward
+//    only: differentiating through a while_loop is a TraceError naming it and its call site
+//    (use scan or fori_loop for a loop of known length).
 //  - cond(pred, true_fn, false_fn, operands...): pred a bool scalar; both functions take the
 //    operands and return results of equal structure and types; only the taken one runs.
 //  - custom_vjp(fwd, bwd)(args...): args are Tensors; fwd(args...) returns std::pair{out,
@@ -31,12 +41,14 @@
 //    which returns one cotangent per argument (a Tensor for one argument, else a
 //    std::vector<Tensor>). Differentiating never looks inside fwd. Values fwd or bwd capture
 //    get no gradient.
-//  - All of them are differentiable in reverse mode: a scan's VJP is a scan over the reversed
-//    rows running the body's VJP on the carries the forward loop kept; a cond's is a cond.
-//  - A check inside a scan or fori_loop body reports the iteration that raised it.
+//  - All of them but while_loop are differentiable in reverse mode: a scan's VJP is a scan
+//    over the reversed rows running the body's VJP on the carries the forward loop kept; a
+//    cond's is a cond.
+//  - A check inside a scan, fori_loop or while_loop body (or while_loop's cond_fn) reports the
+//    iteration that raised it.
 //  - Misuse (xs of different leading extents, a carry whose type changes, branches of
-//    different types, a non-bool predicate, bwd returning the wrong types) is a TraceError
-//    naming the op, the shapes and the call site.
+//    different types, a non-bool predicate or cond_fn result, bwd returning the wrong types) is
+//    a TraceError naming the op, the shapes and the call site.
 #pragma once
 
 #include <cstdint>
@@ -121,6 +133,9 @@ struct ScanLeaves {
 ScanLeaves scan_leaves(const char* api, const ScanBody& body, const std::vector<Tensor>& init,
                        const std::vector<Tensor>& xs, const Loc& loc, bool reverse = false,
                        const Site* site = nullptr);
+// cond_fn returns one bool scalar leaf; body_fn the carry's leaves.
+std::vector<Tensor> while_loop_leaves(const LeafFn& cond_fn, const LeafFn& body_fn,
+                                      const std::vector<Tensor>& init, const Loc& loc);
 std::vector<Tensor> cond_leaves(const Tensor& pred, const LeafFn& true_fn, const LeafFn& false_fn,
                                 const std::vector<Tensor>& operands, const Loc& loc);
 // fwd returns [out..., residuals...] and sets *num_out; bwd takes [residuals..., cts of out...].
@@ -181,6 +196,23 @@ C fori_loop(int64_t lo, int64_t hi, F body, const C& init, Loc loc = Loc::curren
       detail::leaves_of(init), {is}, loc);
   size_t pc = 0;
   return detail::unflatten(init, leaves.carry, pc);
+}
+
+template <class C, class B, class T>
+T while_loop(C cond_fn, B body_fn, const T& init, Loc loc = Loc::current()) {
+  auto c = [&](const std::vector<Tensor>& l) {
+    size_t p = 0;
+    const T carry = detail::unflatten(init, l, p);
+    return std::vector<Tensor>{Tensor(cond_fn(carry))};
+  };
+  auto b = [&](const std::vector<Tensor>& l) {
+    size_t p = 0;
+    const T carry = detail::unflatten(init, l, p);
+    return detail::leaves_of(T(body_fn(carry)));
+  };
+  const std::vector<Tensor> leaves = detail::while_loop_leaves(c, b, detail::leaves_of(init), loc);
+  size_t p = 0;
+  return detail::unflatten(init, leaves, p);
 }
 
 template <class T, class F, class... A>

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <initializer_list>
+#include <utility>
 #include <vector>
 
 #include "core/trace/tensor.h"
@@ -97,6 +98,16 @@ Tensor any(const Tensor& x, Axes axes = {}, bool keepdims = false, Loc loc = Loc
 Tensor argmax(const Tensor& x, int64_t axis, bool keepdims = false, Loc loc = Loc::current());
 // The first index of the smallest element along `axis` (i32); NaN counts as the smallest.
 Tensor argmin(const Tensor& x, int64_t axis, bool keepdims = false, Loc loc = Loc::current());
+
+// Inclusive cumulative sum along `axis` (from the end of the axis when `reverse`), summed in
+// order, so its bits do not depend on the thread count; f16 and bf16 accumulate in f32.
+// Differentiable: the VJP is the cumsum of the cotangent in the other direction.
+Tensor cumsum(const Tensor& x, int axis, bool reverse = false, Loc loc = Loc::current());
+// The k largest elements along the last axis, in descending order, and their indices (i32);
+// of equal elements the lower index comes first, and NaN counts as larger than any number.
+// values [..., k] is a gather of x by the indices, so it is differentiable (the cotangent
+// goes to the chosen elements); the indices are not. 0 <= k <= the last extent.
+std::pair<Tensor, Tensor> top_k(const Tensor& x, int64_t k, Loc loc = Loc::current());
 
 // Layout. reshape accepts one -1 extent.
 Tensor reshape(const Tensor& x, Shape shape, Loc loc = Loc::current());

@@ -1,5 +1,6 @@
 // Builders for matmul, reductions, layout and indexing ops (see core/trace/ops.h).
 #include <algorithm>
+#include <climits>
 
 #include "core/trace/ops.h"
 
@@ -97,6 +98,45 @@ Tensor argmin(const Tensor& x, int64_t axis, bool keepdims, Loc loc) {
   a.axis = norm_axis("argmin", x, axis, 0, loc);
   a.keepdims = keepdims;
   return detail::build("argmin", Op::ArgMin, {x}, std::move(a), no_hint(), &loc);
+}
+
+Tensor cumsum(const Tensor& x, int axis, bool reverse, Loc loc) {
+  if (is_half(x)) {
+    detail::CompositeScope scope("cumsum", {x});
+    return cast(cumsum(cast(x, DType::f32, loc), axis, reverse, loc), x.dtype(), loc);
+  }
+  if (!x.defined()) detail::fail("cumsum", {}, "operand is an undefined Tensor", &loc);
+  Attrs a;
+  a.axis = norm_axis("cumsum", x, axis, 0, loc);
+  a.reverse = reverse;
+  return detail::build("cumsum", Op::Cumsum, {x}, std::move(a), no_hint(), &loc);
+}
+
+std::pair<Tensor, Tensor> top_k(const Tensor& x, int64_t k, Loc loc) {
+  if (!x.defined()) detail::fail("top_k", {}, "operand is an undefined Tensor", &loc);
+  if (x.rank() == 0) detail::fail("top_k", {x}, "needs an operand of rank >= 1", &loc);
+  const Shape shape = x.shape();  // a copy: building ops grows the node list
+  const int64_t n = shape.back();
+  if (k < 0 || k > n)
+    detail::fail("top_k", {x}, "k = " + std::to_string(k) + " is outside [0, " + std::to_string(n) +
+                 "] (the last axis' extent)", &loc);
+  Attrs a;
+  a.axis = x.rank() - 1;
+  a.index = k;
+  const Tensor indices = detail::build("top_k", Op::TopK, {x}, std::move(a), no_hint(), &loc);
+  detail::CompositeScope scope("top_k", {x});
+  if (x.rank() == 1) return {take(x, indices, 0, loc), indices};
+  // The values: a gather of the flattened x at row * n + index, so that the cotangent reaches
+  // x through gather's rule.
+  const int64_t rows = x.size() / std::max<int64_t>(n, 1);
+  if (x.size() > INT32_MAX)
+    detail::fail("top_k", {x}, "supports operands of at most 2^31 - 1 elements", &loc);
+  Shape out = shape;
+  out.back() = k;
+  const Tensor flat_idx = add(mul(iota(DType::i32, {rows, k}, 0, loc), scalar(DType::i32, static_cast<double>(n), loc), loc),
+                              reshape(indices, {rows, k}, loc), loc);
+  const Tensor values = reshape(take(reshape(x, {x.size()}, loc), flat_idx, 0, loc), out, loc);
+  return {values, indices};
 }
 
 Tensor reshape(const Tensor& x, Shape shape, Loc loc) {

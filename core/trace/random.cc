@@ -108,3 +108,26 @@ Tensor randint(const Tensor& key, const Shape& shape, int32_t minval, int32_t ma
 }
 
 }  // namespace fjit
+
+namespace fjit {
+
+Tensor categorical(const Tensor& key, const Tensor& logits, int axis, Loc loc) {
+  require_key("categorical", key, loc);
+  if (!logits.defined()) detail::fail("categorical", {key}, "the logits are an undefined Tensor", &loc);
+  if (!is_floating(logits.dtype()) || logits.rank() == 0)
+    detail::fail("categorical", {key, logits}, "expects floating-point logits of rank >= 1, got " +
+                 logits.type_string(), &loc);
+  if (axis < -logits.rank() || axis >= logits.rank())
+    detail::fail("categorical", {key, logits}, "axis " + std::to_string(axis) + " is out of range for " +
+                 logits.type_string(), &loc);
+  detail::CompositeScope scope("categorical", {key, logits});
+  const Shape shape = logits.shape();  // a copy: building ops grows the node list
+  // U = u + 2^-33 with u on the grid k * 2^-32, k < 2^32: U is in (0, 1) and exact in f64.
+  Tensor u = add(unit("categorical", bits_of("categorical", key, shape, 0, loc), DType::f64, loc),
+                 scalar(DType::f64, std::ldexp(1.0, -33), loc), loc);
+  Tensor gumbel = neg(log(neg(log(u, loc), loc), loc), loc);
+  Tensor z = add(cast(logits, DType::f64, loc), gumbel, loc);
+  return argmax(z, axis, false, loc);
+}
+
+}  // namespace fjit

@@ -40,6 +40,14 @@ Tensor bernoulli(const Tensor& key, double p, const Shape& shape, Loc loc = Loc:
 // Integers uniform on [minval, maxval) (i32), for ranges up to 2^31.
 Tensor randint(const Tensor& key, const Shape& shape, int32_t minval, int32_t maxval,
                Loc loc = Loc::current());
+// Samples indices (i32) along `axis` of `logits` with probabilities softmax(logits), one per
+// position of the other axes (the result has logits' shape without `axis`). By the Gumbel-max
+// trick: the argmax of logits + G, G = -log(-log(U)) with U uniform on (0, 1), drawn and
+// added in f64 (32 random bits per element; every G is finite), so a logit of -inf (or any
+// value far below the others, e.g. -1e30) is never drawn, unless the whole line is -inf.
+// The same key gives the same samples. A -inf logit raises a NaN/Inf check when automatic
+// checks are on (mask with a large finite negative value there).
+Tensor categorical(const Tensor& key, const Tensor& logits, int axis = -1, Loc loc = Loc::current());
 // dropout, a layer drawing from a key, is in core/nn/dropout.h.
 
 }  // namespace fjit

@@ -4,6 +4,8 @@
 namespace fjit::kernels {
 
 bool select_structural(Instr& instr) {
+  if (instr.op == Op::Cumsum) return st::select_cumsum(instr);
+  if (instr.op == Op::TopK) return st::select_top_k(instr);
   switch (op_kind(instr.op)) {
     case OpKind::kMatMul: return st::select_matmul(instr);
     case OpKind::kReduce:
@@ -22,6 +24,7 @@ bool select_structural(Instr& instr) {
 
 bool reference_structural(Op op, const Attrs& attrs, const ValueType& out,
                           std::span<const Array> ins, const RunContext* ctx, Array& result) {
+  if (op == Op::Cumsum || op == Op::TopK) return st::reference_cumsum_top_k(op, attrs, ins, result);
   switch (op_kind(op)) {
     case OpKind::kMatMul: case OpKind::kReduce:
       return st::reference_matmul_reduce(op, attrs, out, ins, result);

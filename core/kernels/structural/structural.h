@@ -1,5 +1,5 @@
-// Internal: the structural kernel family (matmul, reductions, argmax, layout, indexing,
-// collectives, fused attention), split by file. select_structural() and reference_structural() in
+// Internal: the structural kernel family (matmul, reductions, argmax, top_k, layout, cumsum,
+// indexing, collectives, fused attention), split by file. select_structural() and reference_structural() in
 // structural.cc dispatch to the functions below; each returns false for ops it does not own.
 //
 // Fast kernels precompute everything in select (sizes in Instr::p, shapes and strides in
@@ -27,6 +27,8 @@ bool select_collective(Instr& instr);
 bool select_patches(Instr& instr);   // patches.cc
 bool select_random(Instr& instr);    // random.cc
 bool select_attention(Instr& instr); // attention.cc
+bool select_cumsum(Instr& instr);    // cumsum_top_k.cc
+bool select_top_k(Instr& instr);     // cumsum_top_k.cc
 
 // The most dimensions a fast kernel walks with an on-stack odometer after merging
 // contiguous dimensions; select throws std::logic_error beyond it.
@@ -60,5 +62,6 @@ bool reference_layout_index(Op op, const Attrs& attrs, const ValueType& out,
 bool reference_patches(Op op, const Attrs& attrs, std::span<const Array> ins, Array& result);
 bool reference_random(Op op, const Attrs& attrs, std::span<const Array> ins, Array& result);
 bool reference_attention(Op op, const Attrs& attrs, std::span<const Array> ins, Array& result);
+bool reference_cumsum_top_k(Op op, const Attrs& attrs, std::span<const Array> ins, Array& result);
 
 }  // namespace fjit::kernels::st
