@@ -54,6 +54,7 @@ std::string Node::to_string(int id) const {
   list("window", attrs.window);
   switch (op) {
     case Op::Concat: case Op::Gather: case Op::ScatterAdd: case Op::ArgMax: case Op::Iota:
+    case Op::SoftmaxXent: case Op::SoftmaxXentGrad:
       os << " axis=" << attrs.axis;
       break;
     case Op::Parameter:

@@ -26,6 +26,7 @@ bool select_index(Instr& instr);
 bool select_collective(Instr& instr);
 bool select_patches(Instr& instr);   // patches.cc
 bool select_random(Instr& instr);    // random.cc
+bool select_softmax_xent(Instr& instr);  // softmax_xent.cc
 
 // The most dimensions a fast kernel walks with an on-stack odometer after merging
 // contiguous dimensions; select throws std::logic_error beyond it.
@@ -58,5 +59,7 @@ bool reference_layout_index(Op op, const Attrs& attrs, const ValueType& out,
                             std::span<const Array> ins, const RunContext* ctx, Array& result);
 bool reference_patches(Op op, const Attrs& attrs, std::span<const Array> ins, Array& result);
 bool reference_random(Op op, const Attrs& attrs, std::span<const Array> ins, Array& result);
+// reference_softmax_xent.cc: softmax_xent and softmax_xent_grad.
+bool reference_softmax_xent(Op op, std::span<const Array> ins, Array& result);
 
 }  // namespace fjit::kernels::st
