@@ -7,6 +7,7 @@
 // double. Then
 //   loss[r]    = (m - x[r, label]) + log(s)
 //   grad[r, :] = (exp(x[r, :] - lse) - onehot(label)) * ct[r]        (lse = m + log(s))
+// the gradient in one exp pass (xent_grad_rows says how),
 // and a row whose label is outside [0, V) gets loss 0 and a zero gradient row. A NaN or an
 // infinity among a row's logits makes its loss NaN, as the composition
 // logsumexp(x) - x[label] does. Rows are split among the intra-op threads in whole rows, each
@@ -63,25 +64,57 @@ template <class T> void xent_rows(const Instr& in, const Frame& f, int64_t lo, i
   }
 }
 
+// One exp pass per row: each chunk's exp(x - m_chunk) is written to the gradient row as the
+// running maximum m_chunk stands when the chunk is read, then every chunk is scaled by
+// exp(m_chunk - m) * ct / s once the row's m and s are known (a multiply over a row that is
+// still in cache). Rows of more than kMaxChunks chunks take two exp passes instead.
+constexpr int64_t kMaxChunks = 256;
+
 template <class T> void xent_grad_rows(const Instr& in, const Frame& f, int64_t lo, int64_t hi) {
   const int64_t v = in.p[1];
   const T* x = in.in<T>(f, 0);
   const int32_t* labels = in.in<int32_t>(f, 1);
   const T* ct = in.in<T>(f, 2);
   T* out = in.output<T>(f);
+  using Out = Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>>;
+  T chunk_max[kMaxChunks];
   for (int64_t r = lo; r < hi; ++r) {
-    Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>> g(out + r * v, v);
+    Out g(out + r * v, v);
     const int32_t k = labels[r];
     if (k < 0 || k >= v) {
       g.setZero();
       continue;
     }
     const T* row = x + r * v;
-    double m, s;
-    row_lse(row, v, m, s);
-    const T lse = static_cast<T>(m + std::log(s)), c = ct[r];
-    g = (Row<T>(row, v) - lse).exp() * c;
-    g[k] = (std::exp(row[k] - lse) - T(1)) * c;
+    const T c = ct[r];
+    if (v > kMaxChunks * kChunk) {
+      double m, s;
+      row_lse(row, v, m, s);
+      const T lse = static_cast<T>(m + std::log(s));
+      g = (Row<T>(row, v) - lse).exp() * c;
+      g[k] = (std::exp(row[k] - lse) - T(1)) * c;
+      continue;
+    }
+    T m = -std::numeric_limits<T>::infinity();
+    double s = 0;
+    for (int64_t j = 0, n = 0; j < v; j += kChunk, ++n) {
+      const int64_t len = std::min(kChunk, v - j);
+      const Row<T> chunk(row + j, len);
+      const T cm = chunk.maxCoeff();
+      if (cm > m) {
+        s *= std::exp(static_cast<double>(m) - static_cast<double>(cm));
+        m = cm;
+      }
+      Out part(g.data() + j, len);
+      part = (chunk - m).exp();
+      s += static_cast<double>(part.sum());
+      chunk_max[n] = m;
+    }
+    for (int64_t j = 0, n = 0; j < v; j += kChunk, ++n) {
+      const double scale = std::exp(static_cast<double>(chunk_max[n]) - static_cast<double>(m)) / s;
+      Out(g.data() + j, std::min(kChunk, v - j)) *= static_cast<T>(scale * static_cast<double>(c));
+    }
+    g[k] -= c;
   }
 }
 
