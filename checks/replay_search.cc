@@ -5,10 +5,12 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 
 #include <fmt/format.h>
 
 #include "checks/report.h"
+#include "core/ir/check_kind.h"
 #include "core/trace/stack_trace.h"
 
 namespace fjit {
@@ -169,7 +171,8 @@ void search_first_bad_op(const Executable& exe, const ReplayBundle& b, ReplayRes
     }
     int64_t at = -1;
     const Shape* space = &n.shape;
-    if (op_input_check(n.op) == CheckKind::index_out_of_range && ins.size() >= 2) {
+    if (const std::optional<CheckKind> ic = op_input_check(n.op);
+        ic && check_kind_info(*ic).bad == BadRule::kOutsideRange && ins.size() >= 2) {
       const Array& idx = ins[1];
       const int64_t bound = ins[0].shape()[static_cast<size_t>(n.attrs.axis)];
       for (int64_t e = 0; e < idx.size() && at < 0; ++e) {

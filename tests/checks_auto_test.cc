@@ -119,6 +119,21 @@ TEST(AutomaticChecks, AttentionKeyLengthOutsideOneToTk) {
   EXPECT_NE(e.find(here(line)), std::string::npos) << what;
 }
 
+TEST(AutomaticChecks, CrossEntropyLabelOutOfRangeNamesTheRowAndLabel) {
+  int line = 0;
+  auto f = jit([&](const Tensor& logits, const Tensor& labels) {
+    line = __LINE__ + 1;
+    Tensor l = softmax_cross_entropy(logits, labels);
+    return sum(l);
+  }, all_checks());
+  const Array logits = Array::full(DType::f32, {4, 3}, 0.5);
+  f(logits, Array::from_vector(std::vector<int32_t>{0, 2, 1, 2}));
+  std::string what = error_of<CheckError>([&] { f(logits, Array::from_vector(std::vector<int32_t>{0, 1, 3, -2})); });
+  std::string e = entry(what, "label out of range in softmax_xent f32[4]");
+  EXPECT_NE(e.find("2 labels outside [0, 3) (first at flat index 2: 3"), std::string::npos) << what;
+  EXPECT_NE(e.find(here(line)), std::string::npos) << what;
+}
+
 TEST(AutomaticChecks, LogOfNegative) {
   int line = 0;
   auto f = jit([&](const Tensor& x) {

@@ -210,8 +210,11 @@ std::vector<GradCase> cases() {
   }});
   // Composites differentiate through their parts.
   cs.push_back({"log_softmax", {}, {{{2, 5}}}, [](V x) { return log_softmax(x[0]); }});
-  cs.push_back({"softmax_cross_entropy", {}, {{{3, 4}}},
+  // The fused op softmax_xent; the label -1 (outside [0, 4)) is a row with loss and gradient 0.
+  cs.push_back({"softmax_cross_entropy", {Op::SoftmaxXent}, {{{3, 4}}},
                 [](V x) { return softmax_cross_entropy(x[0], idx({0, 3, 1})); }});
+  cs.push_back({"softmax_cross_entropy rank 3 with an ignored row", {Op::SoftmaxXent}, {{{2, 2, 5}}},
+                [](V x) { return softmax_cross_entropy(x[0] * 3.0, reshape(idx({4, -1, 0, 2}), {2, 2})); }});
   // Window ops, alone and as the layers built on them.
   const Window strided{{3, 2}, {2, 1}, {1, 2}, Padding::explicit_pads(1, 0, 2, 1)};
   cs.push_back({"patches strided dilated padded", {Op::Patches}, {{{2, 5, 6, 2}}},

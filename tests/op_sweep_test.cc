@@ -14,6 +14,9 @@
 #if __has_include("tests/op_sweep_nn.inc")
 #include "tests/op_sweep_nn.inc"
 #endif
+#if __has_include("tests/op_sweep_xent.inc")
+#include "tests/op_sweep_xent.inc"
+#endif
 #if __has_include("tests/op_sweep_check.inc")
 #include "tests/op_sweep_check.inc"
 #endif

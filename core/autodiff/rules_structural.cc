@@ -107,6 +107,15 @@ Cts rule_gather(const VjpArgs& a) {
   return {scatter_add(a.ct, a.ins[1], a.ins[0].shape(), a.node.attrs.axis), Tensor()};
 }
 
+// The cross entropy's gradient in one op: (softmax(logits) - onehot(label)) * ct.
+Cts rule_softmax_xent(const VjpArgs& a) {
+  Attrs at;
+  at.axis = a.node.attrs.axis;
+  return {detail::build("softmax_xent_grad", Op::SoftmaxXentGrad, {a.ins[0], a.ins[1], a.ct},
+                        std::move(at), ValueType{a.ins[0].dtype(), a.ins[0].shape()}, nullptr),
+          Tensor()};
+}
+
 Cts rule_scatter_add(const VjpArgs& a) {
   return {gather(a.ct, a.ins[1], a.node.attrs.axis), Tensor()};
 }

@@ -55,6 +55,7 @@ std::string Node::to_string(int id) const {
   switch (op) {
     case Op::Concat: case Op::Gather: case Op::ScatterAdd: case Op::ArgMax: case Op::Iota:
     case Op::Cumsum:
+    case Op::SoftmaxXent: case Op::SoftmaxXentGrad:
       os << " axis=" << attrs.axis;
       break;
     case Op::TopK: os << " k=" << attrs.index; break;

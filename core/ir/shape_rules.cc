@@ -314,6 +314,21 @@ ValueType infer_type(Op op, const Attrs& a, std::span<const ValueType> ins, cons
     case OpKind::kIndex: {
       const ValueType &x = ins[0], &idx = ins[1];
       require_dtype(idx, idx.dtype == DType::i32, "i32 indices");
+      if (op == Op::SoftmaxXent || op == Op::SoftmaxXentGrad) {
+        // logits [..., V], labels [...] (axis: the last axis of the logits), ct [...].
+        require_dtype(x, x.dtype == DType::f32 || x.dtype == DType::f64, "f32 or f64 logits");
+        const int rank = static_cast<int>(x.shape.size());
+        if (rank < 1 || a.axis != rank - 1)
+          fail("logits " + type_str(x.dtype, x.shape) + " need rank >= 1 and axis = the last axis");
+        const Shape rows(x.shape.begin(), x.shape.end() - 1);
+        if (idx.shape != rows)
+          fail("labels " + type_str(idx.dtype, idx.shape) + " must have the shape " + shape_str(rows) +
+               " of the logits " + type_str(x.dtype, x.shape) + " without the last axis");
+        if (op == Op::SoftmaxXent) return {x.dtype, rows};
+        if (ins[2].dtype != x.dtype || ins[2].shape != rows)
+          fail("cotangent " + type_str(ins[2].dtype, ins[2].shape) + " must be " + type_str(x.dtype, rows));
+        return x;
+      }
       if (op == Op::Gather) {
         const int rank = static_cast<int>(x.shape.size());
         if (a.axis < 0 || a.axis >= rank)

@@ -20,6 +20,13 @@ Tensor gelu(const Tensor& x, bool approximate, Loc loc) {
   return mul(mul(x, scalar(t, 0.5, loc), loc), phi, loc);
 }
 
+Tensor silu(const Tensor& x, Loc loc) {
+  detail::CompositeScope scope("silu", {x});
+  if (!x.defined() || !is_floating(x.dtype()))
+    detail::fail("silu", {x}, "expects a floating-point operand", &loc);
+  return mul(x, sigmoid(x, loc), loc);
+}
+
 Tensor log_softmax(const Tensor& x, int64_t axis, Loc loc) {
   detail::CompositeScope scope("log_softmax", {x});
   if (!x.defined() || !is_floating(x.dtype()))

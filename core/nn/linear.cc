@@ -11,10 +11,14 @@ Tensor affine(const char* name, const Tensor& x, const Tensor& w, const Tensor& 
   detail::CompositeScope scope(name, {x, w, b});
   if (!x.defined() || x.rank() < 1)
     detail::fail(name, {x}, "expects an operand of rank >= 1", &loc);
-  if (x.rank() == 2) return add(matmul(x, w, false, false, loc), b, loc);
+  // b undefined: no bias.
+  auto product = [&](const Tensor& rows) {
+    Tensor y = matmul(rows, w, false, false, loc);
+    return b.defined() ? add(y, b, loc) : y;
+  };
+  if (x.rank() == 2) return product(x);
   const Shape s = x.shape();
-  Tensor rows = reshape(x, {-1, s.back()}, loc);
-  Tensor y = add(matmul(rows, w, false, false, loc), b, loc);
+  Tensor y = product(reshape(x, {-1, s.back()}, loc));
   Shape out(s.begin(), s.end() - 1);
   out.push_back(w.rank() == 2 ? w.shape()[1] : -1);
   return reshape(y, out, loc);
@@ -26,12 +30,16 @@ Tensor linear(const Params& p, const std::string& name, const Tensor& x, Loc loc
   return affine("linear", x, p[name + "/w"], p[name + "/b"], loc);
 }
 
+Tensor linear(const Params& p, const std::string& name, const Tensor& x, bool bias, Loc loc) {
+  return affine("linear", x, p[name + "/w"], bias ? p[name + "/b"] : Tensor(), loc);
+}
+
 void linear_params(ArrayDict& d, const std::string& name, int64_t in, int64_t out, uint64_t seed,
-                   Init init, DType dtype) {
+                   Init init, DType dtype, bool bias) {
   if (in < 1 || out < 1)
     throw std::invalid_argument("linear_params: '" + name + "' needs positive sizes");
   d.set(name + "/w", initial_array(init, {in, out}, seed, dtype));
-  d.set(name + "/b", zeros({out}, dtype));
+  if (bias) d.set(name + "/b", zeros({out}, dtype));
 }
 
 Tensor mlp(const Params& p, const Tensor& x, const MlpOptions& o, Loc loc) {

@@ -38,6 +38,18 @@ void layer_norm_params(ArrayDict& d, const std::string& name, int64_t features, 
   d.set(name + "/b", Array::zeros(dtype, {features}));
 }
 
+Tensor rms_norm(const Params& p, const std::string& name, const Tensor& x, double eps, Loc loc) {
+  const Tensor& g = p[name + "/g"];
+  detail::CompositeScope scope("rms_norm", {x, g});
+  require_features("rms_norm", x, {g}, loc);
+  Tensor ms = mean(mul(x, x, loc), {-1}, true, loc);
+  return mul(mul(x, rsqrt(add(ms, scalar(x.dtype(), eps, loc), loc), loc), loc), g, loc);
+}
+
+void rms_norm_params(ArrayDict& d, const std::string& name, int64_t features, DType dtype) {
+  d.set(name + "/g", Array::full(dtype, {features}, 1.0));
+}
+
 BatchNormResult batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta,
                            const Tensor& running_mean, const Tensor& running_var,
                            const BatchNormOptions& o, Loc loc) {

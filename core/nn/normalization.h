@@ -22,6 +22,14 @@ Tensor layer_norm(const Params& p, const std::string& name, const Tensor& x, dou
 void layer_norm_params(ArrayDict& d, const std::string& name, int64_t features,
                        DType dtype = DType::f32);
 
+// RMSNorm (Llama's): x * rsqrt(mean(x^2) + eps) * g over the last axis, no centering and no
+// offset. Parameter "<name>/g" [features].
+Tensor rms_norm(const Params& p, const std::string& name, const Tensor& x, double eps = 1e-6,
+                Loc loc = Loc::current());
+// Its parameter, added to `d`: the scale, ones [features].
+void rms_norm_params(ArrayDict& d, const std::string& name, int64_t features,
+                     DType dtype = DType::f32);
+
 struct BatchNormOptions {
   // Training: normalize with the batch's statistics and update the running ones. Evaluation:
   // normalize with the running statistics, which come back unchanged.

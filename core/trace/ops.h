@@ -130,6 +130,13 @@ Tensor scatter_add(const Tensor& updates, const Tensor& indices, const Shape& op
                    int64_t axis = 0, Loc loc = Loc::current());
 Tensor one_hot(const Tensor& labels, int64_t depth, DType dtype = DType::f32,
                Loc loc = Loc::current());
+// The cross entropy logsumexp(logits) - logits[label] of f32 or f64 logits [..., V] against
+// i32 labels [...], per row in one streaming pass: result [...]. A label outside [0, V) scores
+// 0 (and gets a zero gradient); the automatic check label_out_of_range reports it, naming the
+// flat row index and the label. Its gradient is the op softmax_xent_grad, (softmax - onehot) *
+// ct, the only [..., V] buffer of the backward pass. The layer is softmax_cross_entropy
+// (core/nn/losses.h).
+Tensor softmax_xent(const Tensor& logits, const Tensor& labels, Loc loc = Loc::current());
 
 // softmax, log_softmax, softmax_cross_entropy and the other layers built from these ops are
 // in core/nn/.

@@ -239,6 +239,14 @@ Tensor gather(const Tensor& x, const Tensor& indices, int64_t axis, Loc loc) {
   return take(x, indices, axis, loc);
 }
 
+Tensor softmax_xent(const Tensor& logits, const Tensor& labels, Loc loc) {
+  if (!logits.defined() || logits.rank() < 1)
+    detail::fail("softmax_xent", {logits, labels}, "expects logits [..., V]", &loc);
+  Attrs a;
+  a.axis = logits.rank() - 1;
+  return detail::build("softmax_xent", Op::SoftmaxXent, {logits, labels}, std::move(a), no_hint(), &loc);
+}
+
 Tensor scatter_add(const Tensor& updates, const Tensor& indices, const Shape& operand_shape,
                    int64_t axis, Loc loc) {
   Attrs a;

@@ -31,6 +31,11 @@ Tensor cnn_logits(const ModelSpec& s, const Params& p, const Tensor& x, bool tra
   return linear(p, "fc2", h);
 }
 
+// The ViT's pre-norm blocks: layer norm, 4-head non-causal attention, a GELU MLP of kMlp.
+TransformerBlockOptions vit_block() {
+  return {.attention = {.heads = kHeads, .causal = false}, .mlp_hidden = kMlp};
+}
+
 Tensor vit_logits(const ModelSpec& s, const Params& p, const Tensor& x, bool training,
                   const Tensor& key) {
   const int64_t b = x.dim(0);
@@ -38,13 +43,12 @@ Tensor vit_logits(const ModelSpec& s, const Params& p, const Tensor& x, bool tra
   Tensor h = linear(p, "embed", reshape(cols, {b * kTokens, kPatch * kPatch}));
   h = reshape(h, {b, kTokens, kDim}) + p["pos"];
   for (int64_t k = 0; k < kBlocks; ++k) {
-    const std::string n = "block" + std::to_string(k);
     const uint32_t site = static_cast<uint32_t>(10 * (k + 1));
-    Tensor a = self_attention(p, n + "/attn", layer_norm(p, n + "/ln1", h), {.heads = kHeads});
-    h = h + maybe_dropout(a, s.dropout, training, key, site);
-    Tensor m = reshape(layer_norm(p, n + "/ln2", h), {b * kTokens, kDim});
-    m = linear(p, n + "/mlp2", gelu(linear(p, n + "/mlp1", m)));
-    h = h + maybe_dropout(reshape(m, {b, kTokens, kDim}), s.dropout, training, key, site + 1);
+    TransformerBlockOptions o = vit_block();
+    o.residual_branch = [&](const Tensor& y, int index) {
+      return maybe_dropout(y, s.dropout, training, key, site + static_cast<uint32_t>(index));
+    };
+    h = transformer_block(p, "block" + std::to_string(k), h, o);
   }
   h = mean(layer_norm(p, "ln", h), {1});  // [B, D]
   return linear(p, "head", h);
@@ -85,13 +89,7 @@ ArrayDict init_model(const ModelSpec& spec, uint64_t seed) {
       linear_params(d, "embed", kPatch * kPatch, kDim, seed + 1);
       d.set("pos", glorot_normal({kTokens, kDim}, seed + 2));
       for (int64_t k = 0; k < kBlocks; ++k) {
-        const std::string n = "block" + std::to_string(k);
-        const uint64_t s = seed + 100 * (k + 1);
-        layer_norm_params(d, n + "/ln1", kDim);
-        self_attention_params(d, n + "/attn", kDim, s + 1);
-        layer_norm_params(d, n + "/ln2", kDim);
-        linear_params(d, n + "/mlp1", kDim, kMlp, s + 3);
-        linear_params(d, n + "/mlp2", kMlp, kDim, s + 4);
+        transformer_block_params(d, "block" + std::to_string(k), kDim, seed + 100 * (k + 1) + 1, vit_block());
       }
       layer_norm_params(d, "ln", kDim);
       linear_params(d, "head", kDim, 10, seed + 3);

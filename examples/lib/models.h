@@ -5,7 +5,8 @@
 //   mlp  784-512-256-10 (or --layers), ReLU
 //   cnn  conv3x3(32)-ReLU-maxpool2, conv3x3(64)-ReLU-maxpool2, conv3x3(128)-ReLU-maxpool2,
 //        dropout, dense 128-ReLU, dropout, dense 10 (NHWC, SAME padding)
-//   vit  7x7 patches (16 tokens) embedded to 64 with learned positions, 4 pre-norm blocks of
+//   vit  7x7 patches (16 tokens) embedded to 64 with learned positions, 4 pre-norm blocks
+//        (transformer_block, core/nn/transformer.h) of
 //        4-head self-attention and a GELU MLP (128), dropout, layer norm, mean over tokens,
 //        dense 10
 // Images come in as [batch, 784], f32 in [0, 1] or the file's u8 bytes (cast and scaled in

@@ -14,7 +14,10 @@ bool select_structural(Instr& instr) {
     case OpKind::kLayout:
       return instr.op == Op::Patches || instr.op == Op::PatchesAdjoint ? st::select_patches(instr)
                                                                        : st::select_layout(instr);
-    case OpKind::kIndex: return st::select_index(instr);
+    case OpKind::kIndex:
+      return instr.op == Op::SoftmaxXent || instr.op == Op::SoftmaxXentGrad
+                 ? st::select_softmax_xent(instr)
+                 : st::select_index(instr);
     case OpKind::kCollective: return st::select_collective(instr);
     case OpKind::kRandom: return st::select_random(instr);
     case OpKind::kAttention: return st::select_attention(instr);
@@ -32,7 +35,11 @@ bool reference_structural(Op op, const Attrs& attrs, const ValueType& out,
       if (op == Op::Patches || op == Op::PatchesAdjoint)
         return st::reference_patches(op, attrs, ins, result);
       return st::reference_layout_index(op, attrs, out, ins, ctx, result);
-    case OpKind::kIndex: case OpKind::kCollective:
+    case OpKind::kIndex:
+      if (op == Op::SoftmaxXent || op == Op::SoftmaxXentGrad)
+        return st::reference_softmax_xent(op, ins, result);
+      return st::reference_layout_index(op, attrs, out, ins, ctx, result);
+    case OpKind::kCollective:
       return st::reference_layout_index(op, attrs, out, ins, ctx, result);
     case OpKind::kRandom: return st::reference_random(op, attrs, ins, result);
     case OpKind::kAttention: return st::reference_attention(op, attrs, ins, result);

@@ -29,6 +29,7 @@ bool select_random(Instr& instr);    // random.cc
 bool select_attention(Instr& instr); // attention.cc
 bool select_cumsum(Instr& instr);    // cumsum_top_k.cc
 bool select_top_k(Instr& instr);     // cumsum_top_k.cc
+bool select_softmax_xent(Instr& instr);  // softmax_xent.cc
 
 // The most dimensions a fast kernel walks with an on-stack odometer after merging
 // contiguous dimensions; select throws std::logic_error beyond it.
@@ -63,5 +64,7 @@ bool reference_patches(Op op, const Attrs& attrs, std::span<const Array> ins, Ar
 bool reference_random(Op op, const Attrs& attrs, std::span<const Array> ins, Array& result);
 bool reference_attention(Op op, const Attrs& attrs, std::span<const Array> ins, Array& result);
 bool reference_cumsum_top_k(Op op, const Attrs& attrs, std::span<const Array> ins, Array& result);
+// reference_softmax_xent.cc: softmax_xent and softmax_xent_grad.
+bool reference_softmax_xent(Op op, std::span<const Array> ins, Array& result);
 
 }  // namespace fjit::kernels::st

@@ -1,0 +1,157 @@
+// softmax_xent and softmax_xent_grad (core/ir/ops.def): the cross entropy of logits rows
+// [N, V] against labels [N], and its VJP, without any [N, V] intermediate.
+//
+// Each row's log-sum-exp is one streaming pass over chunks of kChunk logits: the chunk's
+// maximum, a rescale of the running sum when it rises, then the chunk's exp(x - m) summed
+// (Eigen's vectorised exp and sum, a fixed tree per chunk length); the running sum is kept in
+// double. Then
+//   loss[r]    = (m - x[r, label]) + log(s)
+//   grad[r, :] = (exp(x[r, :] - lse) - onehot(label)) * ct[r]        (lse = m + log(s))
+// the gradient in one exp pass (xent_grad_rows says how),
+// and a row whose label is outside [0, V) gets loss 0 and a zero gradient row. A NaN or an
+// infinity among a row's logits makes its loss NaN, as the composition
+// logsumexp(x) - x[label] does. Rows are split among the intra-op threads in whole rows, each
+// computed the same way on any thread, so no bit depends on the thread count.
+#include <cassert>
+#include <cmath>
+#include <limits>
+
+#include "core/base/eigen.h"
+#include "core/base/threads.h"
+#include "core/kernels/structural/structural.h"
+
+namespace fjit::kernels::st {
+namespace {
+
+constexpr int64_t kChunk = 512;
+// Elements (rows x V) from which the rows are split among the intra-op threads.
+constexpr int64_t kParallelElems = int64_t{1} << 18;
+
+template <class T> using Row = Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>;
+
+// The running maximum m and sum s of exp(x - m) of one row.
+template <class T> void row_lse(const T* x, int64_t v, double& m_out, double& s_out) {
+  T m = -std::numeric_limits<T>::infinity();
+  double s = 0;
+  for (int64_t j = 0; j < v; j += kChunk) {
+    const Row<T> chunk(x + j, std::min(kChunk, v - j));
+    const T cm = chunk.maxCoeff();
+    if (cm > m) {
+      s *= std::exp(static_cast<double>(m) - static_cast<double>(cm));
+      m = cm;
+    }
+    s += static_cast<double>((chunk - m).exp().sum());
+  }
+  m_out = static_cast<double>(m);
+  s_out = s;
+}
+
+// p: [0]=rows [1]=V
+template <class T> void xent_rows(const Instr& in, const Frame& f, int64_t lo, int64_t hi) {
+  const int64_t v = in.p[1];
+  const T* x = in.in<T>(f, 0);
+  const int32_t* labels = in.in<int32_t>(f, 1);
+  T* out = in.output<T>(f);
+  for (int64_t r = lo; r < hi; ++r) {
+    const int32_t k = labels[r];
+    if (k < 0 || k >= v) {
+      out[r] = T(0);
+      continue;
+    }
+    double m, s;
+    row_lse(x + r * v, v, m, s);
+    out[r] = static_cast<T>((m - static_cast<double>(x[r * v + k])) + std::log(s));
+  }
+}
+
+// One exp pass per row: each chunk's exp(x - m_chunk) is written to the gradient row as the
+// running maximum m_chunk stands when the chunk is read, then every chunk is scaled by
+// exp(m_chunk - m) * ct / s once the row's m and s are known (a multiply over a row that is
+// still in cache). Rows of more than kMaxChunks chunks take two exp passes instead.
+constexpr int64_t kMaxChunks = 256;
+
+template <class T> void xent_grad_rows(const Instr& in, const Frame& f, int64_t lo, int64_t hi) {
+  const int64_t v = in.p[1];
+  const T* x = in.in<T>(f, 0);
+  const int32_t* labels = in.in<int32_t>(f, 1);
+  const T* ct = in.in<T>(f, 2);
+  T* out = in.output<T>(f);
+  using Out = Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>>;
+  T chunk_max[kMaxChunks];
+  for (int64_t r = lo; r < hi; ++r) {
+    Out g(out + r * v, v);
+    const int32_t k = labels[r];
+    if (k < 0 || k >= v) {
+      g.setZero();
+      continue;
+    }
+    const T* row = x + r * v;
+    const T c = ct[r];
+    if (v > kMaxChunks * kChunk) {
+      double m, s;
+      row_lse(row, v, m, s);
+      const T lse = static_cast<T>(m + std::log(s));
+      g = (Row<T>(row, v) - lse).exp() * c;
+      g[k] = (std::exp(row[k] - lse) - T(1)) * c;
+      continue;
+    }
+    T m = -std::numeric_limits<T>::infinity();
+    double s = 0;
+    for (int64_t j = 0, n = 0; j < v; j += kChunk, ++n) {
+      const int64_t len = std::min(kChunk, v - j);
+      const Row<T> chunk(row + j, len);
+      const T cm = chunk.maxCoeff();
+      if (cm > m) {
+        s *= std::exp(static_cast<double>(m) - static_cast<double>(cm));
+        m = cm;
+      }
+      Out part(g.data() + j, len);
+      part = (chunk - m).exp();
+      s += static_cast<double>(part.sum());
+      chunk_max[n] = m;
+    }
+    for (int64_t j = 0, n = 0; j < v; j += kChunk, ++n) {
+      const double scale = std::exp(static_cast<double>(chunk_max[n]) - static_cast<double>(m)) / s;
+      Out(g.data() + j, std::min(kChunk, v - j)) *= static_cast<T>(scale * static_cast<double>(c));
+    }
+    g[k] -= c;
+  }
+}
+
+template <class T, bool Grad> void run(const Instr& in, const Frame& f) {
+  const int64_t rows = in.p[0], v = in.p[1];
+  auto part = [&](int64_t lo, int64_t hi) {
+    if constexpr (Grad) xent_grad_rows<T>(in, f, lo, hi);
+    else xent_rows<T>(in, f, lo, hi);
+  };
+  const int threads = rows * v >= kParallelElems
+                          ? static_cast<int>(std::min<int64_t>(rows, intra_op_threads()))
+                          : 1;
+  if (threads <= 1) return part(0, rows);
+#pragma omp parallel for num_threads(threads) schedule(static)
+  for (int t = 0; t < threads; ++t) part(rows * t / threads, rows * (t + 1) / threads);
+}
+
+void noop(const Instr&, const Frame&) {}
+
+}  // namespace
+
+bool select_softmax_xent(Instr& instr) {
+  const bool grad = instr.op == Op::SoftmaxXentGrad;
+  assert(instr.ins.size() == (grad ? 3u : 2u) && instr.ins[1].dtype == DType::i32);
+  const Shape& xs = instr.ins[0].shape;
+  assert(!xs.empty());
+  instr.p[0] = instr.ins[1].size();
+  instr.p[1] = xs.back();
+  if (instr.out.size() == 0) {
+    instr.fn = noop;
+    return true;
+  }
+  switch (instr.out.dtype) {
+    case DType::f32: instr.fn = grad ? run<float, true> : run<float, false>; return true;
+    case DType::f64: instr.fn = grad ? run<double, true> : run<double, false>; return true;
+    default: return false;
+  }
+}
+
+}  // namespace fjit::kernels::st
