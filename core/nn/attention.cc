@@ -8,37 +8,16 @@
 #include "core/nn/activations.h"
 #include "core/nn/linear.h"
 #include "core/nn/rotary.h"
+#include "core/trace/attention.h"
 
 namespace fjit {
 namespace {
 
-// Scaled dot-product attention, composed of ops: q [B, H, Tq, dh], k [B, H, Tk, dh],
-// v [B, H, Tk, dv] -> [B, H, Tq, dv]. causal: query i sees key j <= i + Tk - Tq (aligned to
-// the end); key_lengths (i32 [B]) masks keys j >= key_lengths[b]; scale 0 means 1 / sqrt(dh).
-// Masked scores are -1e9 before the softmax and their weights are zeroed after it, so a query
-// with no visible key gets zeros. This is the one place the layers compute attention: it has
-// the signature of the fused op dot_product_attention, which replaces it.
+// Scaled dot-product attention: the fused op (core/trace/attention.h), blocked so that no
+// [Tq, Tk] scores are kept; causal aligned to the end, key_lengths masking keys j >= len[b].
 Tensor attend(const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
-              const Tensor& key_lengths = Tensor(), double scale = 0, Loc loc = Loc::current()) {
-  const int64_t tq = q.dim(2), tk = k.dim(2);
-  if (scale == 0) scale = 1.0 / std::sqrt(static_cast<double>(q.dim(3)));
-  Tensor scores = matmul(q, k, false, true, loc) * scale;
-  Tensor visible;  // bool, broadcast against [B, H, Tq, Tk]
-  if (causal) {
-    Tensor rows = iota(DType::i32, {tq, tk}, 0, loc), cols = iota(DType::i32, {tq, tk}, 1, loc);
-    if (tk != tq) rows = add(rows, scalar(DType::i32, static_cast<double>(tk - tq), loc), loc);
-    visible = ge(rows, cols, loc);
-  }
-  if (key_lengths.defined()) {
-    Tensor keys = lt(iota(DType::i32, {1, 1, 1, tk}, 3, loc),
-                     reshape(key_lengths, {key_lengths.dim(0), 1, 1, 1}, loc), loc);
-    visible = visible.defined() ? logical_and(visible, keys, loc) : keys;
-  }
-  if (!visible.defined()) return matmul(softmax(scores, -1, loc), v, false, false, loc);
-  const DType t = scores.dtype();
-  scores = where(visible, scores, scalar(t, -1e9, loc), loc);
-  Tensor weights = where(visible, softmax(scores, -1, loc), scalar(t, 0.0, loc), loc);
-  return matmul(weights, v, false, false, loc);
+              const Tensor& key_lengths, double scale, Loc loc) {
+  return dot_product_attention(q, k, v, causal, key_lengths, scale, loc);
 }
 
 // Checks x [B, T, D] (T == 1 for a step) and the heads; returns D / heads.

@@ -3,6 +3,7 @@
 
 #include "core/nn/mlp.h"
 #include "core/nn/normalization.h"
+#include "core/trace/remat.h"
 
 namespace fjit {
 namespace {
@@ -43,8 +44,9 @@ Tensor transformer_block(const Params& p, const std::string& name, const Tensor&
                                     o.attention, key_lengths, loc);
     return mlp_half(p, name, add(x, branch(o, a, 0), loc), o, loc);
   };
-  // o.remat is not honoured yet: the body runs directly (see the header).
-  return body(x);
+  // Under remat the block's activations are recomputed in the backward pass; the parameters
+  // it captures still get their gradients (core/trace/remat.h).
+  return o.remat ? remat(body, loc)(x) : body(x);
 }
 
 AttentionStep transformer_block_step(const Params& p, const std::string& name, const Tensor& x,

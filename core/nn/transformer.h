@@ -21,9 +21,8 @@ struct TransformerBlockOptions {
   enum class Norm { kLayerNorm, kRmsNorm } norm = Norm::kLayerNorm;  // default eps each
   enum class Mlp { kGelu, kSwiglu } mlp = Mlp::kGelu;
   int64_t mlp_hidden = 0;  // F; 0: 4 * D
-  // Recompute the block's activations in the backward pass instead of keeping them. Not yet
-  // honoured: the block body is called directly either way (the remat wrapper comes from
-  // another branch).
+  // Recompute the block's activations in the backward pass instead of keeping them alive
+  // from the forward pass (core/trace/remat.h): the same values, less memory, more compute.
   bool remat = false;
   // Applied to each residual branch's output before it is added (index 0: attention, 1: MLP),
   // e.g. dropout with a key per site; empty: the identity.
