@@ -4,6 +4,7 @@
 //
 //   build/bench/lm_step --steps 5            # prints "STEP_US <median> <min> <max> WALL_US <median>"
 //   build/bench/lm_step --generate 64        # prints "DECODE_US <median> WALL_US <median>"
+//   build/bench/lm_step --layers 12 --remat  # and the step's arena and peak RSS ("ARENA_MB")
 //
 // The model is train_lm's (core/nn/decoder.h: 6 layers, d 384, 6 heads, context 256, vocab
 // 256, learned positions, GELU, layer norm, tied embeddings), unless --layers/--dim/--heads/
@@ -18,6 +19,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <sys/resource.h>
 #include <string>
 #include <vector>
 
@@ -44,8 +46,14 @@ double median(std::vector<double> v) {
 int main(int argc, char** argv) {
   DecoderConfig c;
   int steps = 5, warmup = 2, batch = 8, generate_tokens = 0;
+  for (int i = 1; i < argc; ++i)
+    if (std::string(argv[i]) == "--remat") c.remat = true;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
+    if (a == "--remat") {
+      --i;
+      continue;
+    }
     const int v = std::atoi(argv[i + 1]);
     if (a == "--steps") steps = v;
     else if (a == "--warmup") warmup = v;
@@ -57,7 +65,7 @@ int main(int argc, char** argv) {
     else if (a == "--generate") generate_tokens = v;
     else {
       std::fprintf(stderr, "usage: %s [--steps N] [--warmup N] [--batch N] [--layers N] [--dim N] "
-                           "[--heads N] [--context N] [--generate TOKENS]\n", argv[0]);
+                           "[--heads N] [--context N] [--remat] [--generate TOKENS]\n", argv[0]);
       return 2;
     }
   }
@@ -103,5 +111,12 @@ int main(int argc, char** argv) {
               median(us), *std::min_element(us.begin(), us.end()), *std::max_element(us.begin(), us.end()),
               median(wall), static_cast<long long>(c.layers), static_cast<long long>(c.dim), batch,
               static_cast<long long>(c.context), us.size(), std::get<2>(out[steps % 2]).item<double>());
+  // The step's intermediate values (the plan's arena after buffer reuse) and the process's
+  // peak resident memory.
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  std::printf("ARENA_MB %.1f PEAK_RSS_MB %.1f  (remat %s)\n",
+              step.core().last_entry()->exe->arena_bytes / 1048576.0, ru.ru_maxrss / 1024.0,
+              c.remat ? "on" : "off");
   return 0;
 }
