@@ -8,6 +8,7 @@
 #include <string>
 
 #include "core/io/data.h"
+#include "core/io/idx.h"
 
 namespace fjit::testing {
 
