@@ -9,6 +9,7 @@
 
 #include "core/base/metrics.h"
 #include "core/io/checkpoint.h"
+#include "core/io/tokenizer.h"
 #include "core/runtime/step_checks.h"
 #include "parallel/lm/lm_generate.h"
 #include "parallel/lm/lm_trainer.h"

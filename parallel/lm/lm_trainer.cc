@@ -10,6 +10,7 @@
 
 #include "core/base/metrics.h"
 #include "core/io/checkpoint.h"
+#include "core/io/tokenizer.h"
 #include "parallel/train/primary_work.h"
 #include "parallel/train/trainer.h"
 
