@@ -81,6 +81,12 @@ std::vector<std::string> config_differences(const Checkpoint& ckpt, const RunCon
 void check_config(const Checkpoint& ckpt, const RunConfig& current,
                   const std::string& override_hint);
 
+// The metadata entry `key` as a non-negative integer; throws std::runtime_error naming the
+// file when it is missing ("not a training checkpoint") or not such an integer.
+int64_t metadata_int(const Checkpoint& ckpt, const std::string& key);
+// The metadata entry `key`, or "" when there is none.
+std::string metadata_str(const Checkpoint& ckpt, const std::string& key);
+
 // Naming scheme for periodic checkpoints: "<dir>/ckpt-<step>.safetensors".
 std::string checkpoint_path(const std::string& dir, int64_t step);
 // The path of the checkpoint with the highest step in `dir`, or "" when there is none

@@ -1,6 +1,7 @@
 // Checkpoints against a model and a run: compatibility, configuration, and the naming of
 // periodic checkpoints in a directory (core/io/checkpoint.h).
 #include <algorithm>
+#include <charconv>
 #include <filesystem>
 #include <stdexcept>
 #include <string_view>
@@ -108,6 +109,28 @@ std::string latest_checkpoint(const std::string& dir) {
     }
   }
   return best;
+}
+
+}  // namespace fjit::io
+
+namespace fjit::io {
+
+int64_t metadata_int(const Checkpoint& ckpt, const std::string& key) {
+  auto it = ckpt.metadata.find(key);
+  if (it == ckpt.metadata.end())
+    throw std::runtime_error(where(ckpt) + ": not a training checkpoint (no metadata '" + key + "')");
+  int64_t v = -1;
+  const std::string& s = it->second;
+  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc() || p != s.data() + s.size() || s.empty() || v < 0)
+    throw std::runtime_error(where(ckpt) + ": metadata '" + key + "' = '" + s +
+                             "' is not a non-negative integer");
+  return v;
+}
+
+std::string metadata_str(const Checkpoint& ckpt, const std::string& key) {
+  auto it = ckpt.metadata.find(key);
+  return it == ckpt.metadata.end() ? std::string() : it->second;
 }
 
 }  // namespace fjit::io

@@ -77,10 +77,10 @@ void Progress::print_step_line(const StepStats& s) {
   const double rate = window_s > 0 ? window_steps_ * opt_.global_batch / window_s : 0;
   if (opt_.enabled) {
     fmt::print(opt_.out,
-               "epoch {:>2} step {:>6}/{} | loss {:.4f}{} | lr {:.2e} | {:>5.0f} samples/s | "
+               "epoch {:>2} step {:>6}/{} | loss {:.4f}{} | lr {:.2e} | {:>5.0f} {}/s | "
                "elapsed {} | ETA {}\n",
                s.epoch + 1, s.step + 1, opt_.total_steps,
-               window_good_ ? window_loss_ / window_good_ : NAN, metrics_text(), s.lr, rate,
+               window_good_ ? window_loss_ / window_good_ : NAN, metrics_text(), s.lr, rate, opt_.unit,
                format_duration(elapsed_seconds()), eta(steps_here_));
     std::fflush(opt_.out);
   }

@@ -38,7 +38,8 @@ struct ProgressOptions {
   bool enabled = true;          // print (the primary replica); counting happens regardless
   int64_t first_step = 0;       // where the run starts (non-zero when resuming)
   int64_t total_steps = 0;      // steps of the run in all, for the ETA
-  int64_t global_batch = 1;     // examples per step, for the throughput
+  int64_t global_batch = 1;     // examples (or tokens) per step, for the throughput
+  std::string unit = "samples"; // what global_batch counts: "<unit>/s" in the step lines
   int64_t log_every = 100;      // steps between step lines; 0: epoch lines only
   std::FILE* out = stdout;
 };

@@ -1,30 +1,15 @@
 #include "parallel/train/train_options.h"
 
-#include <CLI/CLI.hpp>
-#include <fmt/format.h>
-
 #include <algorithm>
-#include <charconv>
-#include <cmath>
 #include <functional>
 #include <memory>
-#include <stdexcept>
+
+#include "parallel/train/cli_options.h"
 
 namespace fjit::training {
 namespace {
 
-// A value the option does not accept; the message is the whole error.
-struct BadValue : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
-
-// The whole string as a T, or false (CLI11's own conversions accept more than we want).
-template <class T>
-bool parse_number(const std::string& s, T& out) {
-  const char* end = s.data() + s.size();
-  auto [p, ec] = std::from_chars(s.data(), end, out);
-  return ec == std::errc() && p == end && !s.empty();
-}
+using cli::parse_number;
 
 // A comma-separated list of integers >= min.
 bool parse_counts(const std::string& s, std::vector<int64_t>& out, int64_t min) {
@@ -47,33 +32,18 @@ bool parse_layers(const std::string& s, std::vector<int64_t>& out) {
 
 // Builds the CLI11 app over `o`. Every value goes through a strict parser of ours.
 void add_options(CLI::App& app, TrainOptions& o, const std::vector<std::string>& models) {
-  auto value = [&app](const std::string& name, const std::string& type, const std::string& help,
+  cli::OptionAdder add(app);
+  auto value = [&add](const std::string& name, const std::string& type, const std::string& help,
                       std::function<bool(const std::string&)> parse, const std::string& want) {
-    app.add_option_function<std::string>(
-           name,
-           [name, parse, want](const std::string& v) {
-             if (!parse(v)) throw BadValue("option " + name + ": '" + v + "' is not " + want);
-           },
-           help)
-        ->type_name(type)
-        ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // the last one given wins
+    add.value(name, type, help, std::move(parse), want);
   };
-  auto integer = [&](const std::string& name, auto& field, int64_t min, const std::string& help) {
-    value(name, "N", fmt::format("{} ({})", help, field),
-          [&field, min](const std::string& v) { return parse_number(v, field) && field >= min; },
-          "an integer >= " + std::to_string(min));
+  auto integer = [&add](const std::string& name, auto& field, int64_t min, const std::string& help) {
+    add.integer(name, field, min, help);
   };
-  auto real = [&](const std::string& name, double& field, const std::string& help) {
-    value(name, "X", fmt::format("{} ({})", help, field),
-          [&field](const std::string& v) {
-            return parse_number(v, field) && std::isfinite(field) && field >= 0;
-          },
-          "a finite number >= 0");
+  auto real = [&add](const std::string& name, double& field, const std::string& help) {
+    add.real(name, field, help);
   };
-  auto choice = [&](const std::string& name, const std::string& type, const std::string& help,
-                    std::function<bool(const std::string&)> set, const std::string& want) {
-    value(name, type, help, std::move(set), want);
-  };
+  auto choice = value;
   integer("--epochs", o.epochs, 1, "epochs to train");
   integer("--batch-size", o.batch_size, 1, "global batch, split over the replicas");
   integer("--micro-batches", o.micro_batches, 1, "gradient accumulation: micro-batches per step");
@@ -114,23 +84,7 @@ void add_options(CLI::App& app, TrainOptions& o, const std::vector<std::string>&
   app.add_flag("--resume", o.resume, "continue from the latest checkpoint in --checkpoint-dir");
   app.add_flag("--allow-config-change", o.allow_config_change,
                "resume even if the model, optimizer or schedule differ from the checkpoint's");
-  choice("--checks", "off|user|all", "checks compiled into the step (FJIT_CHECKS, else user)",
-         [&o](const std::string& v) {
-           if (v == "off") o.checks = CheckMode::off;
-           else if (v == "user") o.checks = CheckMode::user;
-           else if (v == "all") o.checks = CheckMode::all;
-           else return false;
-           return true;
-         }, "off, user or all");
-  choice("--on-check-failure", "throw|skip_step|log",
-         "what a failed check does (FJIT_ON_CHECK_FAILURE, else throw)",
-         [&o](const std::string& v) {
-           if (v == "throw") o.on_check_failure = CheckPolicy::throw_error;
-           else if (v == "skip_step") o.on_check_failure = CheckPolicy::skip_step;
-           else if (v == "log") o.on_check_failure = CheckPolicy::log;
-           else return false;
-           return true;
-         }, "throw, skip_step or log");
+  add.check_options(o.checks, o.on_check_failure);
   integer("--log-every", o.log_every, 0, "steps between progress lines; 0 = per epoch only");
   value("--log-dir", "DIR", "write the run's scalars here every --log-every steps, as JSON lines "
         "(scalars.jsonl) and a TensorBoard event file (none)",
@@ -172,19 +126,7 @@ ParsedOptions parse_train_options(int argc, char** argv, TrainOptions defaults,
   ParsedOptions r;
   r.options = std::move(defaults);
   std::unique_ptr<CLI::App> app = make_app(argc > 0 ? argv[0] : "train", r.options, models);
-  try {
-    app->parse(argc, argv);
-  } catch (const CLI::CallForHelp&) {
-    r.help = true;
-  } catch (const BadValue& e) {
-    r.error = e.what();
-  } catch (const CLI::ExtrasError& e) {
-    r.error = "unknown option '" + app->remaining().front() + "' (see --help)";
-  } catch (const CLI::ArgumentMismatch& e) {
-    r.error = std::string(e.what()) + ": the option needs a value";
-  } catch (const CLI::ParseError& e) {
-    r.error = e.what();
-  }
+  r.error = cli::parse(*app, argc, argv, &r.help);
   if (r.error.empty() && !r.help && r.options.resume && r.options.checkpoint_dir.empty())
     r.error = "--resume needs --checkpoint-dir";
   if (r.error.empty() && !r.help && r.options.dropout >= 1.0)

@@ -9,21 +9,11 @@
 #include <fmt/format.h>
 
 #include "core/base/metrics.h"
+#include "parallel/train/primary_work.h"
 #include "parallel/train/train_scalars.h"
 
 namespace fjit::training {
 namespace {
-
-// Replica 0's `s` on every MPI rank.
-// Process 0's string on every process (the replicas of one process share it already).
-void broadcast_string(const Mesh& mesh, std::string& s) {
-  Communicator* pc = mesh.process_comm();
-  if (pc == nullptr) return;
-  uint64_t size = s.size();
-  pc->broadcast(&size, sizeof size, 0);
-  s.resize(size);
-  if (size > 0) pc->broadcast(s.data(), size, 0);
-}
 
 // Puts d's entries in the order of `like`'s names (same set of names).
 void conform(ArrayDict& d, const ArrayDict& like) {

@@ -6,31 +6,13 @@
 
 #include <fmt/format.h>
 
+#include "parallel/train/primary_work.h"
 #include "parallel/train/trainer.h"
 
 namespace fjit::training {
 namespace {
 
 constexpr const char* kFormat = "fjit-mlp-classifier-v1";
-
-int64_t metadata_int(const io::Checkpoint& ck, const std::string& path, const std::string& key) {
-  auto it = ck.metadata.find(key);
-  if (it == ck.metadata.end())
-    throw std::runtime_error(path + ": not a training checkpoint (no metadata '" + key + "')");
-  try {
-    size_t used = 0;
-    int64_t v = std::stoll(it->second, &used);
-    if (used == it->second.size() && v >= 0) return v;
-  } catch (const std::exception&) {
-  }
-  throw std::runtime_error(path + ": metadata '" + key + "' = '" + it->second +
-                           "' is not a non-negative integer");
-}
-
-std::string metadata_str(const io::Checkpoint& ck, const std::string& key) {
-  auto it = ck.metadata.find(key);
-  return it == ck.metadata.end() ? std::string() : it->second;
-}
 
 }  // namespace
 
@@ -42,33 +24,23 @@ io::NamedArrays checkpoint_tensors(const ArrayDict& params, const ArrayDict& sta
 }
 
 void Trainer::save(const std::string& path) {
-  int failed = 0;
-  std::string error;
-  if (mesh_.is_primary()) {
-    try {
-      const std::filesystem::path parent = std::filesystem::path(path).parent_path();
-      if (!parent.empty()) std::filesystem::create_directories(parent);
-      io::Checkpoint ck;
-      ck.tensors = checkpoint_tensors(params(), optimizer_state());
-      ck.metadata = {{"format", kFormat},
-                     {"step", std::to_string(steps_done_)},
-                     {"epoch", std::to_string(epoch_)},
-                     {"batch_in_epoch", std::to_string(batch_in_epoch_)},
-                     {"seed", std::to_string(options_.seed)},
-                     {"batch_size", std::to_string(options_.batch_size)},
-                     {"lr_schedule", schedule_.describe()}};
-      io::set_config(ck, run_config(options_));
-      io::save_checkpoint(path, ck);
-    } catch (const std::exception& e) {
-      failed = 1;
-      error = e.what();
-    }
-  }
-  // Doubles as the barrier: nobody reads the file before rank 0 has renamed it into place,
-  // and a failed save fails on every rank instead of leaving the others waiting.
-  if (Communicator* pc = mesh_.process_comm()) pc->all_reduce(&failed, 1, DType::i32, ReduceOp::max);
-  if (failed)
-    throw std::runtime_error(mesh_.is_primary() ? error : "checkpoint save failed on rank 0: " + path);
+  // The agreement doubles as the barrier: nobody reads the file before rank 0 has renamed it
+  // into place, and a failed save fails on every rank instead of leaving the others waiting.
+  run_on_primary(mesh_, "checkpoint save " + path, [&] {
+    const std::filesystem::path parent = std::filesystem::path(path).parent_path();
+    if (!parent.empty()) std::filesystem::create_directories(parent);
+    io::Checkpoint ck;
+    ck.tensors = checkpoint_tensors(params(), optimizer_state());
+    ck.metadata = {{"format", kFormat},
+                   {"step", std::to_string(steps_done_)},
+                   {"epoch", std::to_string(epoch_)},
+                   {"batch_in_epoch", std::to_string(batch_in_epoch_)},
+                   {"seed", std::to_string(options_.seed)},
+                   {"batch_size", std::to_string(options_.batch_size)},
+                   {"lr_schedule", schedule_.describe()}};
+    io::set_config(ck, run_config(options_));
+    io::save_checkpoint(path, ck);
+  });
 }
 
 void Trainer::load(const std::string& path) {
@@ -77,51 +49,39 @@ void Trainer::load(const std::string& path) {
   // rank instead of leaving the others waiting in the next collective.
   ArrayDict params = this->params(), state = optimizer_state();  // shapes to receive into
   uint64_t position[4] = {0, 0, 0, 0};                            // step, epoch, batch, seed
-  int failed = 0;
-  std::string error;
-  if (mesh_.is_primary()) {
-    try {
-      io::Checkpoint ck = io::load_checkpoint(path);
-      if (metadata_str(ck, "format") != kFormat)
-        throw std::runtime_error(path + ": not a checkpoint of this trainer (format '" +
-                                 metadata_str(ck, "format") + "', expected '" + kFormat + "')");
-      if (!options_.allow_config_change)
-        io::check_config(ck, run_config(options_),
-                         "pass --allow-config-change to resume with this run's settings anyway");
-      io::check_compatible(ck, checkpoint_tensors(params, state));
-      const int64_t batch_size = metadata_int(ck, path, "batch_size");
-      if (batch_size != options_.batch_size)
-        throw std::runtime_error(fmt::format("{}: saved with global batch {}, this run uses {}: the "
-                                             "data position would not carry over",
-                                             path, batch_size, options_.batch_size));
-      const int64_t batch = metadata_int(ck, path, "batch_in_epoch");
-      if (batch > batches_per_epoch())
-        throw std::runtime_error(fmt::format("{}: batch {} of an epoch of {} batches", path, batch,
-                                             batches_per_epoch()));
-      position[0] = static_cast<uint64_t>(metadata_int(ck, path, "step"));
-      position[1] = static_cast<uint64_t>(metadata_int(ck, path, "epoch"));
-      position[2] = static_cast<uint64_t>(batch);
-      position[3] = static_cast<uint64_t>(metadata_int(ck, path, "seed"));
-      ArrayDict loaded_params, loaded_state;
-      for (const auto& [name, a] : params) loaded_params.set(name, *ck.find("params/" + name));
-      for (const auto& [name, a] : state) loaded_state.set(name, *ck.find("opt/" + name));
-      params = std::move(loaded_params);
-      state = std::move(loaded_state);
-    } catch (const std::exception& e) {
-      failed = 1;
-      error = e.what();
-    }
-  }
+  run_on_primary(mesh_, "checkpoint load " + path, [&] {
+    io::Checkpoint ck = io::load_checkpoint(path);
+    if (io::metadata_str(ck, "format") != kFormat)
+      throw std::runtime_error(path + ": not a checkpoint of this trainer (format '" +
+                               io::metadata_str(ck, "format") + "', expected '" + kFormat + "')");
+    if (!options_.allow_config_change)
+      io::check_config(ck, run_config(options_),
+                       "pass --allow-config-change to resume with this run's settings anyway");
+    io::check_compatible(ck, checkpoint_tensors(params, state));
+    const int64_t batch_size = io::metadata_int(ck, "batch_size");
+    if (batch_size != options_.batch_size)
+      throw std::runtime_error(fmt::format("{}: saved with global batch {}, this run uses {}: the "
+                                           "data position would not carry over",
+                                           path, batch_size, options_.batch_size));
+    const int64_t batch = io::metadata_int(ck, "batch_in_epoch");
+    if (batch > batches_per_epoch())
+      throw std::runtime_error(fmt::format("{}: batch {} of an epoch of {} batches", path, batch,
+                                           batches_per_epoch()));
+    position[0] = static_cast<uint64_t>(io::metadata_int(ck, "step"));
+    position[1] = static_cast<uint64_t>(io::metadata_int(ck, "epoch"));
+    position[2] = static_cast<uint64_t>(batch);
+    position[3] = static_cast<uint64_t>(io::metadata_int(ck, "seed"));
+    ArrayDict loaded_params, loaded_state;
+    for (const auto& [name, a] : params) loaded_params.set(name, *ck.find("params/" + name));
+    for (const auto& [name, a] : state) loaded_state.set(name, *ck.find("opt/" + name));
+    params = std::move(loaded_params);
+    state = std::move(loaded_state);
+  });
   if (Communicator* pc = mesh_.process_comm()) {
-    pc->all_reduce(&failed, 1, DType::i32, ReduceOp::max);
-    if (!failed) {
-      pc->broadcast(position, sizeof position, 0);
-      params = mesh_.replicate(params);
-      state = mesh_.replicate(state);
-    }
+    pc->broadcast(position, sizeof position, 0);
+    params = mesh_.replicate(params);
+    state = mesh_.replicate(state);
   }
-  if (failed)
-    throw std::runtime_error(mesh_.is_primary() ? error : "checkpoint load failed on rank 0: " + path);
   // The data order continues from the checkpoint's seed, whatever this run was given.
   const uint64_t seed = position[3];
   if (seed != options_.seed) {

@@ -1,0 +1,122 @@
+// The language model's training step and decode step, timed alone: the fjit half of the
+// side-by-side comparison with JAX and PyTorch that bench/lm_compare.py runs (it starts this
+// program once per round, between rounds of its own, and divides).
+//
+//   build/bench/lm_step --steps 5            # prints "STEP_US <median> <min> <max> WALL_US <median>"
+//   build/bench/lm_step --generate 64        # prints "DECODE_US <median> WALL_US <median>"
+//   build/bench/lm_step --layers 12 --remat  # and the step's arena and peak RSS ("ARENA_MB")
+//
+// The model is train_lm's (core/nn/decoder.h: 6 layers, d 384, 6 heads, context 256, vocab
+// 256, learned positions, GELU, layer norm, tied embeddings), unless --layers/--dim/--heads/
+// --context say otherwise. The step is jit(value_and_grad(mean cross entropy) + clipping to
+// norm 1 + AdamW(lr 1e-3, b2 0.95, weight decay 0.1)) on a batch of --batch sequences, with
+// run_into (no output allocation). The decode step is train_lm --generate's: one token at
+// batch 1 with a KV cache of the whole context, sampling with temperature 0.8 and top-k 40.
+// One intra-op thread unless FJIT_INTRA_OP_THREADS says otherwise. Times: the stepping
+// thread's CPU time (one core) and the wall time (the figure with more intra-op threads).
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <sys/resource.h>
+#include <string>
+#include <vector>
+
+#include "parallel/fjit.h"
+#include "parallel/lm/lm_generate.h"
+
+using namespace fjit;
+
+namespace {
+
+double thread_cpu_us() {
+  timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return ts.tv_sec * 1e6 + ts.tv_nsec * 1e-3;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  DecoderConfig c;
+  int steps = 5, warmup = 2, batch = 8, generate_tokens = 0;
+  for (int i = 1; i < argc; ++i)
+    if (std::string(argv[i]) == "--remat") c.remat = true;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string a = argv[i];
+    if (a == "--remat") {
+      --i;
+      continue;
+    }
+    const int v = std::atoi(argv[i + 1]);
+    if (a == "--steps") steps = v;
+    else if (a == "--warmup") warmup = v;
+    else if (a == "--batch") batch = v;
+    else if (a == "--layers") c.layers = v;
+    else if (a == "--dim") c.dim = v;
+    else if (a == "--heads") c.heads = v;
+    else if (a == "--context") c.context = v;
+    else if (a == "--generate") generate_tokens = v;
+    else {
+      std::fprintf(stderr, "usage: %s [--steps N] [--warmup N] [--batch N] [--layers N] [--dim N] "
+                           "[--heads N] [--context N] [--remat] [--generate TOKENS]\n", argv[0]);
+      return 2;
+    }
+  }
+  if (!config::is_set(config::Id::intra_op_threads)) set_intra_op_threads(1);
+  ArrayDict params;
+  decoder_params(params, c, 1);
+  if (generate_tokens > 0) {
+    // Each new token is one decode step; the median over the tokens after the first.
+    std::vector<double> per_token;
+    for (int r = 0; r < 3; ++r) {
+      const lm::Generated g = lm::generate(params, c, "A", {.new_tokens = generate_tokens, .seed = 3});
+      per_token.push_back(g.seconds * 1e6 / std::max<int64_t>(1, g.new_tokens - 1));
+    }
+    std::printf("DECODE_US %.1f WALL_US %.1f  (%d tokens, batch 1, context %lld)\n", median(per_token),
+                median(per_token), generate_tokens, static_cast<long long>(c.context));
+    return 0;
+  }
+  auto step = jit([c](const Params& p, const Params& s, const Tensor& x, const Tensor& y) {
+    auto loss_fn = [&](const Params& q) { return mean(softmax_cross_entropy(decoder_logits(q, c, x), y)); };
+    auto [loss, g] = value_and_grad(loss_fn)(p);
+    auto [p2, s2] = AdamW{.lr = 1e-3, .b2 = 0.95, .weight_decay = 0.1}.update(p, clip_by_global_norm(g, 1.0), s);
+    return std::tuple{p2, s2, loss};
+  }, JitOptions{.name = "lm_step"});
+  ArrayDict state = AdamW{}.init_state(params);
+  Array x(DType::i32, {batch, c.context}), y(DType::i32, {batch, c.context});
+  for (int64_t i = 0; i < x.size(); ++i) {
+    x.data<int32_t>()[i] = static_cast<int32_t>((i * 37 + 11) % c.vocab);
+    y.data<int32_t>()[i] = static_cast<int32_t>((i * 37 + 48) % c.vocab);
+  }
+  std::tuple<ArrayDict, ArrayDict, Array> out[2];
+  out[0] = step(params, state, x, y);
+  std::vector<double> us, wall;
+  for (int i = 0; i < warmup + steps; ++i) {
+    auto& in = out[i % 2];
+    const double t0 = thread_cpu_us();
+    const int64_t w0 = now_ns();
+    step.run_into(out[(i + 1) % 2], std::get<0>(in), std::get<1>(in), x, y);
+    const double t = thread_cpu_us() - t0;
+    if (i >= warmup) us.push_back(t), wall.push_back((now_ns() - w0) * 1e-3);
+  }
+  std::printf("STEP_US %.1f %.1f %.1f WALL_US %.1f  (%lld-layer d %lld decoder, batch %d x %lld, "
+              "%zu steps, loss %.4f)\n",
+              median(us), *std::min_element(us.begin(), us.end()), *std::max_element(us.begin(), us.end()),
+              median(wall), static_cast<long long>(c.layers), static_cast<long long>(c.dim), batch,
+              static_cast<long long>(c.context), us.size(), std::get<2>(out[steps % 2]).item<double>());
+  // The step's intermediate values (the plan's arena after buffer reuse) and the process's
+  // peak resident memory.
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  std::printf("ARENA_MB %.1f PEAK_RSS_MB %.1f  (remat %s)\n",
+              step.core().last_entry()->exe->arena_bytes / 1048576.0, ru.ru_maxrss / 1024.0,
+              c.remat ? "on" : "off");
+  return 0;
+}

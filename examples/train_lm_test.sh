@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# Smoke runs of the language-model job (train_lm; registered with CTest by
+# examples/CMakeLists.txt) on a small model and the committed text fixture:
+#   threads  2 thread replicas: exit 0, the validation loss falls, no check raised; a run cut
+#            at half its steps and resumed ends with a checkpoint byte-identical to the
+#            uninterrupted run's (parameters, optimizer state, data position); --generate
+#            samples from the checkpoint with one compiled step; bad corpora (empty, a
+#            non-text byte, shorter than one batch) are errors that name the file.
+#   mpi      the same run under `MPIEXEC -n 2`: its validation lines equal the thread run's,
+#            and its final checkpoint is byte-identical.
+# usage: train_lm_test.sh threads|mpi TRAIN_LM CORPUS [MPIEXEC -n 2 FLAGS...]
+set -uo pipefail
+mode=$1 bin=$2 corpus=$3
+shift 3
+work=$(mktemp -d "${TMPDIR:-/tmp}/fjit_train_lm.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+failures=0
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+
+small=(--corpus "$corpus" --layers 2 --dim 64 --heads 2 --context 32 --batch-size 8
+       --steps 40 --warmup-steps 5 --lr 3e-3 --eval-every 20 --eval-batches 4 --log-every 10
+       --seed 5 --checks all)
+val_lines() { grep '^== step' "$1" | sed -e 's/ (eval.*//'; }
+final_ckpt() { ls "$1"/ckpt-*.safetensors | sort -V | tail -1; }
+
+"$bin" "${small[@]}" --replicas 2 --checkpoint-dir "$work/full" > "$work/threads.out" 2>&1
+rc=$?
+[ $rc -eq 0 ] || { cat "$work/threads.out"; fail "thread run exited $rc"; }
+grep -q 'checks_raised=0' "$work/threads.out" || fail "a check was raised"
+[ "$(val_lines "$work/threads.out" | wc -l)" -eq 2 ] || fail "not 2 validation lines"
+first=$(val_lines "$work/threads.out" | head -1 | sed -e 's/.*validation \([0-9.]*\).*/\1/')
+last=$(val_lines "$work/threads.out" | tail -1 | sed -e 's/.*validation \([0-9.]*\).*/\1/')
+awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < a && a < 8.5) }' ||
+  fail "the validation loss did not fall ($first -> $last bits/byte)"
+
+if [ "$mode" = threads ]; then
+  # Cut at step 20, then resume: the same final checkpoint as the uninterrupted run.
+  "$bin" "${small[@]}" --replicas 2 --checkpoint-dir "$work/cut" --max-steps 20 > "$work/cut.out" 2>&1 ||
+    { cat "$work/cut.out"; fail "the cut run failed"; }
+  "$bin" "${small[@]}" --replicas 2 --checkpoint-dir "$work/cut" --resume > "$work/resumed.out" 2>&1 ||
+    { cat "$work/resumed.out"; fail "the resumed run failed"; }
+  grep -q 'resumed from .*ckpt-20' "$work/resumed.out" || fail "the run did not resume from step 20"
+  cmp "$(final_ckpt "$work/full")" "$(final_ckpt "$work/cut")" ||
+    fail "the resumed run's final checkpoint differs from the uninterrupted run's"
+
+  "$bin" "${small[@]}" --checkpoint-dir "$work/full" --generate "The " --tokens 24 \
+    > "$work/gen.out" 2> "$work/gen.err" || { cat "$work/gen.out" "$work/gen.err"; fail "generation failed"; }
+  grep -q '^The ' "$work/gen.out" || fail "the sample does not start with the prompt"
+  grep -q '24 new tokens' "$work/gen.err" || { cat "$work/gen.err"; fail "not 24 new tokens"; }
+  grep -q '| 1 compiled step(s)' "$work/gen.err" || fail "generation compiled more than one step"
+
+  # Bad corpora: each error names the file.
+  : > "$work/empty.txt"
+  printf 'some text\000 and a NUL byte\n' > "$work/binary.txt"
+  printf 'too short\n' > "$work/short.txt"
+  for bad in empty binary short; do
+    "$bin" "${small[@]}" --corpus "$work/$bad.txt" --token-file "$work/$bad.tokens" > "$work/$bad.out" 2>&1
+    rc=$?
+    [ $rc -eq 1 ] || fail "the $bad corpus exited $rc, not 1"
+    grep -q "$bad\.t" "$work/$bad.out" || { cat "$work/$bad.out"; fail "the $bad corpus's error names no file"; }
+  done
+fi
+
+if [ "$mode" = mpi ]; then
+  "$@" "$bin" "${small[@]}" --checkpoint-dir "$work/mpi" > "$work/mpi.out" 2>&1
+  rc=$?
+  [ $rc -eq 0 ] || { cat "$work/mpi.out"; fail "mpi run exited $rc"; }
+  grep -q 'replica(s) (MPI ranks)' "$work/mpi.out" || fail "the MPI run did not use MPI ranks"
+  diff <(val_lines "$work/threads.out") <(val_lines "$work/mpi.out") ||
+    fail "MPI ranks and thread replicas trained differently"
+  cmp "$(final_ckpt "$work/full")" "$(final_ckpt "$work/mpi")" ||
+    fail "the MPI run's final checkpoint differs from the thread run's"
+fi
+[ $failures -eq 0 ] && echo "train_lm_test $mode: ok"
+exit $((failures > 0))

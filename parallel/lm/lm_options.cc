@@ -1,0 +1,112 @@
+#include "parallel/lm/lm_options.h"
+
+#include <memory>
+
+#include "parallel/train/cli_options.h"
+
+namespace fjit::lm {
+namespace {
+
+using training::cli::parse_number;
+
+void add_options(CLI::App& app, LmOptions& o) {
+  training::cli::OptionAdder add(app);
+  DecoderConfig& m = o.model;
+  add.integer("--layers", m.layers, 1, "transformer blocks");
+  add.integer("--dim", m.dim, 1, "model width d");
+  add.integer("--heads", m.heads, 1, "attention heads (divide d)");
+  add.integer("--context", m.context, 2, "tokens per sequence");
+  add.value("--positions", "learned|rotary", "position encoding (learned)",
+            [&m](const std::string& v) { m.rotary = v == "rotary"; return v == "learned" || v == "rotary"; },
+            "learned or rotary");
+  app.add_flag("--remat", m.remat, "recompute each block's activations in the backward pass");
+  add.integer("--steps", o.steps, 1, "training steps (the schedule spans them)");
+  add.integer("--max-steps", o.max_steps, 0, "stop after N steps in all (resume to go on)");
+  add.integer("--batch-size", o.batch_size, 1, "global batch in sequences, split over the replicas");
+  add.real("--lr", o.lr, "AdamW peak learning rate");
+  add.real("--min-lr-ratio", o.min_lr_ratio, "the cosine ends at lr times this");
+  add.integer("--warmup-steps", o.warmup_steps, 0, "linear learning-rate warm-up");
+  add.real("--weight-decay", o.weight_decay, "AdamW decoupled weight decay");
+  add.real("--clip-grad-norm", o.clip_grad_norm, "clip the gradient's global norm to this (0: off)");
+  add.real("--max-grad-norm", o.max_grad_norm, "a gradient norm at or above this fails a check");
+  add.value("--seed", "N", fmt::format("seed of the parameters and the data order ({})", o.seed),
+            [&o](const std::string& v) { return parse_number(v, o.seed); }, "an unsigned integer");
+  add.integer("--replicas", o.replicas, 1, "thread replicas without mpirun (FJIT_REPLICAS)");
+  add.text("--corpus", "PATH", o.corpus, "a text file, or a folder of text files (" + o.corpus + ")");
+  add.text("--token-file", "PATH", o.token_file,
+           "where the tokenized corpus is written once (<checkpoint-dir>/corpus.tokens)");
+  add.real("--validation-fraction", o.validation_fraction, "the corpus's tail kept for validation");
+  add.integer("--eval-every", o.eval_every, 0, "steps between validation losses (0: at the end)");
+  add.integer("--eval-batches", o.eval_batches, 1, "global batches per validation");
+  add.text("--checkpoint-dir", "DIR", o.checkpoint_dir, "write checkpoints here (none)");
+  add.integer("--checkpoint-every", o.checkpoint_every, 0, "steps between checkpoints; 0 = at the end");
+  app.add_flag("--resume", o.resume, "continue from the latest checkpoint in --checkpoint-dir");
+  app.add_flag("--allow-config-change", o.allow_config_change,
+               "resume even if the model, optimizer or schedule differ from the checkpoint's");
+  add.check_options(o.checks, o.on_check_failure);
+  add.integer("--log-every", o.log_every, 0, "steps between progress lines");
+  add.value("--generate", "PROMPT", "sample text after PROMPT from the latest checkpoint of "
+            "--checkpoint-dir instead of training",
+            [&o](const std::string& v) { o.prompt = v; return true; }, "");
+  add.integer("--tokens", o.new_tokens, 1, "tokens to generate");
+  add.real("--temperature", o.temperature, "sampling temperature (0: greedy)");
+  add.integer("--top-k", o.top_k, 0, "sample among the k likeliest tokens (0: all)");
+}
+
+std::unique_ptr<CLI::App> make_app(const std::string& program, LmOptions& o) {
+  auto app = std::make_unique<CLI::App>(
+      "Trains a GPT-style decoder on a text corpus (bytes as tokens), data-parallel over the "
+      "replicas, or samples from it.\n  mpirun -np N " + program + " [options]   (one replica per rank)",
+      program);
+  app->footer("Environment: FJIT_LOG_LEVEL, FJIT_CHECKS, FJIT_ON_CHECK_FAILURE, FJIT_DUMP_DIR, ...");
+  app->allow_windows_style_options(false);
+  add_options(*app, o);
+  return app;
+}
+
+}  // namespace
+
+ParsedLmOptions parse_lm_options(int argc, char** argv, LmOptions defaults) {
+  ParsedLmOptions r;
+  r.options = std::move(defaults);
+  std::unique_ptr<CLI::App> app = make_app(argc > 0 ? argv[0] : "train_lm", r.options);
+  r.error = training::cli::parse(*app, argc, argv, &r.help);
+  const LmOptions& o = r.options;
+  if (!r.error.empty() || r.help) return r;
+  if (o.resume && o.checkpoint_dir.empty()) r.error = "--resume needs --checkpoint-dir";
+  else if (o.prompt && o.checkpoint_dir.empty()) r.error = "--generate needs --checkpoint-dir";
+  else if (o.validation_fraction <= 0 || o.validation_fraction >= 1)
+    r.error = "--validation-fraction must be in (0, 1)";
+  else if (o.model.dim % o.model.heads != 0)
+    r.error = fmt::format("--heads {} must divide --dim {}", o.model.heads, o.model.dim);
+  return r;
+}
+
+std::string lm_usage(const char* program, const LmOptions& d) {
+  LmOptions shown = d;
+  return make_app(program, shown)->help();
+}
+
+std::string describe(const LmOptions& o) {
+  return fmt::format("model: {} | {} steps of {} x {} tokens | AdamW lr {} (warm-up {}, cosine to x{}), "
+                     "weight decay {}, clip {} | seed {}",
+                     o.model.describe(), o.steps, o.batch_size, o.model.context, o.lr,
+                     o.warmup_steps, o.min_lr_ratio, o.weight_decay, o.clip_grad_norm, o.seed);
+}
+
+Schedule lm_schedule(const LmOptions& o) {
+  const int64_t decay = std::max<int64_t>(1, o.steps - o.warmup_steps);
+  Schedule cosine = Schedule::cosine(o.lr, decay, o.lr * o.min_lr_ratio);
+  return o.warmup_steps > 0 ? Schedule::warmup(o.warmup_steps, cosine) : cosine;
+}
+
+io::RunConfig run_config(const LmOptions& o) {
+  return {{"model", o.model.describe()},
+          {"optimizer", fmt::format("AdamW b2 {} weight decay {} clip {}", o.b2, o.weight_decay,
+                                    o.clip_grad_norm)},
+          {"schedule", lm_schedule(o).describe()},
+          {"batch", fmt::format("{} x {}", o.batch_size, o.model.context)},
+          {"validation_fraction", fmt::format("{}", o.validation_fraction)}};
+}
+
+}  // namespace fjit::lm

@@ -1,0 +1,65 @@
+// Command-line options of the language-model program (examples/train_lm.cc), parsed strictly
+// with CLI11 (parallel/train/cli_options.h): training a decoder on a text corpus, or, with
+// --generate, sampling text from a checkpoint.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "core/io/checkpoint.h"
+#include "core/ir/check_site.h"
+#include "core/lib/schedules.h"
+#include "core/nn/decoder.h"
+
+namespace fjit::lm {
+
+struct LmOptions {
+  DecoderConfig model;               // vocab is the tokenizer's (256 bytes)
+  int64_t steps = 600;               // training steps in all (the schedule spans them)
+  int64_t max_steps = -1;            // stop after this many steps (-1: at `steps`); resumable
+  int64_t batch_size = 8;            // global: sequences per step, split over the replicas
+  double lr = 1e-3;                  // peak learning rate
+  double min_lr_ratio = 0.1;         // the cosine decays to lr * min_lr_ratio
+  int64_t warmup_steps = 50;         // linear warm-up before the cosine
+  double weight_decay = 0.1;
+  double b2 = 0.95;                  // AdamW's second-moment decay
+  double clip_grad_norm = 1.0;       // 0: no clipping
+  double max_grad_norm = 1e4;        // a pre-clipping norm at or above this fails a check
+  uint64_t seed = 0;                 // parameters and data order
+  std::string corpus = "/usr/share/games/fortunes";  // a text file or a folder of them
+  std::string token_file;            // empty: <checkpoint_dir>/corpus.tokens, else in /tmp
+  double validation_fraction = 0.1;  // the corpus's tail kept for validation
+  int64_t eval_every = 200;          // steps between validation losses (0: at the end only)
+  int64_t eval_batches = 16;         // global batches of validation windows per evaluation
+  std::string checkpoint_dir;        // empty: no checkpoints
+  int64_t checkpoint_every = 0;      // steps between checkpoints; 0: at the end only
+  bool resume = false;
+  bool allow_config_change = false;
+  std::optional<CheckMode> checks;
+  std::optional<CheckPolicy> on_check_failure;
+  int64_t log_every = 20;
+  int replicas = 1;                  // informational: Mesh::from_environment reads --replicas
+  // Generation (--generate PROMPT): from the latest checkpoint of checkpoint_dir.
+  std::optional<std::string> prompt;
+  int64_t new_tokens = 200;
+  double temperature = 0.8;          // 0: greedy
+  int64_t top_k = 40;                // 0: the whole vocabulary
+};
+
+struct ParsedLmOptions {
+  LmOptions options;
+  bool help = false;
+  std::string error;  // non-empty: the command line was wrong
+};
+
+ParsedLmOptions parse_lm_options(int argc, char** argv, LmOptions defaults = {});
+std::string lm_usage(const char* program, const LmOptions& defaults = {});
+// One line of what shapes the run.
+std::string describe(const LmOptions& o);
+// Warm-up, then a cosine from lr to lr * min_lr_ratio at `steps`.
+Schedule lm_schedule(const LmOptions& o);
+// What a checkpoint records and a resumed run must match: the model, optimizer and schedule.
+io::RunConfig run_config(const LmOptions& o);
+
+}  // namespace fjit::lm

@@ -1,0 +1,65 @@
+#include "parallel/lm/lm_step.h"
+
+#include "checks/check.h"
+#include "core/autodiff/autodiff.h"
+#include "core/nn/losses.h"
+#include "core/trace/collectives.h"
+
+namespace fjit::lm {
+
+void check_token_ids(const Tensor& ids, int64_t vocab, const char* what) {
+  const Tensor bad = (ids < 0.0) || (ids > static_cast<double>(vocab - 1));
+  // The first bad element in row-major order: its row, then its column within the row.
+  const int64_t cols = ids.dim(1);
+  const Tensor row = reshape(argmax(cast(any(bad, {1}), DType::i32), 0), {1});
+  const Tensor row_ids = reshape(gather(ids, row, 0), {cols});
+  const Tensor col = reshape(argmax(cast(reshape(gather(bad, row, 0), {cols}), DType::i32), 0), {1});
+  const std::string message = std::string(what) +
+                              " token ids must be in [0, {}): id {} at row {} column {} of this shard";
+  check(!any(bad), message, scalar(DType::i32, static_cast<double>(vocab)),
+        reshape(gather(row_ids, col, 0), {}), reshape(row, {}), reshape(col, {}));
+}
+
+std::tuple<TensorDict, TensorDict, Tensor, Tensor> LmStepFn::operator()(
+    const Params& params, const Params& state, const Tensor& inputs, const Tensor& targets,
+    const Tensor& step) const {
+  check_token_ids(inputs, model.vocab, "input");
+  check_token_ids(targets, model.vocab, "target");
+  auto loss_fn = [&](const Params& p) {
+    return mean(softmax_cross_entropy(decoder_logits(p, model, inputs), targets));
+  };
+  auto [loss, grads] = value_and_grad(loss_fn)(params);
+  check(isfinite(loss), "loss {} is not finite", loss);
+  TensorDict mean_grads = pmean(grads, axis);
+  Tensor norm;
+  TensorDict clipped = clip_grad_norm > 0 ? clip_by_global_norm(mean_grads, clip_grad_norm, &norm)
+                                          : mean_grads;
+  if (clip_grad_norm <= 0) norm = global_norm(mean_grads);
+  check(isfinite(norm) && norm < max_grad_norm,
+        "global gradient norm {} is not finite or not below {}", norm,
+        scalar(norm.dtype(), max_grad_norm));
+  AdamW opt = optimizer;
+  opt.lr = schedule(step);
+  auto [next_params, next_state] = opt.update(params, clipped, state);
+  return {next_params, next_state, pmean(loss, axis), norm};
+}
+
+Tensor LmLossSumFn::operator()(const Params& params, const Tensor& inputs,
+                               const Tensor& targets) const {
+  check_token_ids(inputs, model.vocab, "input");
+  check_token_ids(targets, model.vocab, "target");
+  return psum(sum(softmax_cross_entropy(decoder_logits(params, model, inputs), targets)), axis);
+}
+
+LmStep make_lm_step(const Mesh& mesh, LmStepFn fn, PmapOptions options) {
+  if (options.jit.name == "fn") options.jit.name = "lm_step";
+  const std::string axis = fn.axis;
+  return pmap(mesh, axis, std::move(fn), std::move(options), PmapArgOptions{{4}});
+}
+
+LmEval make_lm_eval(const Mesh& mesh, DecoderConfig model, PmapOptions options) {
+  if (options.jit.name == "fn") options.jit.name = "lm_eval";
+  return pmap(mesh, "batch", LmLossSumFn{std::move(model)}, std::move(options));
+}
+
+}  // namespace fjit::lm

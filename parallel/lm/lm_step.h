@@ -1,0 +1,53 @@
+// The language model's data-parallel training step and validation loss (pmap'd over "batch").
+//
+// Training step, one pmap'd function of (params, AdamW state, inputs, targets, step):
+//   check: every input and target token id is in [0, vocab) (the report names the first bad
+//     position of this replica's shard: row and column);
+//   value_and_grad of the mean next-token cross entropy on this replica's shard;
+//   check: the local loss is finite (the report names the replica whose data was bad);
+//   pmean of the gradients (one fused all-reduce) and of the loss;
+//   check: the global gradient norm is finite and below max_grad_norm;
+//   clipping to clip_grad_norm, then AdamW at schedule(step) (step: an i32 scalar every
+//   replica gets whole, so the rate changes without recompiling).
+// Returns {params', state', mean loss, gradient norm before clipping}.
+#pragma once
+
+#include <string>
+#include <tuple>
+
+#include "core/lib/optimizers.h"
+#include "core/lib/schedules.h"
+#include "core/nn/decoder.h"
+#include "parallel/pmap.h"
+
+namespace fjit::lm {
+
+struct LmStepFn {
+  DecoderConfig model;
+  AdamW optimizer;
+  Schedule schedule = Schedule::constant(1e-3);
+  double clip_grad_norm = 1.0;  // 0: none
+  double max_grad_norm = 1e4;
+  std::string axis = "batch";
+  std::tuple<TensorDict, TensorDict, Tensor, Tensor> operator()(
+      const Params& params, const Params& state, const Tensor& inputs, const Tensor& targets,
+      const Tensor& step) const;
+};
+using LmStep = Pmapped<LmStepFn>;
+using LmStepOut = std::tuple<ArrayDict, ArrayDict, Array, Array>;
+
+// Sum of the next-token cross entropy (nats) over every replica's shard: an f32 scalar.
+struct LmLossSumFn {
+  DecoderConfig model;
+  std::string axis = "batch";
+  Tensor operator()(const Params& params, const Tensor& inputs, const Tensor& targets) const;
+};
+using LmEval = Pmapped<LmLossSumFn>;
+
+// The token-id check of the step, usable on its own: ids i32 [rows, T] in [0, vocab).
+void check_token_ids(const Tensor& ids, int64_t vocab, const char* what);
+
+LmStep make_lm_step(const Mesh& mesh, LmStepFn fn, PmapOptions options);
+LmEval make_lm_eval(const Mesh& mesh, DecoderConfig model, PmapOptions options);
+
+}  // namespace fjit::lm

@@ -1,0 +1,239 @@
+#include "parallel/lm/lm_trainer.h"
+
+#include <cmath>
+#include <filesystem>
+#include <functional>
+#include <numbers>
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+#include "core/base/metrics.h"
+#include "core/io/checkpoint.h"
+#include "core/io/tokenizer.h"
+#include "parallel/train/primary_work.h"
+#include "parallel/train/trainer.h"
+
+namespace fjit::lm {
+namespace {
+
+constexpr const char* kFormat = "fjit-decoder-lm-v1";
+
+void conform(ArrayDict& d, const ArrayDict& like) {
+  if (d.empty() || d.names() == like.names()) return;
+  ArrayDict out;
+  for (const std::string& name : like.names()) out.set(name, d.at(name));
+  d = std::move(out);
+}
+
+}  // namespace
+
+std::string token_file_path(const LmOptions& o) {
+  if (!o.token_file.empty()) return o.token_file;
+  if (!o.checkpoint_dir.empty()) return (std::filesystem::path(o.checkpoint_dir) / "corpus.tokens").string();
+  const size_t h = std::hash<std::string>{}(std::filesystem::absolute(o.corpus).string());
+  return (std::filesystem::temp_directory_path() / fmt::format("fjit-corpus-{:016x}.tokens", h)).string();
+}
+
+PmapOptions LmTrainer::pmap_options(const char* name) const {
+  PmapOptions o;
+  o.jit.name = name;
+  o.jit.checks = options_.checks;
+  o.jit.policy = options_.on_check_failure;
+  return o;
+}
+
+LmTrainer::LmTrainer(Mesh mesh, LmOptions options)
+    : mesh_(std::move(mesh)),
+      options_(std::move(options)),
+      schedule_(lm_schedule(options_)),
+      step_fn_(make_lm_step(mesh_,
+                            LmStepFn{.model = options_.model,
+                                     .optimizer = AdamW{.lr = options_.lr, .b2 = options_.b2,
+                                                        .weight_decay = options_.weight_decay},
+                                     .schedule = schedule_,
+                                     .clip_grad_norm = options_.clip_grad_norm,
+                                     .max_grad_norm = options_.max_grad_norm},
+                            pmap_options("lm_step"))),
+      eval_fn_(make_lm_eval(mesh_, options_.model, pmap_options("lm_eval"))) {
+  options_.model.vocab = io::ByteTokenizer::kVocab;
+  validate(options_.model);
+  const std::string path = token_file_path(options_);
+  training::run_on_primary(mesh_, "tokenizing " + options_.corpus, [&] {
+    if (std::filesystem::exists(path)) return;  // written once; a resumed run reads the same
+    const std::filesystem::path parent = std::filesystem::path(path).parent_path();
+    if (!parent.empty()) std::filesystem::create_directories(parent);
+    io::write_token_file(path, io::corpus_files(options_.corpus));
+  });
+  file_ = std::make_unique<io::TokenFile>(io::TokenFile::open(path));
+  std::tie(shard_begin_, shard_end_) = mesh_.data_shard().rows(options_.batch_size);
+  if (options_.batch_size < mesh_.size())
+    throw std::invalid_argument(fmt::format("train_lm: a global batch of {} sequences cannot feed {} replicas",
+                                            options_.batch_size, mesh_.size()));
+  train_batches_ = std::make_unique<io::TokenBatches>(
+      *file_, io::Split::kTrain,
+      io::TokenBatchOptions{.context = options_.model.context, .global_batch = options_.batch_size,
+                            .validation_fraction = options_.validation_fraction, .seed = options_.seed},
+      shard_begin_, shard_end_);
+  ArrayDict params;
+  decoder_params(params, options_.model, options_.seed);
+  params = mesh_.replicate(params);
+  AdamW opt{.lr = options_.lr, .b2 = options_.b2, .weight_decay = options_.weight_decay};
+  ArrayDict state = opt.init_state(params);
+  buffers_[0] = LmStepOut{std::move(params), std::move(state), Array(), Array()};
+  step_ = Array(DType::i32, {});
+}
+
+int64_t LmTrainer::total_steps() const {
+  return options_.max_steps >= 0 ? std::min(options_.steps, options_.max_steps) : options_.steps;
+}
+
+bool LmTrainer::done() const { return steps_done_ >= total_steps(); }
+
+std::optional<StepStats> LmTrainer::step() {
+  if (done()) return std::nullopt;
+  const int64_t epoch = train_batches_->epoch();
+  train_batches_->next(inputs_, targets_);
+  LmStepOut& in = buffers_[current_];
+  LmStepOut& out = buffers_[1 - current_];
+  const int64_t step = steps_done_++;
+  step_.data<int32_t>()[0] = static_cast<int32_t>(step);
+  StepResult r = step_fn_.run_into(out, std::get<0>(in), std::get<1>(in), inputs_, targets_, step_);
+  current_ = 1 - current_;
+  if (!buffers_conformed_) {
+    conform(std::get<0>(in), std::get<0>(out));
+    conform(std::get<1>(in), std::get<1>(out));
+    buffers_conformed_ = true;
+  }
+  StepStats s;
+  s.step = step;
+  s.epoch = epoch;
+  s.batch = step;
+  s.skipped = r.skipped;
+  s.lr = schedule_(step);
+  s.loss = std::get<2>(out).item<float>();
+  last_grad_norm_ = std::get<3>(out).item<float>();
+  s.metrics = {{"grad norm", last_grad_norm_, false}};
+  return s;
+}
+
+double LmTrainer::validation_bits_per_byte() {
+  io::TokenBatches val(*file_, io::Split::kValidation,
+                       {.context = options_.model.context, .global_batch = options_.batch_size,
+                        .validation_fraction = options_.validation_fraction, .seed = options_.seed},
+                       shard_begin_, shard_end_);
+  const int64_t batches = std::min(options_.eval_batches, val.batches_per_epoch());
+  Array loss_sum, inputs, targets;
+  double nats = 0;
+  for (int64_t b = 0; b < batches; ++b) {
+    val.next(inputs, targets);
+    eval_fn_.run_into(loss_sum, params(), inputs, targets);
+    nats += loss_sum.item<double>();
+  }
+  const double tokens = static_cast<double>(batches * options_.batch_size * options_.model.context);
+  return nats / tokens / std::numbers::ln2;
+}
+
+void LmTrainer::save(const std::string& path) {
+  training::run_on_primary(mesh_, "checkpoint save " + path, [&] {
+    const std::filesystem::path parent = std::filesystem::path(path).parent_path();
+    if (!parent.empty()) std::filesystem::create_directories(parent);
+    io::Checkpoint ck;
+    ck.tensors = training::checkpoint_tensors(params(), optimizer_state());
+    ck.metadata = {{"format", kFormat},
+                   {"step", std::to_string(steps_done_)},
+                   {"data_position", std::to_string(train_batches_->position())},
+                   {"seed", std::to_string(options_.seed)},
+                   {"lr_schedule", schedule_.describe()}};
+    io::set_config(ck, run_config(options_));
+    io::save_checkpoint(path, ck);
+  });
+}
+
+void LmTrainer::load(const std::string& path) {
+  ArrayDict params = this->params(), state = optimizer_state();
+  uint64_t position[3] = {0, 0, 0};  // step, data position, seed
+  training::run_on_primary(mesh_, "checkpoint load " + path, [&] {
+    io::Checkpoint ck = io::load_checkpoint(path);
+    if (io::metadata_str(ck, "format") != kFormat)
+      throw std::runtime_error(fmt::format("{}: not a checkpoint of this trainer (format '{}', expected '{}')",
+                                           path, io::metadata_str(ck, "format"), kFormat));
+    if (!options_.allow_config_change)
+      io::check_config(ck, run_config(options_),
+                       "pass --allow-config-change to resume with this run's settings anyway");
+    io::check_compatible(ck, training::checkpoint_tensors(params, state));
+    position[0] = static_cast<uint64_t>(io::metadata_int(ck, "step"));
+    position[1] = static_cast<uint64_t>(io::metadata_int(ck, "data_position"));
+    position[2] = static_cast<uint64_t>(io::metadata_int(ck, "seed"));
+    ArrayDict loaded_params, loaded_state;
+    for (const auto& [name, a] : params) loaded_params.set(name, *ck.find("params/" + name));
+    for (const auto& [name, a] : state) loaded_state.set(name, *ck.find("opt/" + name));
+    params = std::move(loaded_params);
+    state = std::move(loaded_state);
+  });
+  if (Communicator* pc = mesh_.process_comm()) {
+    pc->broadcast(position, sizeof position, 0);
+    params = mesh_.replicate(params);
+    state = mesh_.replicate(state);
+  }
+  // The data order continues from the checkpoint's seed, whatever this run was given.
+  if (position[2] != options_.seed) {
+    options_.seed = position[2];
+    train_batches_ = std::make_unique<io::TokenBatches>(
+        *file_, io::Split::kTrain,
+        io::TokenBatchOptions{.context = options_.model.context, .global_batch = options_.batch_size,
+                              .validation_fraction = options_.validation_fraction, .seed = options_.seed},
+        shard_begin_, shard_end_);
+  }
+  train_batches_->seek(static_cast<int64_t>(position[1]));
+  buffers_[current_] = LmStepOut{std::move(params), std::move(state), Array(), Array()};
+  buffers_conformed_ = false;
+  steps_done_ = static_cast<int64_t>(position[0]);
+}
+
+Progress LmTrainer::make_progress() const {
+  return Progress({.enabled = mesh_.is_primary(), .first_step = steps_done_,
+                   .total_steps = total_steps(),
+                   .global_batch = options_.batch_size * options_.model.context,
+                   .log_every = options_.log_every, .unit = "tokens"});
+}
+
+double LmTrainer::run() {
+  const bool checkpoints = !options_.checkpoint_dir.empty();
+  std::string resumed;
+  if (options_.resume && checkpoints) {
+    std::string path = mesh_.is_primary() ? io::latest_checkpoint(options_.checkpoint_dir) : "";
+    training::broadcast_string(mesh_, path);
+    if (!path.empty()) {
+      load(path);
+      resumed = fmt::format("resumed from {} (step {})", path, steps_done_);
+    } else {
+      resumed = "no checkpoint in " + options_.checkpoint_dir + ": starting from scratch";
+    }
+  }
+  run_started_at_ = steps_done_;
+  Progress progress = make_progress();
+  if (!resumed.empty()) progress.note(resumed);
+  double bpb = -1;
+  int64_t evaluated_at = -1, saved_at = steps_done_;
+  auto evaluate = [&] {
+    const int64_t t0 = now_ns();
+    bpb = validation_bits_per_byte();
+    evaluated_at = steps_done_;
+    progress.note(fmt::format("== step {:>6} | validation {:.4f} bits/byte (eval {:.1f}s)", steps_done_,
+                              bpb, (now_ns() - t0) * 1e-9));
+  };
+  while (std::optional<StepStats> s = step()) {
+    progress.on_step(*s);
+    if (checkpoints && options_.checkpoint_every > 0 && steps_done_ % options_.checkpoint_every == 0) {
+      save(io::checkpoint_path(options_.checkpoint_dir, steps_done_));
+      saved_at = steps_done_;
+    }
+    if (options_.eval_every > 0 && steps_done_ % options_.eval_every == 0) evaluate();
+  }
+  if (checkpoints && saved_at != steps_done_) save(io::checkpoint_path(options_.checkpoint_dir, steps_done_));
+  if (evaluated_at != steps_done_) evaluate();
+  return bpb;
+}
+
+}  // namespace fjit::lm

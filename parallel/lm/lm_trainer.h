@@ -1,0 +1,87 @@
+// LmTrainer: the training loop of a decoder language model (core/nn/decoder.h) on a token file
+// (core/io/token_file.h) — parameters and AdamW state, the pmap'd step (parallel/lm/lm_step.h),
+// validation loss in bits per byte, progress lines with tokens/s, safetensors checkpoints.
+//
+// Promises:
+//  - The corpus is tokenized (bytes) into a token file once, by the primary replica, before any
+//    process reads it; every process then maps it and reads only its rows of each global batch
+//    (the file must be visible to every process: one host, or a shared file system).
+//  - Deterministic: parameters from the seed, the batch order from (seed, epoch), the same
+//    compiled plan each step, so two runs with the same options give bit-identical parameters,
+//    with threads or MPI ranks.
+//  - A checkpoint holds params ("params/<name>"), AdamW state ("opt/<name>"), the data position
+//    and the run's configuration; a run resumed from it sees exactly the batches, and computes
+//    exactly the parameters, of the uninterrupted run. A checkpoint of another configuration is
+//    refused with the differences listed, unless allow_config_change.
+//  - Every replica runs the same calls (evaluate() and save() included: they run collectives).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "core/io/progress.h"
+#include "core/io/token_batches.h"
+#include "core/io/token_file.h"
+#include "parallel/lm/lm_options.h"
+#include "parallel/lm/lm_step.h"
+#include "parallel/mesh.h"
+
+namespace fjit::lm {
+
+// The token file a run uses: options.token_file, else <checkpoint_dir>/corpus.tokens, else one
+// in the temporary directory named after the corpus path.
+std::string token_file_path(const LmOptions& o);
+
+class LmTrainer {
+ public:
+  // Writes the token file (primary) and opens it (every process). Throws std::runtime_error
+  // naming the file for a bad corpus (empty, not text, shorter than one batch).
+  LmTrainer(Mesh mesh, LmOptions options);
+
+  // One step on the next global batch; nullopt once the run is over.
+  std::optional<StepStats> step();
+  bool done() const;
+  // Mean validation loss in bits per token (= bits per byte for the byte tokenizer) over
+  // eval_batches global batches of the validation split.
+  double validation_bits_per_byte();
+
+  void save(const std::string& path);
+  void load(const std::string& path);
+  // The whole run: resume (options.resume), progress lines, validation every eval_every steps
+  // and at the end, checkpoints. Returns the final validation bits per byte.
+  double run();
+
+  const ArrayDict& params() const { return std::get<0>(buffers_[current_]); }
+  const ArrayDict& optimizer_state() const { return std::get<1>(buffers_[current_]); }
+  int64_t steps_done() const { return steps_done_; }
+  int64_t steps_this_run() const { return steps_done_ - run_started_at_; }
+  int64_t total_steps() const;
+  const io::TokenFile& tokens() const { return *file_; }
+  const LmOptions& options() const { return options_; }
+  const Mesh& mesh() const { return mesh_; }
+  double last_grad_norm() const { return last_grad_norm_; }
+
+ private:
+  PmapOptions pmap_options(const char* name) const;
+  Progress make_progress() const;
+
+  Mesh mesh_;
+  LmOptions options_;
+  std::unique_ptr<io::TokenFile> file_;
+  int64_t shard_begin_ = 0, shard_end_ = 0;
+  std::unique_ptr<io::TokenBatches> train_batches_;
+  Schedule schedule_;
+  LmStep step_fn_;
+  LmEval eval_fn_;
+  LmStepOut buffers_[2];  // step k reads buffers_[current_] and writes the other
+  int current_ = 0;
+  bool buffers_conformed_ = false;
+  Array inputs_, targets_, step_;
+  int64_t steps_done_ = 0;
+  int64_t run_started_at_ = 0;
+  double last_grad_norm_ = 0;
+};
+
+}  // namespace fjit::lm
