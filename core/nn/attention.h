@@ -32,8 +32,9 @@ struct MultiHeadAttentionOptions {
 
 // x [B, T, D] -> [B, T, D]: per head softmax(q k^T / sqrt(D / heads)) v, then the out
 // projection. key_lengths (optional, i32 [B]) masks the padding: keys j >= key_lengths[b] get
-// no weight. Masked scores are set to a large negative number before the softmax, and a query
-// that sees no key at all (key_lengths[b] == 0) gets zeros (with automatic checks on, that key length is an attention_key_length check).
+// no weight. The attention itself is the fused op dot_product_attention (core/trace/attention.h):
+// no [T, T] scores are kept. A query that sees no key at all (key_lengths[b] == 0) gets zeros;
+// with automatic checks on, that key length is an attention_key_length check.
 Tensor multi_head_attention(const Params& p, const std::string& name, const Tensor& x,
                             const MultiHeadAttentionOptions& o,
                             const Tensor& key_lengths = Tensor(), Loc loc = Loc::current());
