@@ -4,9 +4,9 @@
 #   nan    a NaN pixel (row 0 of replica 1's shard, column 400) at step 2: the run writes a
 #          bundle for replica 1 under FJIT_CHECK_DUMP_DIR; its replay names the input that
 #          brought the NaN, its row and column, and the op that reads it first.
-#   label  a label 42 at the same place: the step has no index op that could read it (the
-#          loss compares labels with classes), so the replay reproduces the model's label check
-#          (its report has "max 42") and says no op went bad.
+#   label  a label 42 at the same place: the replay reproduces the model's label check (its
+#          report has "max 42"), and its search names the loss op (softmax_xent checks its
+#          labels) and the row of the bad label.
 #   Also: without FJIT_CHECK_DUMP_DIR nothing is written; replaying with another model
 #   configuration (a different --max-grad-norm) is refused as a different program (exit 2).
 # usage: replay_test.sh POISONED_BATCH_BINARY FIXTURE_DIR
@@ -48,7 +48,10 @@ for kind in nan label; do
   else
     grep -q "labels must be classes in \[0, 10); batch has min [0-9]* max 42" "$out" ||
       fail "label: the replayed step did not raise the label check"
-    grep -q "no op produced a non-finite or out-of-range value" "$out" || fail "label: an op was blamed"
+    # The loss op itself checks its labels: the search names it and the bad label's row.
+    grep -q "first bad op in plan order: softmax_xent" "$out" || fail "label: the loss op is not named"
+    grep -q "read index 42 at \[0\] (row 0) of operand 1, outside \[0, 10)" "$out" ||
+      fail "label: the bad label's row is not named"
   fi
 done
 

@@ -73,7 +73,7 @@ void decoder_params(ArrayDict& d, const DecoderConfig& c, uint64_t seed, DType d
   for (int64_t i = 0; i < c.layers; ++i) {
     // The block's own initializer gives the names and shapes; GPT-2's scheme redraws them.
     ArrayDict block;
-    transformer_block_params(block, block_name(i), c.dim, c.block(), next_seed(), dtype);
+    transformer_block_params(block, block_name(i), c.dim, next_seed(), c.block(), Init::glorot_uniform, dtype);
     for (const auto& [name, a] : block) {
       const bool residual = ends_with(name, "attn/out/w") || ends_with(name, "mlp/proj/w") ||
                             ends_with(name, "mlp/down/w");

@@ -195,7 +195,7 @@ Progress LmTrainer::make_progress() const {
   return Progress({.enabled = mesh_.is_primary(), .first_step = steps_done_,
                    .total_steps = total_steps(),
                    .global_batch = options_.batch_size * options_.model.context,
-                   .log_every = options_.log_every, .unit = "tokens"});
+                   .unit = "tokens", .log_every = options_.log_every});
 }
 
 double LmTrainer::run() {
