@@ -11,7 +11,7 @@ FUZZ_SECONDS ?= 60
 # CI (CI=true) builds with warnings as errors, so a new warning fails it.
 FJIT_WERROR ?= $(if $(CI),ON,OFF)
 
-.PHONY: deps configure build test demo bench clean sanitize fuzz
+.PHONY: deps configure build test demo lm bench clean sanitize fuzz
 deps:
 	@bash cmake/install_deps.sh $(DEBIAN_PACKAGES)
 
@@ -27,6 +27,11 @@ test: build
 demo: configure
 	@cmake --build $(BUILD) -j $(JOBS) --target train_fashion_mnist
 	@$(BUILD)/examples/train_fashion_mnist --replicas 2
+
+# The language-model job: a GPT trained on the fortunes text with 2 replicas, checks on.
+lm: configure
+	@cmake --build $(BUILD) -j $(JOBS) --target train_lm
+	@$(BUILD)/examples/train_lm --replicas 2 --checkpoint-dir runs/lm
 
 bench: build
 	@bash bench/run_all.sh $(BUILD)

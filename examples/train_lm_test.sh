@@ -2,8 +2,9 @@
 # Smoke runs of the language-model job (train_lm; registered with CTest by
 # examples/CMakeLists.txt) on a small model and the committed text fixture:
 #   threads  2 thread replicas: exit 0, the validation loss falls, no check raised; a run cut
-#            at half its steps and resumed ends with a checkpoint byte-identical to the
-#            uninterrupted run's (parameters, optimizer state, data position); --generate
+#            at half its steps and resumed, and one killed (SIGKILL) mid-run and resumed, end
+#            with a checkpoint byte-identical to the uninterrupted run's (parameters,
+#            optimizer state, data position); --generate
 #            samples from the checkpoint with one compiled step; bad corpora (empty, a
 #            non-text byte, shorter than one batch) are errors that name the file.
 #   mpi      the same run under `MPIEXEC -n 2`: its validation lines equal the thread run's,
@@ -42,6 +43,23 @@ if [ "$mode" = threads ]; then
   grep -q 'resumed from .*ckpt-20' "$work/resumed.out" || fail "the run did not resume from step 20"
   cmp "$(final_ckpt "$work/full")" "$(final_ckpt "$work/cut")" ||
     fail "the resumed run's final checkpoint differs from the uninterrupted run's"
+
+  # Killed (SIGKILL) once a checkpoint is on disk, then resumed: the same final checkpoint as a
+  # run never killed. (Should the run end before the kill lands, the comparison still holds.)
+  long=("${small[@]}" --steps 400 --eval-every 0 --checkpoint-every 10)
+  "$bin" "${long[@]}" --checkpoint-dir "$work/whole" > "$work/whole.out" 2>&1 || fail "the long run failed"
+  "$bin" "${long[@]}" --checkpoint-dir "$work/killed" > "$work/killed.out" 2>&1 &
+  pid=$!
+  for _ in $(seq 1 400); do
+    [ -e "$work/killed/ckpt-30.safetensors" ] && break
+    sleep 0.02
+  done
+  kill -9 $pid 2> /dev/null
+  wait $pid 2> /dev/null
+  "$bin" "${long[@]}" --checkpoint-dir "$work/killed" --resume > "$work/after_kill.out" 2>&1 ||
+    { cat "$work/after_kill.out"; fail "the run resumed after a kill failed"; }
+  cmp "$(final_ckpt "$work/whole")" "$(final_ckpt "$work/killed")" ||
+    fail "the run resumed after a kill ends with another checkpoint than the run never killed"
 
   "$bin" "${small[@]}" --checkpoint-dir "$work/full" --generate "The " --tokens 24 \
     > "$work/gen.out" 2> "$work/gen.err" || { cat "$work/gen.out" "$work/gen.err"; fail "generation failed"; }

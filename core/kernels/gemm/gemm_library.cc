@@ -55,9 +55,18 @@ KernelFn pick(bool ta, bool tb) {
 
 void set_gemm_library_allowed(bool allowed) { g_allowed.store(allowed, std::memory_order_relaxed); }
 
+bool gemm_library_has_kernels() {
+#ifdef FJIT_HAVE_BLIS
+  static const bool tuned = bli_arch_query_id() != BLIS_ARCH_GENERIC;
+  return tuned;
+#else
+  return false;
+#endif
+}
+
 bool gemm_library_enabled() {
 #ifdef FJIT_HAVE_BLIS
-  return g_allowed.load(std::memory_order_relaxed);
+  return g_allowed.load(std::memory_order_relaxed) && gemm_library_has_kernels();
 #else
   return false;
 #endif
@@ -66,7 +75,8 @@ bool gemm_library_enabled() {
 const char* gemm_library_name() {
 #ifdef FJIT_HAVE_BLIS
   static const std::string name =
-      std::string("BLIS ") + bli_info_get_version_str() + " (" + bli_arch_string(bli_arch_query_id()) + ")";
+      std::string("BLIS ") + bli_info_get_version_str() + " (" + bli_arch_string(bli_arch_query_id()) +
+      (gemm_library_has_kernels() ? ")" : ": no kernels for this CPU, not used)");
   return name.c_str();
 #else
   return "none";

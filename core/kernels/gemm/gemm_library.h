@@ -5,7 +5,8 @@
 // tile), so each element's arithmetic depends on the shapes only: results are the same with 1,
 // 2 or more intra-op threads (tests/determinism_test.cc checks every path). fjit's own driver
 // (gemm_update.cc) still runs the GEMM updates with fused epilogues, the narrow and batched
-// products, i32, and everything when BLIS is absent or FJIT_GEMM=eigen.
+// products, i32, and everything when BLIS is absent, has no kernels for this CPU (its generic
+// configuration), or FJIT_GEMM=eigen.
 #pragma once
 
 #include <cstdint>
@@ -17,10 +18,14 @@ namespace fjit {
 // Process-wide: whether plans compiled from now on may use the library (default yes). The
 // first jit or pmap sets it from FJIT_GEMM (core/runtime/jit_core.h, apply_process_environment).
 void set_gemm_library_allowed(bool allowed);
-// Whether plain products go to the library: built with it, and allowed.
+// Whether the library has kernels tuned for this CPU: BLIS picks its configuration at run time,
+// and on a CPU its build does not know it falls back to its generic reference kernels, which
+// are several times slower than fjit's driver (bench/RESULTS.md, issue 27).
+bool gemm_library_has_kernels();
+// Whether plain products go to the library: built with it, allowed, and with kernels for this CPU.
 bool gemm_library_enabled();
 
-// "BLIS 0.9.0 (zen3)" or "none".
+// "BLIS 0.9.0 (zen3)", "BLIS 0.9.0 (generic: no kernels for this CPU, not used)" or "none".
 const char* gemm_library_name();
 
 // Prepares out[m, n] = op(A) op(B) (instr.ins = {A, B}; the attrs' trans_a / trans_b; A may be

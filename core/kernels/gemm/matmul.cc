@@ -9,6 +9,8 @@
 //            (gemm_library.h), which never splits the depth either;
 //   blocked  otherwise such a product runs on the GEMM update's driver (gemm_update.cc),
 //            whose threads split fixed blocks of output rows, never the depth;
+//   vector   one output row (a decode step's x [1, K] @ W): a matrix-vector product that streams
+//            op(B) once, where a GEMM would first pack all of B to use it for one row;
 //   narrow   N <= kNarrowN columns (below);
 //   batched  a batch of products (attention's [B, T, T] @ [B, T, D]) or i32: one sequential
 //            Eigen GEMM per batch entry; threads take whole entries.
@@ -109,6 +111,21 @@ bool narrow(const Instr& instr, int64_t esize) {
   return narrow_shape(instr.p[0], instr.p[1], instr.p[2], instr.p[3], esize);
 }
 
+// One output row, batch 1: y [1, N] = x [1, K] op(B). Eigen's matrix-vector product reads op(B)
+// in place (row-major B [K, N] is the column-major N x K matrix B^T; a transposed B [N, K] is
+// row-major N x K), on this thread, summing each output in an order fixed by the shape.
+template <class T, bool TB>
+void vector_kernel(const Instr& in, const Frame& f) {
+  const Index k = in.p[1], n = in.p[2];
+  using Vec = Eigen::Matrix<T, Eigen::Dynamic, 1>;
+  using ColMajor = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic>;
+  using RowMajor = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+  const Eigen::Map<const Vec> x(in.in<T>(f, 0), k);  // [1, K] or, transposed, [K, 1]: contiguous
+  Eigen::Map<Vec> y(in.output<T>(f), n);
+  if constexpr (TB) y.noalias() = Eigen::Map<const RowMajor>(in.in<T>(f, 1), n, k) * x;
+  else y.noalias() = Eigen::Map<const ColMajor>(in.in<T>(f, 1), n, k) * x;
+}
+
 // An empty output: nothing to compute.
 void noop_kernel(const Instr&, const Frame&) {}
 
@@ -163,6 +180,11 @@ bool select_matmul(Instr& instr) {
   const int64_t esize = static_cast<int64_t>(dtype_size(t));
   if ((t == DType::f32 || t == DType::f64) && narrow(instr, esize)) {
     instr.fn = t == DType::f32 ? pick_narrow<float>(ta, tb) : pick_narrow<double>(ta, tb);
+    return true;
+  }
+  if ((t == DType::f32 || t == DType::f64) && instr.p[3] == 1 && instr.p[0] == 1) {
+    if (t == DType::f32) instr.fn = tb ? vector_kernel<float, true> : vector_kernel<float, false>;
+    else instr.fn = tb ? vector_kernel<double, true> : vector_kernel<double, false>;
     return true;
   }
   if (instr.p[3] == 1 && select_library_matmul(instr, instr.p[0], instr.p[1], instr.p[2])) return true;
