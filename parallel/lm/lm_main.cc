@@ -3,7 +3,6 @@
 #include <cmath>
 #include <cstdio>
 #include <exception>
-#include <optional>
 
 #include <fmt/format.h>
 
@@ -13,7 +12,7 @@
 #include "core/runtime/step_checks.h"
 #include "parallel/lm/lm_generate.h"
 #include "parallel/lm/lm_trainer.h"
-#include "parallel/train/trainer.h"
+#include "parallel/train/train_main.h"
 
 namespace fjit::lm {
 namespace {
@@ -83,26 +82,9 @@ int lm_main(int argc, char** argv) {
     std::fprintf(stderr, "%s: %s\n", argv[0], parsed.error.c_str());
     return 2;
   }
-  std::optional<Mesh> maybe_mesh;
-  try {
-    maybe_mesh = training::mesh_from_command_line(argc, argv);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "%s: %s\n", argv[0], e.what());
-    return 2;
-  }
-  Mesh& mesh = *maybe_mesh;
-  try {
+  return training::run_training_job(argc, argv, [&](Mesh& mesh) {
     return parsed.options.prompt ? sample(mesh, parsed.options) : train(mesh, std::move(parsed.options));
-  } catch (const CheckError& e) {
-    if (mesh.is_primary())
-      std::fprintf(stderr, "training stopped: a check failed at step %lld (--on-check-failure "
-                           "skip_step or log to continue past it)\n",
-                   static_cast<long long>(e.step()));
-    return 1;
-  } catch (const std::exception& e) {
-    if (mesh.is_primary()) std::fprintf(stderr, "error: %s\n", e.what());
-    return 1;
-  }
+  });
 }
 
 }  // namespace fjit::lm

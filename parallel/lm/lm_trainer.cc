@@ -19,13 +19,6 @@ namespace {
 
 constexpr const char* kFormat = "fjit-decoder-lm-v1";
 
-void conform(ArrayDict& d, const ArrayDict& like) {
-  if (d.empty() || d.names() == like.names()) return;
-  ArrayDict out;
-  for (const std::string& name : like.names()) out.set(name, d.at(name));
-  d = std::move(out);
-}
-
 }  // namespace
 
 std::string token_file_path(const LmOptions& o) {
@@ -101,8 +94,8 @@ std::optional<StepStats> LmTrainer::step() {
   StepResult r = step_fn_.run_into(out, std::get<0>(in), std::get<1>(in), inputs_, targets_, step_);
   current_ = 1 - current_;
   if (!buffers_conformed_) {
-    conform(std::get<0>(in), std::get<0>(out));
-    conform(std::get<1>(in), std::get<1>(out));
+    training::conform(std::get<0>(in), std::get<0>(out));
+    training::conform(std::get<1>(in), std::get<1>(out));
     buffers_conformed_ = true;
   }
   StepStats s;
@@ -165,11 +158,7 @@ void LmTrainer::load(const std::string& path) {
     position[0] = static_cast<uint64_t>(io::metadata_int(ck, "step"));
     position[1] = static_cast<uint64_t>(io::metadata_int(ck, "data_position"));
     position[2] = static_cast<uint64_t>(io::metadata_int(ck, "seed"));
-    ArrayDict loaded_params, loaded_state;
-    for (const auto& [name, a] : params) loaded_params.set(name, *ck.find("params/" + name));
-    for (const auto& [name, a] : state) loaded_state.set(name, *ck.find("opt/" + name));
-    params = std::move(loaded_params);
-    state = std::move(loaded_state);
+    training::read_checkpoint_tensors(ck, params, state);
   });
   if (Communicator* pc = mesh_.process_comm()) {
     pc->broadcast(position, sizeof position, 0);

@@ -52,17 +52,7 @@ int train(Mesh& mesh, TrainOptions options, const char* program, const ModelMenu
 
 }  // namespace
 
-int train_main(int argc, char** argv, const char* program, const TrainOptions& defaults,
-               const ModelMenu& models) {
-  ParsedOptions parsed = parse_train_options(argc, argv, defaults, models.names);
-  if (parsed.help) {
-    std::printf("%s", train_usage(argv[0], defaults, models.names).c_str());
-    return 0;
-  }
-  if (!parsed.error.empty()) {
-    std::fprintf(stderr, "%s: %s\n", argv[0], parsed.error.c_str());
-    return 2;
-  }
+int run_training_job(int argc, char** argv, const std::function<int(Mesh&)>& job) {
   std::optional<Mesh> maybe_mesh;
   try {
     maybe_mesh = mesh_from_command_line(argc, argv);  // "--replicas N" or "--replicas=N"
@@ -72,7 +62,7 @@ int train_main(int argc, char** argv, const char* program, const TrainOptions& d
   }
   Mesh& mesh = *maybe_mesh;
   try {
-    return train(mesh, std::move(parsed.options), program, models);
+    return job(mesh);
   } catch (const CheckError& e) {
     // Raised on every replica at the same step; the report has been logged once already.
     if (mesh.is_primary())
@@ -84,6 +74,22 @@ int train_main(int argc, char** argv, const char* program, const TrainOptions& d
     if (mesh.is_primary()) std::fprintf(stderr, "error: %s\n", e.what());
     return 1;
   }
+}
+
+int train_main(int argc, char** argv, const char* program, const TrainOptions& defaults,
+               const ModelMenu& models) {
+  ParsedOptions parsed = parse_train_options(argc, argv, defaults, models.names);
+  if (parsed.help) {
+    std::printf("%s", train_usage(argv[0], defaults, models.names).c_str());
+    return 0;
+  }
+  if (!parsed.error.empty()) {
+    std::fprintf(stderr, "%s: %s\n", argv[0], parsed.error.c_str());
+    return 2;
+  }
+  return run_training_job(argc, argv, [&](Mesh& mesh) {
+    return train(mesh, std::move(parsed.options), program, models);
+  });
 }
 
 }  // namespace fjit::training

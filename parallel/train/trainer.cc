@@ -13,17 +13,6 @@
 #include "parallel/train/train_scalars.h"
 
 namespace fjit::training {
-namespace {
-
-// Puts d's entries in the order of `like`'s names (same set of names).
-void conform(ArrayDict& d, const ArrayDict& like) {
-  if (d.empty() || d.names() == like.names()) return;
-  ArrayDict out;
-  for (const std::string& name : like.names()) out.set(name, d.at(name));
-  d = std::move(out);
-}
-
-}  // namespace
 
 // The batches this process trains on: its replicas' rows of each global batch, or with
 // examples_per_process its own part of the training set in batches of its replicas' share of
@@ -53,6 +42,13 @@ JoinedBatches Trainer::make_batches(const io::Dataset& train, const TrainOptions
                                                 .shard = {}}));
 }
 
+
+void conform(ArrayDict& d, const ArrayDict& like) {
+  if (d.empty() || d.names() == like.names()) return;
+  ArrayDict out;
+  for (const std::string& name : like.names()) out.set(name, d.at(name));
+  d = std::move(out);
+}
 
 Mesh mesh_from_command_line(int argc, char** argv) {
   // Mesh removes the option from the argv it is given; the caller's argv stays whole for

@@ -136,5 +136,12 @@ int64_t first_row_of_replica(const Mesh& mesh, const io::Batch& batch, int repli
 
 // The checkpoint's tensors: "params/<name>" and "opt/<name>".
 io::NamedArrays checkpoint_tensors(const ArrayDict& params, const ArrayDict& state);
+// Replaces params' and state's arrays by the checkpoint's "params/<name>" and "opt/<name>"
+// (the names they have; check_compatible first).
+void read_checkpoint_tensors(const io::Checkpoint& ck, ArrayDict& params, ArrayDict& state);
+
+// Puts d's entries in the order of `like`'s names (the same set of names): a step's double
+// buffer must list its arrays in the order the step writes them.
+void conform(ArrayDict& d, const ArrayDict& like);
 
 }  // namespace fjit::training

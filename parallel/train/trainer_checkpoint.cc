@@ -23,6 +23,14 @@ io::NamedArrays checkpoint_tensors(const ArrayDict& params, const ArrayDict& sta
   return out;
 }
 
+void read_checkpoint_tensors(const io::Checkpoint& ck, ArrayDict& params, ArrayDict& state) {
+  ArrayDict loaded_params, loaded_state;
+  for (const auto& [name, a] : params) loaded_params.set(name, *ck.find("params/" + name));
+  for (const auto& [name, a] : state) loaded_state.set(name, *ck.find("opt/" + name));
+  params = std::move(loaded_params);
+  state = std::move(loaded_state);
+}
+
 void Trainer::save(const std::string& path) {
   // The agreement doubles as the barrier: nobody reads the file before rank 0 has renamed it
   // into place, and a failed save fails on every rank instead of leaving the others waiting.
@@ -71,11 +79,7 @@ void Trainer::load(const std::string& path) {
     position[1] = static_cast<uint64_t>(io::metadata_int(ck, "epoch"));
     position[2] = static_cast<uint64_t>(batch);
     position[3] = static_cast<uint64_t>(io::metadata_int(ck, "seed"));
-    ArrayDict loaded_params, loaded_state;
-    for (const auto& [name, a] : params) loaded_params.set(name, *ck.find("params/" + name));
-    for (const auto& [name, a] : state) loaded_state.set(name, *ck.find("opt/" + name));
-    params = std::move(loaded_params);
-    state = std::move(loaded_state);
+    read_checkpoint_tensors(ck, params, state);
   });
   if (Communicator* pc = mesh_.process_comm()) {
     pc->broadcast(position, sizeof position, 0);
