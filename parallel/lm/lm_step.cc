@@ -4,6 +4,7 @@
 #include "core/autodiff/autodiff.h"
 #include "core/nn/losses.h"
 #include "core/trace/collectives.h"
+#include "parallel/train/averaged_update.h"
 
 namespace fjit::lm {
 
@@ -30,17 +31,8 @@ std::tuple<TensorDict, TensorDict, Tensor, Tensor> LmStepFn::operator()(
   };
   auto [loss, grads] = value_and_grad(loss_fn)(params);
   check(isfinite(loss), "loss {} is not finite", loss);
-  TensorDict mean_grads = pmean(grads, axis);
-  Tensor norm;
-  TensorDict clipped = clip_grad_norm > 0 ? clip_by_global_norm(mean_grads, clip_grad_norm, &norm)
-                                          : mean_grads;
-  if (clip_grad_norm <= 0) norm = global_norm(mean_grads);
-  check(isfinite(norm) && norm < max_grad_norm,
-        "global gradient norm {} is not finite or not below {}", norm,
-        scalar(norm.dtype(), max_grad_norm));
-  AdamW opt = optimizer;
-  opt.lr = schedule(step);
-  auto [next_params, next_state] = opt.update(params, clipped, state);
+  auto [next_params, next_state, norm] = training::averaged_adamw_update(
+      params, grads, state, optimizer, schedule, step, max_grad_norm, clip_grad_norm, axis);
   return {next_params, next_state, pmean(loss, axis), norm};
 }
 

@@ -6,6 +6,7 @@
 #include "core/nn/losses.h"
 #include "core/trace/collectives.h"
 #include "core/trace/random.h"
+#include "parallel/train/averaged_update.h"
 
 namespace fjit::training {
 
@@ -32,16 +33,27 @@ std::tuple<TensorDict, TensorDict, Tensor, Tensor, Tensor> TrainStepFn::operator
   auto [loss, grads, logits] = accumulate_gradients_aux(loss_fn, micro_batches)(params, x, y);
   // Checked before the all-reduce: only the replica with bad data raises, and is named.
   check(isfinite(loss), "loss {} is not finite", loss);
+  auto [next_params, next_state, norm] = averaged_adamw_update(
+      params, grads, state, optimizer, schedule, step, max_grad_norm, /*clip_norm=*/0, axis);
+  Tensor accuracy = mean(cast(eq(argmax(logits, -1), y), DType::f32));
+  return {next_params, next_state, pmean(loss, axis), pmean(accuracy, axis), norm};
+}
+
+std::tuple<TensorDict, TensorDict, Tensor> averaged_adamw_update(
+    const Params& params, const TensorDict& grads, const Params& state, const AdamW& optimizer,
+    const Schedule& schedule, const Tensor& step, double max_grad_norm, double clip_norm,
+    const std::string& axis) {
   TensorDict mean_grads = pmean(grads, axis);
-  Tensor norm = global_norm(mean_grads);
+  Tensor norm;
+  TensorDict clipped = clip_norm > 0 ? clip_by_global_norm(mean_grads, clip_norm, &norm) : mean_grads;
+  if (clip_norm <= 0) norm = global_norm(mean_grads);
   check(isfinite(norm) && norm < max_grad_norm,
         "global gradient norm {} is not finite or not below {}", norm,
         scalar(norm.dtype(), max_grad_norm));
   AdamW opt = optimizer;
   opt.lr = schedule(step);
-  auto [next_params, next_state] = opt.update(params, mean_grads, state);
-  Tensor accuracy = mean(cast(eq(argmax(logits, -1), y), DType::f32));
-  return {next_params, next_state, pmean(loss, axis), pmean(accuracy, axis), norm};
+  auto [next_params, next_state] = opt.update(params, clipped, state);
+  return {next_params, next_state, norm};
 }
 
 Tensor CorrectCountFn::operator()(const Params& params, const Tensor& x, const Tensor& y) const {

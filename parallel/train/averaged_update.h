@@ -1,0 +1,23 @@
+// The update both trainers' steps end with (parallel/train/train_step.h, parallel/lm/lm_step.h),
+// after each replica has its gradients:
+//   pmean of the gradients over `axis` (one fused all-reduce of the whole TensorDict);
+//   check: their global norm is finite and below max_grad_norm;
+//   clipping to clip_norm when it is > 0 (the norm checked and returned is the one before);
+//   AdamW at the learning rate schedule(step).
+// Returns {params', state', global norm of the averaged gradients}.
+#pragma once
+
+#include <string>
+#include <tuple>
+
+#include "core/lib/optimizers.h"
+#include "core/lib/schedules.h"
+
+namespace fjit::training {
+
+std::tuple<TensorDict, TensorDict, Tensor> averaged_adamw_update(
+    const Params& params, const TensorDict& grads, const Params& state, const AdamW& optimizer,
+    const Schedule& schedule, const Tensor& step, double max_grad_norm, double clip_norm,
+    const std::string& axis);
+
+}  // namespace fjit::training
