@@ -26,15 +26,17 @@ namespace {
 
 constexpr int kMaxCount = 4096;
 
-// The oracle for parse_count: only digits, and a value in [1, kMaxCount].
+// The oracle for parse_count: only digits (leading zeros allowed, at any length), and a
+// value in [1, kMaxCount].
 bool is_count(std::string_view s) {
-  if (s.empty() || s.size() > 9) return false;
+  if (s.empty()) return false;
   long v = 0;
   for (char c : s) {
     if (c < '0' || c > '9') return false;
     v = v * 10 + (c - '0');
+    if (v > kMaxCount) return false;  // stops before the sum could overflow
   }
-  return v >= 1 && v <= kMaxCount;
+  return v >= 1;
 }
 
 void check_count(const std::string& text) {
