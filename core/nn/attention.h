@@ -28,6 +28,10 @@ struct MultiHeadAttentionOptions {
   // (the decode step: at its position); D / heads must be even.
   bool rotary = false;
   bool bias = true;     // the biases of qkv and out
+  // Grouped-query attention: kv_heads key/value heads, each shared by heads / kv_heads query
+  // heads (Llama's num_key_value_heads); 0 means heads (ordinary multi-head attention).
+  int64_t kv_heads = 0;
+  double rope_theta = 10000.0;  // the rotary base (Llama's rope_theta)
 };
 
 // x [B, T, D] -> [B, T, D]: per head softmax(q k^T / sqrt(D / heads)) v, then the out

@@ -35,6 +35,11 @@ struct DecoderConfig {
   int64_t layers = 6;
   int64_t heads = 6;
   int64_t mlp_hidden = 0;  // 0: 4 * dim
+  int64_t kv_heads = 0;    // grouped-query attention's key/value heads; 0: heads
+  bool attention_bias = true;  // biases on qkv and out (GPT-2: yes, Llama: no)
+  double norm_eps = 0;     // every norm's epsilon; 0: the norm's default
+  double rope_theta = 10000.0;
+  bool gelu_tanh = false;  // GPT-2's tanh-approximated GELU
   bool rotary = false;     // rotary positions instead of a learned table
   bool tied_embeddings = true;
   bool remat = false;      // recompute each block's activations in the backward pass
