@@ -27,6 +27,7 @@
 #include "core/lib/accumulate.h"
 #include "core/lib/initializers.h"
 #include "core/lib/optimizers.h"
+#include "core/lib/param_groups.h"
 #include "core/lib/schedules.h"
 #include "core/nn/activations.h"
 #include "core/nn/attention.h"

@@ -1,6 +1,10 @@
 #include "parallel/lm/lm_options.h"
 
+#include <cmath>
 #include <memory>
+#include <stdexcept>
+
+#include <fmt/ranges.h>
 
 #include "parallel/train/cli_options.h"
 
@@ -27,6 +31,25 @@ void add_options(CLI::App& app, LmOptions& o) {
   add.real("--min-lr-ratio", o.min_lr_ratio, "the cosine ends at lr times this");
   add.integer("--warmup-steps", o.warmup_steps, 0, "linear learning-rate warm-up");
   add.real("--weight-decay", o.weight_decay, "AdamW decoupled weight decay");
+  add.value("--no-decay", "PATTERNS",
+            fmt::format("parameters without weight decay, a comma list of name patterns ({})",
+                        o.no_decay.empty() ? std::string("none") : fmt::format("{}", fmt::join(o.no_decay, ","))),
+            [&o](const std::string& v) { o.no_decay = v == "none" ? std::vector<std::string>{} : split_patterns(v); return true; },
+            "a comma list of patterns, or none");
+  app.add_option_function<std::vector<std::string>>(
+         "--group",
+         [&o](const std::vector<std::string>& specs) {
+           for (const std::string& spec : specs) {
+             try {
+               o.groups.push_back(parse_param_group(spec));
+             } catch (const std::invalid_argument& e) {
+               throw training::cli::BadValue("option --group: " + std::string(e.what()));
+             }
+           }
+         },
+         "a parameter group NAME:PATTERNS:LR_SCALE[:WD] (repeatable; the first match wins)")
+      ->type_name("SPEC")
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   add.real("--clip-grad-norm", o.clip_grad_norm, "clip the gradient's global norm to this (0: off)");
   add.real("--max-grad-norm", o.max_grad_norm, "a gradient norm at or above this fails a check");
   add.value("--seed", "N", fmt::format("seed of the parameters and the data order ({})", o.seed),
@@ -91,7 +114,48 @@ std::string describe(const LmOptions& o) {
   return fmt::format("model: {} | {} steps of {} x {} tokens | AdamW lr {} (warm-up {}, cosine to x{}), "
                      "weight decay {}, clip {} | seed {}",
                      o.model.describe(), o.steps, o.batch_size, o.model.context, o.lr,
-                     o.warmup_steps, o.min_lr_ratio, o.weight_decay, o.clip_grad_norm, o.seed);
+                     o.warmup_steps, o.min_lr_ratio, o.weight_decay, o.clip_grad_norm, o.seed) +
+         (o.no_decay.empty() && o.groups.empty() ? "" : " | groups " + fjit::describe(lm_param_groups(o))) +
+         (o.trainable.empty() ? "" : fmt::format(" | trained: {}", fmt::join(o.trainable, ",")));
+}
+
+std::vector<std::string> split_patterns(const std::string& list) {
+  std::vector<std::string> out;
+  size_t begin = 0;
+  while (begin <= list.size()) {
+    const size_t comma = std::min(list.find(',', begin), list.size());
+    if (comma > begin) out.push_back(list.substr(begin, comma - begin));
+    begin = comma + 1;
+  }
+  return out;
+}
+
+ParamGroup parse_param_group(const std::string& spec) {
+  std::vector<std::string> fields;
+  size_t begin = 0;
+  for (size_t colon; (colon = spec.find(':', begin)) != std::string::npos; begin = colon + 1)
+    fields.push_back(spec.substr(begin, colon - begin));
+  fields.push_back(spec.substr(begin));
+  if (fields.size() < 3 || fields.size() > 4)
+    throw std::invalid_argument(fmt::format("'{}' is not NAME:PATTERNS:LR_SCALE[:WD]", spec));
+  ParamGroup g{.name = fields[0], .patterns = split_patterns(fields[1])};
+  if (g.name.empty() || g.patterns.empty())
+    throw std::invalid_argument(fmt::format("'{}' needs a name and at least one pattern", spec));
+  if (!parse_number(fields[2], g.lr_scale) || !std::isfinite(g.lr_scale) || g.lr_scale < 0)
+    throw std::invalid_argument(fmt::format("'{}': the learning-rate scale '{}' is not a finite number >= 0", spec, fields[2]));
+  if (fields.size() == 4 && !fields[3].empty()) {
+    double wd = 0;
+    if (!parse_number(fields[3], wd) || !std::isfinite(wd) || wd < 0)
+      throw std::invalid_argument(fmt::format("'{}': the weight decay '{}' is not a finite number >= 0", spec, fields[3]));
+    g.weight_decay = wd;
+  }
+  return g;
+}
+
+std::vector<ParamGroup> lm_param_groups(const LmOptions& o) {
+  std::vector<ParamGroup> groups = o.groups;
+  if (!o.no_decay.empty()) groups.push_back({.name = "no_decay", .patterns = o.no_decay, .weight_decay = 0.0});
+  return groups;
 }
 
 Schedule lm_schedule(const LmOptions& o) {
@@ -101,12 +165,19 @@ Schedule lm_schedule(const LmOptions& o) {
 }
 
 io::RunConfig run_config(const LmOptions& o) {
-  return {{"model", o.model.describe()},
-          {"optimizer", fmt::format("AdamW b2 {} weight decay {} clip {}", o.b2, o.weight_decay,
-                                    o.clip_grad_norm)},
-          {"schedule", lm_schedule(o).describe()},
-          {"batch", fmt::format("{} x {}", o.batch_size, o.model.context)},
-          {"validation_fraction", fmt::format("{}", o.validation_fraction)}};
+  // Groups and frozen parameters are recorded only when used: a run without them records what
+  // it always did, so its checkpoints stay those of earlier versions.
+  std::string optimizer = fmt::format("AdamW b2 {} weight decay {} clip {}", o.b2, o.weight_decay,
+                                      o.clip_grad_norm);
+  const std::vector<ParamGroup> groups = lm_param_groups(o);
+  if (!groups.empty()) optimizer += " groups " + fjit::describe(groups);
+  io::RunConfig config = {{"model", o.model.describe()},
+                          {"optimizer", optimizer},
+                          {"schedule", lm_schedule(o).describe()},
+                          {"batch", fmt::format("{} x {}", o.batch_size, o.model.context)},
+                          {"validation_fraction", fmt::format("{}", o.validation_fraction)}};
+  if (!o.trainable.empty()) config.emplace("trainable", fmt::format("{}", fmt::join(o.trainable, ",")));
+  return config;
 }
 
 }  // namespace fjit::lm

@@ -6,8 +6,10 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "core/io/checkpoint.h"
+#include "core/lib/param_groups.h"
 #include "core/ir/check_site.h"
 #include "core/lib/schedules.h"
 #include "core/nn/decoder.h"
@@ -24,6 +26,14 @@ struct LmOptions {
   int64_t warmup_steps = 50;         // linear warm-up before the cosine
   double weight_decay = 0.1;
   double b2 = 0.95;                  // AdamW's second-moment decay
+  // Parameter groups (core/lib/param_groups.h): `groups` (--group) first, then one group
+  // "no_decay" of the no_decay patterns (--no-decay) with weight decay 0. train_lm decays
+  // every parameter unless told (its numbers as before); a fine-tuning run need not.
+  std::vector<ParamGroup> groups;
+  std::vector<std::string> no_decay;
+  // Patterns of the parameters trained; the others are frozen (read, never updated, no
+  // optimizer state, no gradient all-reduced). Empty: every parameter is trained.
+  std::vector<std::string> trainable;
   double clip_grad_norm = 1.0;       // 0: no clipping
   double max_grad_norm = 1e4;        // a pre-clipping norm at or above this fails a check
   uint64_t seed = 0;                 // parameters and data order
@@ -57,6 +67,13 @@ ParsedLmOptions parse_lm_options(int argc, char** argv, LmOptions defaults = {})
 std::string lm_usage(const char* program, const LmOptions& defaults = {});
 // One line of what shapes the run.
 std::string describe(const LmOptions& o);
+// The step's parameter groups: options.groups, then "no_decay" when no_decay is not empty.
+std::vector<ParamGroup> lm_param_groups(const LmOptions& o);
+// "a,b,,c" -> {"a", "b", "c"}.
+std::vector<std::string> split_patterns(const std::string& list);
+// --group's value NAME:PATTERNS:LR_SCALE[:WD] (PATTERNS a comma list; WD empty or absent: the
+// optimizer's). Throws std::invalid_argument saying what is wrong.
+ParamGroup parse_param_group(const std::string& spec);
 // Warm-up, then a cosine from lr to lr * min_lr_ratio at `steps`.
 Schedule lm_schedule(const LmOptions& o);
 // What a checkpoint records and a resumed run must match: the model, optimizer and schedule.

@@ -1,5 +1,7 @@
 #include "parallel/lm/lm_step.h"
 
+#include <stdexcept>
+
 #include "checks/check.h"
 #include "core/autodiff/autodiff.h"
 #include "core/nn/losses.h"
@@ -24,15 +26,30 @@ void check_token_ids(const Tensor& ids, int64_t vocab, const char* what) {
 std::tuple<TensorDict, TensorDict, Tensor, Tensor> LmStepFn::operator()(
     const Params& params, const Params& state, const Tensor& inputs, const Tensor& targets,
     const Tensor& step) const {
+  return train(params, Params{}, state, inputs, targets, step);
+}
+
+std::tuple<TensorDict, TensorDict, Tensor, Tensor> LmStepFn::train(
+    const Params& trainable, const Params& frozen, const Params& state, const Tensor& inputs,
+    const Tensor& targets, const Tensor& step) const {
   check_token_ids(inputs, model.vocab, "input");
   check_token_ids(targets, model.vocab, "target");
-  auto loss_fn = [&](const Params& p) {
-    return mean(softmax_cross_entropy(decoder_logits(p, model, inputs), targets));
+  std::vector<std::string> names = trainable.names();
+  for (const auto& [name, p] : frozen) {
+    if (trainable.contains(name))
+      throw std::invalid_argument("lm_step: parameter '" + name + "' is both trainable and frozen");
+    names.push_back(name);
+  }
+  auto loss_fn = [&](const Params& t) {
+    Params all = frozen;
+    for (const auto& [name, p] : t) all.set(name, p);
+    return mean(softmax_cross_entropy(decoder_logits(all, model, inputs), targets));
   };
-  auto [loss, grads] = value_and_grad(loss_fn)(params);
+  auto [loss, grads] = value_and_grad(loss_fn)(trainable);
   check(isfinite(loss), "loss {} is not finite", loss);
   auto [next_params, next_state, norm] = training::averaged_adamw_update(
-      params, grads, state, optimizer, schedule, step, max_grad_norm, clip_grad_norm, axis);
+      trainable, grads, state, optimizer, schedule, step, max_grad_norm, clip_grad_norm, axis,
+      groups, &names);
   return {next_params, next_state, pmean(loss, axis), norm};
 }
 
@@ -47,6 +64,12 @@ LmStep make_lm_step(const Mesh& mesh, LmStepFn fn, PmapOptions options) {
   if (options.jit.name == "fn") options.jit.name = "lm_step";
   const std::string axis = fn.axis;
   return pmap(mesh, axis, std::move(fn), std::move(options), PmapArgOptions{{4}});
+}
+
+LmSplitStep make_lm_split_step(const Mesh& mesh, LmStepFn fn, PmapOptions options) {
+  if (options.jit.name == "fn") options.jit.name = "lm_step";
+  const std::string axis = fn.axis;
+  return pmap(mesh, axis, LmSplitStepFn{std::move(fn)}, std::move(options), PmapArgOptions{{5}});
 }
 
 LmEval make_lm_eval(const Mesh& mesh, DecoderConfig model, PmapOptions options) {

@@ -10,12 +10,20 @@
 //   clipping to clip_grad_norm, then AdamW at schedule(step) (step: an i32 scalar every
 //   replica gets whole, so the rate changes without recompiling).
 // Returns {params', state', mean loss, gradient norm before clipping}.
+//
+// With frozen parameters (LmSplitStepFn: trainable, frozen, state, inputs, targets, step), the
+// decoder reads both dicts, but value_and_grad, the all-reduce, the norm, clipping and AdamW
+// cover the trainable entries alone: the plan computes no gradient a trainable one does not
+// need, the optimizer state holds trainable names only, and the frozen dict is read, never
+// written or returned. LmStepFn is the same step with every parameter trainable.
 #pragma once
 
 #include <string>
 #include <tuple>
+#include <vector>
 
 #include "core/lib/optimizers.h"
+#include "core/lib/param_groups.h"
 #include "core/lib/schedules.h"
 #include "core/nn/decoder.h"
 #include "parallel/pmap.h"
@@ -29,12 +37,31 @@ struct LmStepFn {
   double clip_grad_norm = 1.0;  // 0: none
   double max_grad_norm = 1e4;
   std::string axis = "batch";
+  // Per-group learning-rate scale and weight decay (core/lib/param_groups.h); the patterns are
+  // checked against the trainable and frozen names. Empty: AdamW's settings for every one.
+  std::vector<ParamGroup> groups;
   std::tuple<TensorDict, TensorDict, Tensor, Tensor> operator()(
       const Params& params, const Params& state, const Tensor& inputs, const Tensor& targets,
       const Tensor& step) const;
+  // The step over `trainable`, the decoder reading `frozen` too (disjoint names).
+  std::tuple<TensorDict, TensorDict, Tensor, Tensor> train(
+      const Params& trainable, const Params& frozen, const Params& state, const Tensor& inputs,
+      const Tensor& targets, const Tensor& step) const;
 };
 using LmStep = Pmapped<LmStepFn>;
 using LmStepOut = std::tuple<ArrayDict, ArrayDict, Array, Array>;
+
+// LmStepFn::train as a pmap'd function: (trainable, frozen, state, inputs, targets, step) ->
+// {trainable', state', mean loss, gradient norm before clipping}.
+struct LmSplitStepFn {
+  LmStepFn step;
+  std::tuple<TensorDict, TensorDict, Tensor, Tensor> operator()(
+      const Params& trainable, const Params& frozen, const Params& state, const Tensor& inputs,
+      const Tensor& targets, const Tensor& step_number) const {
+    return step.train(trainable, frozen, state, inputs, targets, step_number);
+  }
+};
+using LmSplitStep = Pmapped<LmSplitStepFn>;
 
 // Sum of the next-token cross entropy (nats) over every replica's shard: an f32 scalar.
 struct LmLossSumFn {
@@ -48,6 +75,7 @@ using LmEval = Pmapped<LmLossSumFn>;
 void check_token_ids(const Tensor& ids, int64_t vocab, const char* what);
 
 LmStep make_lm_step(const Mesh& mesh, LmStepFn fn, PmapOptions options);
+LmSplitStep make_lm_split_step(const Mesh& mesh, LmStepFn fn, PmapOptions options);
 LmEval make_lm_eval(const Mesh& mesh, DecoderConfig model, PmapOptions options);
 
 }  // namespace fjit::lm

@@ -40,14 +40,15 @@ LmTrainer::LmTrainer(Mesh mesh, LmOptions options)
     : mesh_(std::move(mesh)),
       options_(std::move(options)),
       schedule_(lm_schedule(options_)),
-      step_fn_(make_lm_step(mesh_,
-                            LmStepFn{.model = options_.model,
-                                     .optimizer = AdamW{.lr = options_.lr, .b2 = options_.b2,
-                                                        .weight_decay = options_.weight_decay},
-                                     .schedule = schedule_,
-                                     .clip_grad_norm = options_.clip_grad_norm,
-                                     .max_grad_norm = options_.max_grad_norm},
-                            pmap_options("lm_step"))),
+      step_fn_(make_lm_split_step(mesh_,
+                                  LmStepFn{.model = options_.model,
+                                           .optimizer = AdamW{.lr = options_.lr, .b2 = options_.b2,
+                                                              .weight_decay = options_.weight_decay},
+                                           .schedule = schedule_,
+                                           .clip_grad_norm = options_.clip_grad_norm,
+                                           .max_grad_norm = options_.max_grad_norm,
+                                           .groups = lm_param_groups(options_)},
+                                  pmap_options("lm_step"))),
       eval_fn_(make_lm_eval(mesh_, options_.model, pmap_options("lm_eval"))) {
   options_.model.vocab = io::ByteTokenizer::kVocab;
   validate(options_.model);
@@ -70,11 +71,23 @@ LmTrainer::LmTrainer(Mesh mesh, LmOptions options)
       shard_begin_, shard_end_);
   ArrayDict params;
   decoder_params(params, options_.model, options_.seed);
+  names_ = params.names();
+  check_param_groups(lm_param_groups(options_), names_);
+  if (!options_.trainable.empty()) std::tie(params, frozen_) = split_trainable(params, options_.trainable);
   params = mesh_.replicate(params);
+  frozen_ = mesh_.replicate(frozen_);
   AdamW opt{.lr = options_.lr, .b2 = options_.b2, .weight_decay = options_.weight_decay};
   ArrayDict state = opt.init_state(params);
   buffers_[0] = LmStepOut{std::move(params), std::move(state), Array(), Array()};
   step_ = Array(DType::i32, {});
+}
+
+ArrayDict LmTrainer::params() const {
+  if (frozen_.empty()) return trainable_params();
+  ArrayDict all;
+  for (const std::string& name : names_)
+    all.set(name, frozen_.contains(name) ? frozen_.at(name) : trainable_params().at(name));
+  return all;
 }
 
 int64_t LmTrainer::total_steps() const {
@@ -91,7 +104,7 @@ std::optional<StepStats> LmTrainer::step() {
   LmStepOut& out = buffers_[1 - current_];
   const int64_t step = steps_done_++;
   step_.data<int32_t>()[0] = static_cast<int32_t>(step);
-  StepResult r = step_fn_.run_into(out, std::get<0>(in), std::get<1>(in), inputs_, targets_, step_);
+  StepResult r = step_fn_.run_into(out, std::get<0>(in), frozen_, std::get<1>(in), inputs_, targets_, step_);
   current_ = 1 - current_;
   if (!buffers_conformed_) {
     training::conform(std::get<0>(in), std::get<0>(out));
@@ -132,7 +145,7 @@ void LmTrainer::save(const std::string& path) {
     const std::filesystem::path parent = std::filesystem::path(path).parent_path();
     if (!parent.empty()) std::filesystem::create_directories(parent);
     io::Checkpoint ck;
-    ck.tensors = training::checkpoint_tensors(params(), optimizer_state());
+    ck.tensors = training::checkpoint_tensors(trainable_params(), optimizer_state());
     ck.metadata = {{"format", kFormat},
                    {"step", std::to_string(steps_done_)},
                    {"data_position", std::to_string(train_batches_->position())},
@@ -144,7 +157,7 @@ void LmTrainer::save(const std::string& path) {
 }
 
 void LmTrainer::load(const std::string& path) {
-  ArrayDict params = this->params(), state = optimizer_state();
+  ArrayDict params = trainable_params(), state = optimizer_state();
   uint64_t position[3] = {0, 0, 0};  // step, data position, seed
   training::run_on_primary(mesh_, "checkpoint load " + path, [&] {
     io::Checkpoint ck = io::load_checkpoint(path);

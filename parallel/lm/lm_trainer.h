@@ -9,6 +9,8 @@
 //  - Deterministic: parameters from the seed, the batch order from (seed, epoch), the same
 //    compiled plan each step, so two runs with the same options give bit-identical parameters,
 //    with threads or MPI ranks.
+//  - With options.trainable, only the parameters those patterns select are trained; the others
+//    are frozen (lm_step.h) and a checkpoint holds the trained ones alone.
 //  - A checkpoint holds params ("params/<name>"), AdamW state ("opt/<name>"), the data position
 //    and the run's configuration; a run resumed from it sees exactly the batches, and computes
 //    exactly the parameters, of the uninterrupted run. A checkpoint of another configuration is
@@ -20,6 +22,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "core/io/progress.h"
 #include "core/io/token_batches.h"
@@ -53,7 +56,10 @@ class LmTrainer {
   // and at the end, checkpoints. Returns the final validation bits per byte.
   double run();
 
-  const ArrayDict& params() const { return std::get<0>(buffers_[current_]); }
+  // Every parameter, trained and frozen, in the decoder's order.
+  ArrayDict params() const;
+  const ArrayDict& trainable_params() const { return std::get<0>(buffers_[current_]); }
+  const ArrayDict& frozen_params() const { return frozen_; }
   const ArrayDict& optimizer_state() const { return std::get<1>(buffers_[current_]); }
   int64_t steps_done() const { return steps_done_; }
   int64_t steps_this_run() const { return steps_done_ - run_started_at_; }
@@ -73,9 +79,11 @@ class LmTrainer {
   int64_t shard_begin_ = 0, shard_end_ = 0;
   std::unique_ptr<io::TokenBatches> train_batches_;
   Schedule schedule_;
-  LmStep step_fn_;
+  LmSplitStep step_fn_;
   LmEval eval_fn_;
-  LmStepOut buffers_[2];  // step k reads buffers_[current_] and writes the other
+  std::vector<std::string> names_;  // every parameter's, in order
+  ArrayDict frozen_;
+  LmStepOut buffers_[2];  // step k reads buffers_[current_] (trainable, state) and writes the other
   int current_ = 0;
   bool buffers_conformed_ = false;
   Array inputs_, targets_, step_;

@@ -42,7 +42,8 @@ std::tuple<TensorDict, TensorDict, Tensor, Tensor, Tensor> TrainStepFn::operator
 std::tuple<TensorDict, TensorDict, Tensor> averaged_adamw_update(
     const Params& params, const TensorDict& grads, const Params& state, const AdamW& optimizer,
     const Schedule& schedule, const Tensor& step, double max_grad_norm, double clip_norm,
-    const std::string& axis) {
+    const std::string& axis, const std::vector<ParamGroup>& groups,
+    const std::vector<std::string>* pattern_names) {
   TensorDict mean_grads = pmean(grads, axis);
   Tensor norm;
   TensorDict clipped = clip_norm > 0 ? clip_by_global_norm(mean_grads, clip_norm, &norm) : mean_grads;
@@ -52,7 +53,7 @@ std::tuple<TensorDict, TensorDict, Tensor> averaged_adamw_update(
         scalar(norm.dtype(), max_grad_norm));
   AdamW opt = optimizer;
   opt.lr = schedule(step);
-  auto [next_params, next_state] = opt.update(params, clipped, state);
+  auto [next_params, next_state] = grouped_update(opt, groups, params, clipped, state, pattern_names);
   return {next_params, next_state, norm};
 }
 
