@@ -39,7 +39,7 @@ Tensor positions(const Tensor& rows, Loc loc) {
   return t == DType::bf16 || t == DType::f16 ? cast(rows, DType::f32, loc) : rows;
 }
 
-int64_t kv_heads(const DecoderConfig& c) { return c.kv_heads == 0 ? c.heads : c.kv_heads; }
+int64_t kv_heads_of(const DecoderConfig& c) { return c.kv_heads == 0 ? c.heads : c.kv_heads; }
 
 }  // namespace
 
@@ -82,7 +82,7 @@ void validate(const DecoderConfig& c) {
     throw std::invalid_argument("decoder: sizes must be positive: " + c.describe());
   if (c.dim % c.heads != 0)
     throw std::invalid_argument(fmt::format("decoder: {} heads do not divide d {}", c.heads, c.dim));
-  if (c.heads % kv_heads(c) != 0)
+  if (c.heads % kv_heads_of(c) != 0)
     throw std::invalid_argument(fmt::format("decoder: {} kv heads do not divide {} heads", c.kv_heads, c.heads));
   if (c.rotary && c.head_dim() % 2 != 0)
     throw std::invalid_argument(fmt::format("decoder: rotary positions need an even head size, not {}",
@@ -170,8 +170,8 @@ DecoderStep decoder_step(const Params& p, const DecoderConfig& c, const Tensor& 
 ArrayDict decoder_cache(const DecoderConfig& c, int64_t batch, DType dtype) {
   ArrayDict d;
   for (int64_t i = 0; i < c.layers; ++i) {
-    d.set(fmt::format("k{}", i), zeros({batch, kv_heads(c), c.context, c.head_dim()}, dtype));
-    d.set(fmt::format("v{}", i), zeros({batch, kv_heads(c), c.context, c.head_dim()}, dtype));
+    d.set(fmt::format("k{}", i), zeros({batch, kv_heads_of(c), c.context, c.head_dim()}, dtype));
+    d.set(fmt::format("v{}", i), zeros({batch, kv_heads_of(c), c.context, c.head_dim()}, dtype));
   }
   return d;
 }
