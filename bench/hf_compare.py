@@ -46,11 +46,11 @@ def models():
 
     import torch
     return {
-        # What the decoder computes before the GPT-2/Llama options (kv_heads, attention_bias,
-        # norm_eps, rope_theta, gelu_tanh) are implemented in core/nn:
+        # Exact and tanh GELU, tied and untied heads, attention with and without biases,
+        # multi-head and grouped-query attention, another rotary base and norm epsilon, one
+        # file and shards, f32 and bf16 storage.
         "gpt2-gelu-tied": (gpt2("gelu"), torch.float32, False),
         "llama-mha-bias-tied": (llama(4, True, True), torch.float32, False),
-        # What needs them:
         "gpt2-gelu_new-untied-sharded": (gpt2("gelu_new", tied=False), torch.float32, True),
         "llama-gqa-untied": (llama(2, False, False, theta=500000.0, eps=1e-5), torch.float32, False),
         "llama-gqa-bf16-sharded": (llama(2, False, False), torch.bfloat16, True),
