@@ -15,6 +15,7 @@
 #include "core/base/metrics.h"
 #include "core/base/threads.h"
 #include "core/compile/compiler.h"
+#include "core/hf/hf_checkpoint.h"
 #include "core/io/checkpoint.h"
 #include "core/io/data.h"
 #include "core/io/idx.h"
