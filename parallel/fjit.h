@@ -37,6 +37,7 @@
 #include "core/nn/dropout.h"
 #include "core/nn/embedding.h"
 #include "core/nn/linear.h"
+#include "core/nn/lora.h"
 #include "core/nn/losses.h"
 #include "core/nn/mlp.h"
 #include "core/nn/normalization.h"

@@ -8,6 +8,7 @@
 
 #include "core/lib/initializers.h"
 #include "core/nn/embedding.h"
+#include "core/nn/linear.h"
 #include "core/nn/normalization.h"
 
 namespace fjit {
@@ -20,15 +21,25 @@ bool ends_with(const std::string& s, const std::string& tail) {
 std::string block_name(int64_t i) { return fmt::format("block{}", i); }
 
 Tensor final_norm(const Params& p, const DecoderConfig& c, const Tensor& x, Loc loc) {
-  return c.norm == TransformerBlockOptions::Norm::kRmsNorm ? rms_norm(p, "norm", x, 1e-6, loc)
-                                                           : layer_norm(p, "norm", x, 1e-5, loc);
+  if (c.norm == TransformerBlockOptions::Norm::kRmsNorm)
+    return rms_norm(p, "norm", x, c.norm_eps > 0 ? c.norm_eps : 1e-6, loc);
+  return layer_norm(p, "norm", x, c.norm_eps > 0 ? c.norm_eps : 1e-5, loc);
 }
 
-// [N, dim] -> [N, vocab] through the tied token table or the head.
+// [N, dim] -> [N, vocab] through the tied token table or the head (a linear layer without a
+// bias, so that a LoRA adapter on "head" applies).
 Tensor project_to_vocab(const Params& p, const DecoderConfig& c, const Tensor& h, Loc loc) {
-  return c.tied_embeddings ? matmul(h, p["tok/table"], false, true, loc)
-                           : matmul(h, p["head/w"], false, false, loc);
+  return c.tied_embeddings ? matmul(h, weight(p, "tok/table", h.dtype(), loc), false, true, loc)
+                           : linear(p, "head", h, false, loc);
 }
+
+// Rows of the learned positions table (a half-precision table cast to f32).
+Tensor positions(const Tensor& rows, Loc loc) {
+  const DType t = rows.dtype();
+  return t == DType::bf16 || t == DType::f16 ? cast(rows, DType::f32, loc) : rows;
+}
+
+int64_t kv_heads_of(const DecoderConfig& c) { return c.kv_heads == 0 ? c.heads : c.kv_heads; }
 
 }  // namespace
 
@@ -37,7 +48,12 @@ TransformerBlockOptions DecoderConfig::block() const {
   o.attention.heads = heads;
   o.attention.causal = true;
   o.attention.rotary = rotary;
+  o.attention.bias = attention_bias;
+  o.attention.kv_heads = kv_heads;
+  o.attention.rope_theta = rope_theta;
   o.norm = norm;
+  o.norm_eps = norm_eps;
+  o.gelu_tanh = gelu_tanh;
   o.mlp = mlp;
   o.mlp_hidden = mlp_hidden;
   o.remat = remat;
@@ -45,21 +61,37 @@ TransformerBlockOptions DecoderConfig::block() const {
 }
 
 std::string DecoderConfig::describe() const {
-  return fmt::format("{} layers, d {}, {} heads, context {}, vocab {}, {} positions, {}, {}{}{}",
-                     layers, dim, heads, context, vocab, rotary ? "rotary" : "learned",
-                     mlp == TransformerBlockOptions::Mlp::kSwiglu ? "swiglu" : "gelu",
+  std::string heads_text = fmt::format("{} heads", heads);
+  if (kv_heads != 0 && kv_heads != heads) heads_text += fmt::format(" ({} kv heads)", kv_heads);
+  std::string extras;
+  if (!attention_bias) extras += ", no attention bias";
+  if (norm_eps > 0) extras += fmt::format(", norm eps {:g}", norm_eps);
+  if (rotary && rope_theta != 10000.0) extras += fmt::format(", rope theta {:g}", rope_theta);
+  return fmt::format("{} layers, d {}, {}, context {}, vocab {}, {} positions, {}, {}{}{}{}",
+                     layers, dim, heads_text, context, vocab, rotary ? "rotary" : "learned",
+                     mlp == TransformerBlockOptions::Mlp::kSwiglu ? "swiglu"
+                     : gelu_tanh                                   ? "gelu (tanh)"
+                                                                   : "gelu",
                      norm == TransformerBlockOptions::Norm::kRmsNorm ? "rms norm" : "layer norm",
-                     tied_embeddings ? ", tied embeddings" : "", remat ? ", remat" : "");
+                     extras, tied_embeddings ? ", tied embeddings" : "", remat ? ", remat" : "");
 }
 
 void validate(const DecoderConfig& c) {
-  if (c.vocab < 1 || c.context < 1 || c.dim < 1 || c.layers < 1 || c.heads < 1 || c.mlp_hidden < 0)
+  if (c.vocab < 1 || c.context < 1 || c.dim < 1 || c.layers < 1 || c.heads < 1 || c.mlp_hidden < 0 ||
+      c.kv_heads < 0)
     throw std::invalid_argument("decoder: sizes must be positive: " + c.describe());
   if (c.dim % c.heads != 0)
     throw std::invalid_argument(fmt::format("decoder: {} heads do not divide d {}", c.heads, c.dim));
+  if (c.heads % kv_heads_of(c) != 0)
+    throw std::invalid_argument(fmt::format("decoder: {} kv heads do not divide {} heads", c.kv_heads, c.heads));
   if (c.rotary && c.head_dim() % 2 != 0)
     throw std::invalid_argument(fmt::format("decoder: rotary positions need an even head size, not {}",
                                             c.head_dim()));
+  if (!(c.norm_eps >= 0) || !std::isfinite(c.norm_eps))
+    throw std::invalid_argument(fmt::format("decoder: norm eps must be positive (or 0: the default), not {}",
+                                            c.norm_eps));
+  if (!(c.rope_theta > 0) || !std::isfinite(c.rope_theta))
+    throw std::invalid_argument(fmt::format("decoder: rope theta must be positive, not {}", c.rope_theta));
 }
 
 void decoder_params(ArrayDict& d, const DecoderConfig& c, uint64_t seed, DType dtype) {
@@ -103,7 +135,7 @@ Tensor decoder_logits(const Params& p, const DecoderConfig& c, const Tensor& ids
     detail::fail("decoder_logits", {ids},
                  fmt::format("{} tokens exceed the model's context of {}", t, c.context), &loc);
   Tensor x = embedding(p, "tok", ids, loc);  // [B, T, D]
-  if (!c.rotary) x = x + reshape(slice(p["pos/table"], {0, 0}, {t, c.dim}, {}, loc), {1, t, c.dim}, loc);
+  if (!c.rotary) x = x + reshape(positions(slice(p["pos/table"], {0, 0}, {t, c.dim}, {}, loc), loc), {1, t, c.dim}, loc);
   const TransformerBlockOptions block = c.block();
   for (int64_t i = 0; i < c.layers; ++i) x = transformer_block(p, block_name(i), x, block, Tensor(), loc);
   Tensor h = reshape(final_norm(p, c, x, loc), {b * t, c.dim}, loc);
@@ -119,7 +151,8 @@ DecoderStep decoder_step(const Params& p, const DecoderConfig& c, const Tensor& 
     detail::fail("decoder_step", {pos}, "expects the position as an i32 scalar", &loc);
   const int64_t b = ids.dim(0);
   Tensor x = embedding(p, "tok", ids, loc);  // [B, 1, D]
-  if (!c.rotary) x = x + reshape(gather(p["pos/table"], reshape(pos, {1}, loc), 0, loc), {1, 1, c.dim}, loc);
+  if (!c.rotary)
+    x = x + reshape(positions(gather(p["pos/table"], reshape(pos, {1}, loc), 0, loc), loc), {1, 1, c.dim}, loc);
   const TransformerBlockOptions block = c.block();
   DecoderStep out;
   for (int64_t i = 0; i < c.layers; ++i) {
@@ -137,8 +170,8 @@ DecoderStep decoder_step(const Params& p, const DecoderConfig& c, const Tensor& 
 ArrayDict decoder_cache(const DecoderConfig& c, int64_t batch, DType dtype) {
   ArrayDict d;
   for (int64_t i = 0; i < c.layers; ++i) {
-    d.set(fmt::format("k{}", i), zeros({batch, c.heads, c.context, c.head_dim()}, dtype));
-    d.set(fmt::format("v{}", i), zeros({batch, c.heads, c.context, c.head_dim()}, dtype));
+    d.set(fmt::format("k{}", i), zeros({batch, kv_heads_of(c), c.context, c.head_dim()}, dtype));
+    d.set(fmt::format("v{}", i), zeros({batch, kv_heads_of(c), c.context, c.head_dim()}, dtype));
   }
   return d;
 }

@@ -13,8 +13,16 @@
 // residual stream (attention out, MLP proj/down) N(0, (0.02 / sqrt(2 layers))^2), biases 0,
 // norm gains 1.
 //
-// decoder_step is one token of generation with a KV cache of fixed size [B, H, context, dh]
-// per layer, so every step after the first runs the same compiled plan whatever the position.
+// decoder_step is one token of generation with a KV cache of fixed size [B, KV, context, dh]
+// per layer (KV = kv_heads, or heads), so every step after the first runs the same compiled
+// plan whatever the position.
+//
+// Hugging Face's models as configurations: GPT-2 is the default style with gelu_tanh and
+// norm_eps 1e-5 (tied embeddings, biases); Llama is rotary, RMS norm, SwiGLU, no attention
+// bias, untied, with its kv_heads, rope_theta and norm_eps (rms_norm_eps). Parameters may be
+// stored as bf16 or f16: every layer reads them through weight() (core/nn/linear.h), so the
+// model computes in f32 (the caches are then f32). A LoRA adapter (core/nn/lora.h) on any of
+// the linear layers, the head included, applies wherever the layer is used.
 #pragma once
 
 #include <cstdint>
@@ -48,12 +56,14 @@ struct DecoderConfig {
 
   TransformerBlockOptions block() const;
   int64_t head_dim() const { return dim / heads; }
-  // "6 layers, d 384, 6 heads, context 256, vocab 256, learned positions, gelu, layer norm".
+  // "6 layers, d 384, 6 heads, context 256, vocab 256, learned positions, gelu, layer norm";
+  // kv heads, "gelu (tanh)", no attention bias, norm eps and rope theta only when not default.
   std::string describe() const;
 };
 
 // Throws std::invalid_argument when the configuration is not a model (heads not dividing dim,
-// an odd head size with rotary, a non-positive size).
+// kv_heads not dividing heads, an odd head size with rotary, a non-positive size, a negative
+// norm_eps, a rope_theta <= 0).
 void validate(const DecoderConfig& c);
 
 // Adds the parameters (above) to `d`, drawn from `seed`.
@@ -66,7 +76,7 @@ Tensor decoder_logits(const Params& p, const DecoderConfig& c, const Tensor& ids
                       Loc loc = Loc::current());
 
 // One token per sequence: ids i32 [B, 1] at position pos (i32 scalar, < context), the caches
-// "k<i>", "v<i>" [B, heads, context, head_dim] of every layer. Returns the logits [B, vocab] of
+// "k<i>", "v<i>" [B, kv_heads (or heads), context, head_dim] of every layer. Returns the logits [B, vocab] of
 // the next token and the caches with this token's keys and values written at row pos.
 struct DecoderStep {
   Tensor logits;

@@ -15,7 +15,10 @@ Tensor embedding(const Params& p, const std::string& name, const Tensor& ids, Lo
     detail::fail("embedding", {table, ids}, "expects i32 token ids", &loc);
   if (!table.defined() || table.rank() != 2)
     detail::fail("embedding", {table, ids}, "expects a table [vocab, dim]", &loc);
-  return gather(table, ids, 0, loc);
+  Tensor rows = gather(table, ids, 0, loc);
+  // A half-precision table: the rows gathered, then cast to f32 (the compute dtype).
+  const DType t = table.dtype();
+  return t == DType::bf16 || t == DType::f16 ? cast(rows, DType::f32, loc) : rows;
 }
 
 void embedding_params(ArrayDict& d, const std::string& name, int64_t vocab, int64_t dim,

@@ -15,7 +15,8 @@
 
 namespace fjit {
 
-// ids i32 [...] -> [..., dim].
+// ids i32 [...] -> [..., dim], in the table's dtype; a bf16 or f16 table gives f32 rows (the
+// rows gathered, then cast).
 Tensor embedding(const Params& p, const std::string& name, const Tensor& ids,
                  Loc loc = Loc::current());
 // Its parameter, added to `d`: the table drawn from N(0, 1 / dim) with `seed` (so that an

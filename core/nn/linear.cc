@@ -3,18 +3,67 @@
 
 #include <stdexcept>
 
+#include <fmt/format.h>
+
 namespace fjit {
 namespace {
 
-// x @ w + b over the last axis of x, for a rank-2 w.
-Tensor affine(const char* name, const Tensor& x, const Tensor& w, const Tensor& b, const Loc& loc) {
+bool is_half(DType t) { return t == DType::bf16 || t == DType::f16; }
+
+// The dtype a layer computes in: its activations' (f32 when they are not floating: the op
+// that receives them then reports it).
+DType compute_dtype(const Tensor& x) {
+  return x.defined() && is_floating(x.dtype()) ? x.dtype() : DType::f32;
+}
+
+// A LoRA adapter's entries in the compute dtype; undefined a when the layer has none.
+struct Lora {
+  Tensor a, b, scale;
+};
+
+Lora read_lora(const Params& p, const std::string& name, const Tensor& x, const Tensor& w,
+               const Loc& loc) {
+  if (!p.contains(name + "/lora_a")) return {};
+  for (const char* part : {"lora_b", "lora_scale"})
+    if (!p.contains(name + "/" + part))
+      detail::fail("linear", {x, w},
+                   fmt::format("layer '{}' has a LoRA adapter ('{}/lora_a') but no '{}/{}'", name,
+                               name, name, part),
+                   &loc);
+  const DType dt = compute_dtype(x);
+  auto read = [&](const char* part) {
+    const Tensor& t = p[name + "/" + part];
+    const bool convert = t.defined() && t.dtype() != dt && (is_floating(t.dtype()) || is_half(t.dtype()));
+    return convert ? cast(t, dt, loc) : t;
+  };
+  Lora l{read("lora_a"), read("lora_b"), read("lora_scale")};
+  const bool fits = w.defined() && w.rank() == 2 && l.a.defined() && l.a.rank() == 2 &&
+                    l.b.defined() && l.b.rank() == 2 && l.scale.defined() && l.scale.rank() == 0 &&
+                    l.a.dim(0) == w.dim(0) && l.a.dim(1) == l.b.dim(0) && l.b.dim(1) == w.dim(1);
+  if (!fits)
+    detail::fail("linear", {w, l.a, l.b, l.scale},
+                 fmt::format("layer '{}': a LoRA adapter of w [in, out] is lora_a [in, r], "
+                             "lora_b [r, out] and a scalar lora_scale",
+                             name),
+                 &loc);
+  return l;
+}
+
+// x @ w + b (+ the adapter) over the last axis of x, for a rank-2 w.
+Tensor affine(const char* name, const Tensor& x, const Tensor& w, const Tensor& b,
+              const Lora& lora, const Loc& loc) {
   detail::CompositeScope scope(name, {x, w, b});
   if (!x.defined() || x.rank() < 1)
     detail::fail(name, {x}, "expects an operand of rank >= 1", &loc);
   // b undefined: no bias.
   auto product = [&](const Tensor& rows) {
     Tensor y = matmul(rows, w, false, false, loc);
-    return b.defined() ? add(y, b, loc) : y;
+    if (b.defined()) y = add(y, b, loc);
+    if (lora.a.defined()) {
+      Tensor low = matmul(matmul(rows, lora.a, false, false, loc), lora.b, false, false, loc);
+      y = add(y, mul(low, lora.scale, loc), loc);
+    }
+    return y;
   };
   if (x.rank() == 2) return product(x);
   const Shape s = x.shape();
@@ -24,14 +73,27 @@ Tensor affine(const char* name, const Tensor& x, const Tensor& w, const Tensor& 
   return reshape(y, out, loc);
 }
 
+Tensor linear_layer(const Params& p, const std::string& name, const Tensor& x, bool bias,
+                    const Loc& loc) {
+  const DType dt = compute_dtype(x);
+  const Tensor w = weight(p, name + "/w", dt, loc);
+  const Tensor b = bias ? weight(p, name + "/b", dt, loc) : Tensor();
+  return affine("linear", x, w, b, read_lora(p, name, x, w, loc), loc);
+}
+
 }  // namespace
 
+Tensor weight(const Params& p, const std::string& name, DType compute, Loc loc) {
+  const Tensor& t = p[name];
+  return t.defined() && is_half(t.dtype()) ? cast(t, compute, loc) : t;
+}
+
 Tensor linear(const Params& p, const std::string& name, const Tensor& x, Loc loc) {
-  return affine("linear", x, p[name + "/w"], p[name + "/b"], loc);
+  return linear_layer(p, name, x, true, loc);
 }
 
 Tensor linear(const Params& p, const std::string& name, const Tensor& x, bool bias, Loc loc) {
-  return affine("linear", x, p[name + "/w"], bias ? p[name + "/b"] : Tensor(), loc);
+  return linear_layer(p, name, x, bias, loc);
 }
 
 void linear_params(ArrayDict& d, const std::string& name, int64_t in, int64_t out, uint64_t seed,
@@ -50,7 +112,9 @@ Tensor mlp(const Params& p, const Tensor& x, const MlpOptions& o, Loc loc) {
   Tensor h = x;
   for (int64_t k = 1; k <= layers; ++k) {
     const std::string index = std::to_string(k);
-    h = affine("mlp", h, p[o.prefix + "w" + index], p[o.prefix + "b" + index], loc);
+    const DType dt = compute_dtype(h);
+    h = affine("mlp", h, weight(p, o.prefix + "w" + index, dt, loc),
+               weight(p, o.prefix + "b" + index, dt, loc), Lora{}, loc);
     if (k < layers) h = o.activation(h);
   }
   return h;

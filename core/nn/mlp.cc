@@ -15,9 +15,14 @@ void require_features(const char* layer, const Tensor& x, const Loc& loc) {
 }  // namespace
 
 Tensor gelu_mlp(const Params& p, const std::string& name, const Tensor& x, Loc loc) {
+  return gelu_mlp(p, name, x, false, loc);
+}
+
+Tensor gelu_mlp(const Params& p, const std::string& name, const Tensor& x, bool tanh_approximation,
+                Loc loc) {
   detail::CompositeScope scope("gelu_mlp", {x});
   require_features("gelu_mlp", x, loc);
-  return linear(p, name + "/proj", gelu(linear(p, name + "/fc", x, loc), false, loc), loc);
+  return linear(p, name + "/proj", gelu(linear(p, name + "/fc", x, loc), tanh_approximation, loc), loc);
 }
 
 void gelu_mlp_params(ArrayDict& d, const std::string& name, int64_t dim, int64_t hidden,

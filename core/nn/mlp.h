@@ -18,6 +18,10 @@ namespace fjit {
 
 // proj(gelu(fc(x))), with the exact (erf) GELU.
 Tensor gelu_mlp(const Params& p, const std::string& name, const Tensor& x, Loc loc = Loc::current());
+// With `tanh_approximation`, GELU by its tanh approximation (core/nn/activations.h's gelu with
+// approximate = true; GPT-2's "gelu_new"); false is the exact GELU above.
+Tensor gelu_mlp(const Params& p, const std::string& name, const Tensor& x, bool tanh_approximation,
+                Loc loc = Loc::current());
 // fc drawn with `init` from `seed`, proj from `seed + 1`, zero biases.
 void gelu_mlp_params(ArrayDict& d, const std::string& name, int64_t dim, int64_t hidden,
                      uint64_t seed, Init init = Init::glorot_uniform, DType dtype = DType::f32);

@@ -1,6 +1,7 @@
 // Normalization layers (see core/nn/normalization.h).
 #include "core/nn/normalization.h"
 
+#include "core/nn/linear.h"
 #include "core/trace/collectives.h"
 
 namespace fjit {
@@ -30,7 +31,8 @@ Tensor layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, doub
 }
 
 Tensor layer_norm(const Params& p, const std::string& name, const Tensor& x, double eps, Loc loc) {
-  return layer_norm(x, p[name + "/g"], p[name + "/b"], eps, loc);
+  const DType dt = x.defined() && is_floating(x.dtype()) ? x.dtype() : DType::f32;
+  return layer_norm(x, weight(p, name + "/g", dt, loc), weight(p, name + "/b", dt, loc), eps, loc);
 }
 
 void layer_norm_params(ArrayDict& d, const std::string& name, int64_t features, DType dtype) {
@@ -39,7 +41,7 @@ void layer_norm_params(ArrayDict& d, const std::string& name, int64_t features, 
 }
 
 Tensor rms_norm(const Params& p, const std::string& name, const Tensor& x, double eps, Loc loc) {
-  const Tensor& g = p[name + "/g"];
+  const Tensor g = weight(p, name + "/g", x.defined() && is_floating(x.dtype()) ? x.dtype() : DType::f32, loc);
   detail::CompositeScope scope("rms_norm", {x, g});
   require_features("rms_norm", x, {g}, loc);
   Tensor ms = mean(mul(x, x, loc), {-1}, true, loc);

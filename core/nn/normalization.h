@@ -1,5 +1,7 @@
 // Normalization layers as functions of explicit state (parameters and running statistics in,
-// new statistics out), for use inside traced step functions.
+// new statistics out), for use inside traced step functions. The layers that read a Params
+// dict (layer_norm, rms_norm) read it through weight() (core/nn/linear.h): bf16 or f16 gains
+// and offsets are cast to x's dtype.
 #pragma once
 
 #include <string>

@@ -21,7 +21,7 @@ struct TransformerBlockOptions {
   enum class Norm { kLayerNorm, kRmsNorm } norm = Norm::kLayerNorm;  // default eps each
   enum class Mlp { kGelu, kSwiglu } mlp = Mlp::kGelu;
   int64_t mlp_hidden = 0;  // F; 0: 4 * D
-  double norm_eps = 0;     // 0: each norm's default (layer norm 1e-5, RMS norm 1e-6)
+  double norm_eps = 0;     // 0: each norm's default (layer norm 1e-5, RMS norm 1e-6); < 0: TraceError
   bool gelu_tanh = false;  // the MLP's GELU by its tanh approximation (GPT-2's "gelu_new")
   // Recompute the block's activations in the backward pass instead of keeping them alive
   // from the forward pass (core/trace/remat.h): the same values, less memory, more compute.
