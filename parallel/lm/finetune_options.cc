@@ -24,9 +24,9 @@ std::unique_ptr<CLI::App> make_app(const std::string& program, FinetuneOptions& 
   add.integer("--lora-rank", o.lora_rank, 0, "LoRA adapters' rank r (0: no adapters, full fine-tuning)");
   add.real("--lora-alpha", o.lora_alpha, "LoRA's alpha: the adapters' scale is alpha / r");
   add.value("--lora-targets", "PATTERNS",
-            fmt::format("linear layers that get an adapter, a comma list of name patterns ({}); PEFT's "
-                        "own defaults are the attention input (GPT-2's c_attn, Llama's q_proj,v_proj); "
-                        "add mlp/* to adapt every linear layer as QLoRA does",
+            fmt::format("linear layers that get an adapter, a comma list of name patterns ({}: every "
+                        "linear layer of the blocks, as QLoRA does; PEFT's own defaults adapt the "
+                        "attention input alone: attn/qkv, GPT-2's c_attn or Llama's q,k,v_proj)",
                         fmt::join(o.lora_targets, ",")),
             [&o](const std::string& v) { o.lora_targets = split_patterns(v); return !o.lora_targets.empty(); },
             "a comma list of patterns");

@@ -17,8 +17,9 @@ struct FinetuneOptions {
   LmOptions lm;              // lm.init_from: the HF directory; lm.export_hf: the merged export
   int64_t lora_rank = 8;     // 0: no adapters (full fine-tuning, or --train's parameters)
   double lora_alpha = 16;    // the adapters' scale is alpha / rank
-  // Linear layers that get an adapter (core/nn/lora.h LoraOptions::targets).
-  std::vector<std::string> lora_targets = {"attn/qkv", "attn/out"};
+  // Linear layers that get an adapter (core/nn/lora.h LoraOptions::targets): every linear
+  // layer of the blocks, as QLoRA does (PEFT's own default adapts the attention input alone).
+  std::vector<std::string> lora_targets = {"attn/qkv", "attn/out", "mlp/*"};
   std::vector<std::string> train;  // patterns of more parameters to train (e.g. "norm*")
   std::string export_peft;         // at the end, the adapters alone in PEFT's layout here
 };
@@ -42,7 +43,7 @@ std::string finetune_usage(const char* program, FinetuneOptions defaults = finet
 // "*/lora_b"; the scales stay frozen) and `train`; without, `train`, or every parameter when
 // `train` is empty (returned as {}).
 std::vector<std::string> finetune_trainable(const FinetuneOptions& o);
-// "LoRA r 8 alpha 16 on attn/qkv,attn/out", or "" without adapters.
+// "LoRA r 8 alpha 16 on attn/qkv,attn/out,mlp/*", or "" without adapters.
 std::string describe_adapters(const FinetuneOptions& o);
 
 }  // namespace fjit::lm
