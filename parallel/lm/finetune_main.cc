@@ -56,7 +56,7 @@ int finetune(Mesh& mesh, const FinetuneOptions& fo) {
                100 * o.validation_fraction, f.path(), describe(o),
                o.adapters.empty() ? "full fine-tuning" : o.adapters, trained, all,
                all > 0 ? 100.0 * trained / all : 0.0,
-               start.adapted.empty() ? "" : fmt::format(" | adapted: {}", fmt::join(start.adapted, ",")));
+               start.adapted.empty() ? "" : fmt::format(" | {} layers adapted", start.adapted.size()));
     std::fflush(stdout);
   }
   const int64_t t0 = now_ns();

@@ -23,6 +23,8 @@ int train(Mesh& mesh, LmOptions options) {
   const bool primary = mesh.is_primary();
   LmTrainer trainer(mesh, std::move(options));
   const LmOptions& o = trainer.options();
+  // A model Hugging Face has no layout for is refused now, not after training.
+  if (!o.export_hf.empty()) (void)hf::hf_model_for(o.model, trainer.params());
   if (primary) {
     const io::TokenFile& f = trainer.tokens();
     fmt::print("fjit train_lm: {} replica(s) ({}) | corpus {}: {} tokens (bytes), {:.0f}% kept for "
