@@ -5,12 +5,18 @@
 //   build/bench/lm_step --steps 5            # prints "STEP_US <median> <min> <max> WALL_US <median>"
 //   build/bench/lm_step --generate 64        # prints "DECODE_US <median> WALL_US <median>"
 //   build/bench/lm_step --layers 12 --remat  # and the step's arena and peak RSS ("ARENA_MB")
+//   build/bench/lm_step --lora 8             # LoRA fine-tuning: rank-8 adapters trained alone
+//   build/bench/lm_step --frozen block*      # the parameters those patterns select frozen
 //
 // The model is train_lm's (core/nn/decoder.h: 6 layers, d 384, 6 heads, context 256, vocab
 // 256, learned positions, GELU, layer norm, tied embeddings), unless --layers/--dim/--heads/
 // --context say otherwise. The step is jit(value_and_grad(mean cross entropy) + clipping to
 // norm 1 + AdamW(lr 1e-3, b2 0.95, weight decay 0.1)) on a batch of --batch sequences, with
-// run_into (no output allocation). The decode step is train_lm --generate's: one token at
+// run_into (no output allocation). With --lora R, adapters (core/nn/lora.h: rank R, alpha 2R,
+// on every linear layer of the blocks, finetune_lm's default) are added and only they are trained; with --frozen PATTERNS (a comma
+// list of name patterns) the parameters selected are frozen: the step differentiates, clips and
+// updates the trainable ones alone, reading the frozen ones (as parallel/lm/lm_step.h's
+// LmSplitStepFn does). The decode step is train_lm --generate's: one token at
 // batch 1 with a KV cache of the whole context, sampling with temperature 0.8 and top-k 40.
 // One intra-op thread unless FJIT_INTRA_OP_THREADS says otherwise. Times: the stepping
 // thread's CPU time (one core) and the wall time (the figure with more intra-op threads).
@@ -23,7 +29,11 @@
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include "parallel/fjit.h"
+#include "core/lib/param_groups.h"
+#include "core/nn/lora.h"
 #include "parallel/lm/lm_generate.h"
 
 using namespace fjit;
@@ -45,7 +55,8 @@ double median(std::vector<double> v) {
 
 int main(int argc, char** argv) {
   DecoderConfig c;
-  int steps = 5, warmup = 2, batch = 8, generate_tokens = 0;
+  int steps = 5, warmup = 2, batch = 8, generate_tokens = 0, lora_rank = 0;
+  std::vector<std::string> frozen_patterns;
   for (int i = 1; i < argc; ++i)
     if (std::string(argv[i]) == "--remat") c.remat = true;
   for (int i = 1; i + 1 < argc; i += 2) {
@@ -55,7 +66,14 @@ int main(int argc, char** argv) {
       continue;
     }
     const int v = std::atoi(argv[i + 1]);
-    if (a == "--steps") steps = v;
+    if (a == "--frozen") {
+      for (std::string rest = argv[i + 1]; !rest.empty();) {
+        const size_t comma = std::min(rest.find(','), rest.size());
+        if (comma > 0) frozen_patterns.push_back(rest.substr(0, comma));
+        rest = comma < rest.size() ? rest.substr(comma + 1) : "";
+      }
+    } else if (a == "--lora") lora_rank = v;
+    else if (a == "--steps") steps = v;
     else if (a == "--warmup") warmup = v;
     else if (a == "--batch") batch = v;
     else if (a == "--layers") c.layers = v;
@@ -65,7 +83,8 @@ int main(int argc, char** argv) {
     else if (a == "--generate") generate_tokens = v;
     else {
       std::fprintf(stderr, "usage: %s [--steps N] [--warmup N] [--batch N] [--layers N] [--dim N] "
-                           "[--heads N] [--context N] [--remat] [--generate TOKENS]\n", argv[0]);
+                           "[--heads N] [--context N] [--remat] [--generate TOKENS] [--lora RANK] "
+                           "[--frozen PATTERNS]\n", argv[0]);
       return 2;
     }
   }
@@ -83,8 +102,22 @@ int main(int argc, char** argv) {
                 median(per_token), generate_tokens, static_cast<long long>(c.context));
     return 0;
   }
-  auto step = jit([c](const Params& p, const Params& s, const Tensor& x, const Tensor& y) {
-    auto loss_fn = [&](const Params& q) { return mean(softmax_cross_entropy(decoder_logits(q, c, x), y)); };
+  ArrayDict frozen;
+  if (lora_rank > 0) {
+    add_lora(params, {.rank = lora_rank, .alpha = 2.0 * lora_rank, .targets = {"attn/qkv", "attn/out", "mlp/*"}, .seed = 1});
+    std::tie(params, frozen) = split_trainable(params, {"*/lora_a", "*/lora_b"});
+  }
+  if (!frozen_patterns.empty()) {
+    auto [more_frozen, trainable] = split_trainable(params, frozen_patterns);
+    params = trainable;
+    for (const auto& [name, a] : more_frozen) frozen.set(name, a);
+  }
+  auto step = jit([c](const Params& p, const Params& f, const Params& s, const Tensor& x, const Tensor& y) {
+    auto loss_fn = [&](const Params& q) {
+      Params all = f;
+      for (const auto& [name, t] : q) all.set(name, t);
+      return mean(softmax_cross_entropy(decoder_logits(all, c, x), y));
+    };
     auto [loss, g] = value_and_grad(loss_fn)(p);
     auto [p2, s2] = AdamW{.lr = 1e-3, .b2 = 0.95, .weight_decay = 0.1}.update(p, clip_by_global_norm(g, 1.0), s);
     return std::tuple{p2, s2, loss};
@@ -96,13 +129,13 @@ int main(int argc, char** argv) {
     y.data<int32_t>()[i] = static_cast<int32_t>((i * 37 + 48) % c.vocab);
   }
   std::tuple<ArrayDict, ArrayDict, Array> out[2];
-  out[0] = step(params, state, x, y);
+  out[0] = step(params, frozen, state, x, y);
   std::vector<double> us, wall;
   for (int i = 0; i < warmup + steps; ++i) {
     auto& in = out[i % 2];
     const double t0 = thread_cpu_us();
     const int64_t w0 = now_ns();
-    step.run_into(out[(i + 1) % 2], std::get<0>(in), std::get<1>(in), x, y);
+    step.run_into(out[(i + 1) % 2], std::get<0>(in), frozen, std::get<1>(in), x, y);
     const double t = thread_cpu_us() - t0;
     if (i >= warmup) us.push_back(t), wall.push_back((now_ns() - w0) * 1e-3);
   }
@@ -115,8 +148,13 @@ int main(int argc, char** argv) {
   // peak resident memory.
   rusage ru{};
   getrusage(RUSAGE_SELF, &ru);
-  std::printf("ARENA_MB %.1f PEAK_RSS_MB %.1f  (remat %s)\n",
+  int64_t trained = 0, all = 0;
+  for (const auto& [name, a] : std::get<0>(out[0])) trained += a.size();
+  all = trained;
+  for (const auto& [name, a] : frozen) all += a.size();
+  std::printf("ARENA_MB %.1f PEAK_RSS_MB %.1f  (remat %s; %lld of %lld parameters trained%s)\n",
               step.core().last_entry()->exe->arena_bytes / 1048576.0, ru.ru_maxrss / 1024.0,
-              c.remat ? "on" : "off");
+              c.remat ? "on" : "off", static_cast<long long>(trained), static_cast<long long>(all),
+              lora_rank > 0 ? fmt::format(", LoRA r {}", lora_rank).c_str() : "");
   return 0;
 }

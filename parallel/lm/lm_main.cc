@@ -7,11 +7,13 @@
 #include <fmt/format.h>
 
 #include "core/base/metrics.h"
+#include "core/hf/hf_checkpoint.h"
 #include "core/io/checkpoint.h"
 #include "core/io/tokenizer.h"
 #include "core/runtime/step_checks.h"
 #include "parallel/lm/lm_generate.h"
 #include "parallel/lm/lm_trainer.h"
+#include "parallel/train/primary_work.h"
 #include "parallel/train/train_main.h"
 
 namespace fjit::lm {
@@ -21,6 +23,8 @@ int train(Mesh& mesh, LmOptions options) {
   const bool primary = mesh.is_primary();
   LmTrainer trainer(mesh, std::move(options));
   const LmOptions& o = trainer.options();
+  // A model Hugging Face has no layout for is refused now, not after training.
+  if (!o.export_hf.empty()) (void)hf::hf_model_for(o.model, trainer.params());
   if (primary) {
     const io::TokenFile& f = trainer.tokens();
     fmt::print("fjit train_lm: {} replica(s) ({}) | corpus {}: {} tokens (bytes), {:.0f}% kept for "
@@ -41,6 +45,13 @@ int train(Mesh& mesh, LmOptions options) {
     fmt::print("\nfinal validation: {:.4f} bits/byte\n", bpb);
     std::fflush(stdout);
   }
+  if (!o.export_hf.empty())
+    training::run_on_primary(mesh, "export to " + o.export_hf, [&] {
+      const hf::HfModel model = hf::hf_model_for(o.model, trainer.params());
+      hf::save_hf_model(o.export_hf, model);
+      fmt::print("exported {} to {}\n", hf::describe(model), o.export_hf);
+      std::fflush(stdout);
+    });
   return 0;
 }
 

@@ -6,6 +6,7 @@
 
 #include <fmt/ranges.h>
 
+#include "parallel/lm/lm_cli.h"
 #include "parallel/train/cli_options.h"
 
 namespace fjit::lm {
@@ -23,7 +24,31 @@ void add_options(CLI::App& app, LmOptions& o) {
   add.value("--positions", "learned|rotary", "position encoding (learned)",
             [&m](const std::string& v) { m.rotary = v == "rotary"; return v == "learned" || v == "rotary"; },
             "learned or rotary");
-  app.add_flag("--remat", m.remat, "recompute each block's activations in the backward pass");
+  add_training_options(app, o);
+  add.value("--generate", "PROMPT", "sample text after PROMPT from the latest checkpoint of "
+            "--checkpoint-dir instead of training",
+            [&o](const std::string& v) { o.prompt = v; return true; }, "");
+  add.integer("--tokens", o.new_tokens, 1, "tokens to generate");
+  add.real("--temperature", o.temperature, "sampling temperature (0: greedy)");
+  add.integer("--top-k", o.top_k, 0, "sample among the k likeliest tokens (0: all)");
+}
+
+std::unique_ptr<CLI::App> make_app(const std::string& program, LmOptions& o) {
+  auto app = std::make_unique<CLI::App>(
+      "Trains a GPT-style decoder on a text corpus (bytes as tokens), data-parallel over the "
+      "replicas, or samples from it.\n  mpirun -np N " + program + " [options]   (one replica per rank)",
+      program);
+  app->footer("Environment: FJIT_LOG_LEVEL, FJIT_CHECKS, FJIT_ON_CHECK_FAILURE, FJIT_DUMP_DIR, ...");
+  app->allow_windows_style_options(false);
+  add_options(*app, o);
+  return app;
+}
+
+}  // namespace
+
+void add_training_options(CLI::App& app, LmOptions& o) {
+  training::cli::OptionAdder add(app);
+  app.add_flag("--remat", o.model.remat, "recompute each block's activations in the backward pass");
   add.integer("--steps", o.steps, 1, "training steps (the schedule spans them)");
   add.integer("--max-steps", o.max_steps, 0, "stop after N steps in all (resume to go on)");
   add.integer("--batch-size", o.batch_size, 1, "global batch in sequences, split over the replicas");
@@ -68,26 +93,10 @@ void add_options(CLI::App& app, LmOptions& o) {
                "resume even if the model, optimizer or schedule differ from the checkpoint's");
   add.check_options(o.checks, o.on_check_failure);
   add.integer("--log-every", o.log_every, 0, "steps between progress lines");
-  add.value("--generate", "PROMPT", "sample text after PROMPT from the latest checkpoint of "
-            "--checkpoint-dir instead of training",
-            [&o](const std::string& v) { o.prompt = v; return true; }, "");
-  add.integer("--tokens", o.new_tokens, 1, "tokens to generate");
-  add.real("--temperature", o.temperature, "sampling temperature (0: greedy)");
-  add.integer("--top-k", o.top_k, 0, "sample among the k likeliest tokens (0: all)");
+  add.text("--export-hf", "DIR", o.export_hf,
+           "at the end, write the model in Hugging Face's layout (config.json, model.safetensors) "
+           "to DIR (none)");
 }
-
-std::unique_ptr<CLI::App> make_app(const std::string& program, LmOptions& o) {
-  auto app = std::make_unique<CLI::App>(
-      "Trains a GPT-style decoder on a text corpus (bytes as tokens), data-parallel over the "
-      "replicas, or samples from it.\n  mpirun -np N " + program + " [options]   (one replica per rank)",
-      program);
-  app->footer("Environment: FJIT_LOG_LEVEL, FJIT_CHECKS, FJIT_ON_CHECK_FAILURE, FJIT_DUMP_DIR, ...");
-  app->allow_windows_style_options(false);
-  add_options(*app, o);
-  return app;
-}
-
-}  // namespace
 
 ParsedLmOptions parse_lm_options(int argc, char** argv, LmOptions defaults) {
   ParsedLmOptions r;
@@ -177,6 +186,8 @@ io::RunConfig run_config(const LmOptions& o) {
                           {"batch", fmt::format("{} x {}", o.batch_size, o.model.context)},
                           {"validation_fraction", fmt::format("{}", o.validation_fraction)}};
   if (!o.trainable.empty()) config.emplace("trainable", fmt::format("{}", fmt::join(o.trainable, ",")));
+  if (!o.init_from.empty()) config.emplace("init", o.init_from);
+  if (!o.adapters.empty()) config.emplace("adapters", o.adapters);
   return config;
 }
 

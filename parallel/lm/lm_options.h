@@ -50,6 +50,12 @@ struct LmOptions {
   std::optional<CheckPolicy> on_check_failure;
   int64_t log_every = 20;
   int replicas = 1;                  // informational: Mesh::from_environment reads --replicas
+  // Where the parameters start when not from the seed (a fine-tuning run's --init-from), and
+  // its adapters ("LoRA r 8 alpha 16 on attn/qkv,attn/out"): both go into the checkpoints' run
+  // config (empty: not recorded), so a resume from another base or adapter is refused.
+  std::string init_from;
+  std::string adapters;
+  std::string export_hf;             // at the end, the model in Hugging Face's layout here
   // Generation (--generate PROMPT): from the latest checkpoint of checkpoint_dir.
   std::optional<std::string> prompt;
   int64_t new_tokens = 200;

@@ -19,6 +19,28 @@ namespace {
 
 constexpr const char* kFormat = "fjit-decoder-lm-v1";
 
+// Pretraining reads bytes: the vocabulary is the byte tokenizer's; a given model keeps its own.
+LmOptions prepared(LmOptions o, bool from_seed) {
+  if (from_seed) o.model.vocab = io::ByteTokenizer::kVocab;
+  return o;
+}
+
+// Every parameter the decoder reads is in `given` with its shape (other entries are allowed).
+void check_initial(const ArrayDict& given, const DecoderConfig& model, const std::string& source) {
+  ArrayDict expected;
+  decoder_params(expected, model, 0);
+  for (const auto& [name, a] : expected) {
+    const std::string where = source.empty() ? std::string("the initial parameters") : source;
+    if (!given.contains(name))
+      throw std::invalid_argument(fmt::format("{}: no parameter '{}' for the decoder {}", where, name,
+                                              model.describe()));
+    if (given.at(name).shape() != a.shape())
+      throw std::invalid_argument(fmt::format("{}: parameter '{}' is {}, the decoder {} reads {}", where,
+                                              name, shape_str(given.at(name).shape()),
+                                              model.describe(), shape_str(a.shape())));
+  }
+}
+
 }  // namespace
 
 std::string token_file_path(const LmOptions& o) {
@@ -36,9 +58,9 @@ PmapOptions LmTrainer::pmap_options(const char* name) const {
   return o;
 }
 
-LmTrainer::LmTrainer(Mesh mesh, LmOptions options)
+LmTrainer::LmTrainer(Mesh mesh, LmOptions options, ArrayDict initial)
     : mesh_(std::move(mesh)),
-      options_(std::move(options)),
+      options_(prepared(std::move(options), initial.empty())),
       schedule_(lm_schedule(options_)),
       step_fn_(make_lm_split_step(mesh_,
                                   LmStepFn{.model = options_.model,
@@ -50,7 +72,6 @@ LmTrainer::LmTrainer(Mesh mesh, LmOptions options)
                                            .groups = lm_param_groups(options_)},
                                   pmap_options("lm_step"))),
       eval_fn_(make_lm_eval(mesh_, options_.model, pmap_options("lm_eval"))) {
-  options_.model.vocab = io::ByteTokenizer::kVocab;
   validate(options_.model);
   const std::string path = token_file_path(options_);
   training::run_on_primary(mesh_, "tokenizing " + options_.corpus, [&] {
@@ -60,6 +81,17 @@ LmTrainer::LmTrainer(Mesh mesh, LmOptions options)
     io::write_token_file(path, io::corpus_files(options_.corpus));
   });
   file_ = std::make_unique<io::TokenFile>(io::TokenFile::open(path));
+  if (file_->vocab() > options_.model.vocab)
+    throw std::invalid_argument(fmt::format(
+        "{}: tokens of a vocabulary of {} do not fit the model's {}{}", path, file_->vocab(),
+        options_.model.vocab,
+        file_->vocab() == io::ByteTokenizer::kVocab ? " (the corpus is read as bytes: give --token-file "
+                                                     "with ids of the model's tokenizer)" : ""));
+  if (!initial.empty() && file_->vocab() == io::ByteTokenizer::kVocab &&
+      options_.model.vocab != io::ByteTokenizer::kVocab)
+    throw std::invalid_argument(fmt::format(
+        "{}: the corpus is read as bytes (vocabulary 256) but the model's vocabulary is {}: give "
+        "--token-file with ids of the model's tokenizer", path, options_.model.vocab));
   std::tie(shard_begin_, shard_end_) = mesh_.data_shard().rows(options_.batch_size);
   if (options_.batch_size < mesh_.size())
     throw std::invalid_argument(fmt::format("train_lm: a global batch of {} sequences cannot feed {} replicas",
@@ -70,7 +102,12 @@ LmTrainer::LmTrainer(Mesh mesh, LmOptions options)
                             .validation_fraction = options_.validation_fraction, .seed = options_.seed},
       shard_begin_, shard_end_);
   ArrayDict params;
-  decoder_params(params, options_.model, options_.seed);
+  if (initial.empty()) {
+    decoder_params(params, options_.model, options_.seed);
+  } else {
+    check_initial(initial, options_.model, options_.init_from);
+    params = std::move(initial);
+  }
   names_ = params.names();
   check_param_groups(lm_param_groups(options_), names_);
   if (!options_.trainable.empty()) std::tie(params, frozen_) = split_trainable(params, options_.trainable);

@@ -6,7 +6,12 @@
 //  - The corpus is tokenized (bytes) into a token file once, by the primary replica, before any
 //    process reads it; every process then maps it and reads only its rows of each global batch
 //    (the file must be visible to every process: one host, or a shared file system).
-//  - Deterministic: parameters from the seed, the batch order from (seed, epoch), the same
+//  - Parameters start from the seed (decoder_params), or, for a fine-tuning run, from the dict
+//    the caller gives (options.model must then be the decoder that reads it; options.init_from
+//    names its source in the checkpoints). A resumed fine-tuning run is given the same dict
+//    again: the frozen parameters come from it, the trained ones and their state from the
+//    checkpoint.
+//  - Deterministic: parameters from the seed (or the given dict), the batch order from (seed, epoch), the same
 //    compiled plan each step, so two runs with the same options give bit-identical parameters,
 //    with threads or MPI ranks.
 //  - With options.trainable, only the parameters those patterns select are trained; the others
@@ -41,7 +46,11 @@ class LmTrainer {
  public:
   // Writes the token file (primary) and opens it (every process). Throws std::runtime_error
   // naming the file for a bad corpus (empty, not text, shorter than one batch).
-  LmTrainer(Mesh mesh, LmOptions options);
+  // `initial` empty: the parameters of options.model from options.seed, the vocabulary the
+  // byte tokenizer's. Else every parameter options.model reads (names and shapes checked;
+  // extra entries such as LoRA adapters are kept), in any dtype the decoder reads; the token
+  // file's vocabulary must then fit options.model.vocab (std::invalid_argument).
+  LmTrainer(Mesh mesh, LmOptions options, ArrayDict initial = {});
 
   // One step on the next global batch; nullopt once the run is over.
   std::optional<StepStats> step();

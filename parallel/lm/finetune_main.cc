@@ -1,0 +1,108 @@
+#include "parallel/lm/finetune_main.h"
+
+#include <cstdio>
+#include <filesystem>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "core/base/metrics.h"
+#include "core/nn/lora.h"
+#include "parallel/lm/lm_trainer.h"
+#include "parallel/train/primary_work.h"
+#include "parallel/train/train_main.h"
+
+namespace fjit::lm {
+namespace {
+
+int64_t count(const ArrayDict& params) {
+  int64_t n = 0;
+  for (const auto& [name, a] : params) n += a.size();
+  return n;
+}
+
+void export_model(const Mesh& mesh, const FinetuneOptions& fo, const FinetuneStart& start,
+                  const ArrayDict& trained) {
+  if (!fo.lm.export_hf.empty())
+    training::run_on_primary(mesh, "export to " + fo.lm.export_hf, [&] {
+      hf::HfModel merged = start.base;
+      merged.params = trained;
+      merge_lora(merged.params);
+      hf::save_hf_model(fo.lm.export_hf, merged);
+      fmt::print("exported the merged model to {}\n", fo.lm.export_hf);
+    });
+  if (!fo.export_peft.empty())
+    training::run_on_primary(mesh, "adapter export to " + fo.export_peft, [&] {
+      hf::HfModel adapted = start.base;
+      adapted.params = trained;
+      hf::save_peft_adapter(fo.export_peft, adapted,
+                            std::filesystem::absolute(fo.lm.init_from).lexically_normal().string());
+      fmt::print("exported the adapters (PEFT) to {}\n", fo.export_peft);
+    });
+  std::fflush(stdout);
+}
+
+int finetune(Mesh& mesh, const FinetuneOptions& fo) {
+  const bool primary = mesh.is_primary();
+  FinetuneStart start = finetune_start(fo);
+  LmTrainer trainer(mesh, start.options, std::move(start.params));
+  const LmOptions& o = trainer.options();
+  if (primary) {
+    const io::TokenFile& f = trainer.tokens();
+    const int64_t trained = count(trainer.trainable_params()), all = trained + count(trainer.frozen_params());
+    fmt::print("fjit finetune_lm: {} replica(s) ({}) | from {}\ncorpus {}: {} tokens, {:.0f}% kept for "
+               "validation | token file {}\n{}\n{} | training {} of {} parameters ({:.2f}%){}\n",
+               mesh.size(), mesh.description(), hf::describe(start.base), o.corpus, f.size(),
+               100 * o.validation_fraction, f.path(), describe(o),
+               o.adapters.empty() ? "full fine-tuning" : o.adapters, trained, all,
+               all > 0 ? 100.0 * trained / all : 0.0,
+               start.adapted.empty() ? "" : fmt::format(" | {} layers adapted", start.adapted.size()));
+    std::fflush(stdout);
+  }
+  const int64_t t0 = now_ns();
+  const double bpb = trainer.run();
+  const double seconds = (now_ns() - t0) * 1e-9;
+  if (primary) {
+    const int64_t steps = trainer.steps_this_run();
+    fmt::print("\n{}\ntrained {} steps in {} ({:.0f} tokens/s)", metrics_report(), steps,
+               format_duration(seconds),
+               seconds > 0 ? steps * o.batch_size * o.model.context / seconds : 0.0);
+    if (!o.checkpoint_dir.empty()) fmt::print("; checkpoints in {}", o.checkpoint_dir);
+    fmt::print("\nfinal validation: {:.4f} bits/{}\n", bpb, o.model.vocab == 256 ? "byte" : "token");
+    std::fflush(stdout);
+  }
+  export_model(mesh, fo, start, trainer.params());
+  return 0;
+}
+
+}  // namespace
+
+FinetuneStart finetune_start(const FinetuneOptions& fo) {
+  FinetuneStart s;
+  s.base = hf::load_hf_model(fo.lm.init_from);
+  s.options = fo.lm;
+  s.options.model = s.base.config;
+  s.options.model.remat = fo.lm.model.remat;
+  s.options.trainable = finetune_trainable(fo);
+  s.options.adapters = describe_adapters(fo);
+  s.params = s.base.params;
+  if (fo.lora_rank > 0)
+    s.adapted = add_lora(s.params, LoraOptions{.rank = fo.lora_rank, .alpha = fo.lora_alpha,
+                                              .targets = fo.lora_targets, .seed = fo.lm.seed});
+  return s;
+}
+
+int finetune_main(int argc, char** argv) {
+  ParsedFinetuneOptions parsed = parse_finetune_options(argc, argv);
+  if (parsed.help) {
+    std::printf("%s", finetune_usage(argv[0]).c_str());
+    return 0;
+  }
+  if (!parsed.error.empty()) {
+    std::fprintf(stderr, "%s: %s\n", argv[0], parsed.error.c_str());
+    return 2;
+  }
+  return training::run_training_job(argc, argv, [&](Mesh& mesh) { return finetune(mesh, parsed.options); });
+}
+
+}  // namespace fjit::lm
