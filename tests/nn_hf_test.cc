@@ -73,25 +73,6 @@ TEST(NnHf, RopeThetaIsTheRotaryBase) {
   EXPECT_GT(max_abs_diff(y, standard), 1e-4) << "rope_theta made no difference";
 }
 
-// Runs the step token by token over x [B, T, D] from zero caches [B, kv, tmax, dh].
-template <class Step>
-Array decode(Step& step, const ArrayDict& p, const Array& x, int64_t kv, int64_t dh, int64_t tmax) {
-  const int64_t b = x.shape()[0], t = x.shape()[1], d = x.shape()[2];
-  Array ck = Array::zeros(DType::f64, {b, kv, tmax, dh}), cv = ck.clone();
-  Array out(DType::f64, {b, t, d});
-  for (int64_t i = 0; i < t; ++i) {
-    Array xi(DType::f64, {b, 1, d});
-    for (int64_t n = 0; n < b; ++n)
-      for (int64_t c = 0; c < d; ++c) xi.data<double>()[n * d + c] = x.data<double>()[(n * t + i) * d + c];
-    const auto r = step(p, xi, Array::scalar(static_cast<int32_t>(i)), ck, cv);
-    const Array& y = std::get<0>(r);
-    ck = std::get<1>(r);
-    cv = std::get<2>(r);
-    for (int64_t n = 0; n < b; ++n)
-      for (int64_t c = 0; c < d; ++c) out.data<double>()[(n * t + i) * d + c] = y.data<double>()[n * d + c];
-  }
-  return out;
-}
 
 TEST(NnHf, GroupedQueryStepByStepReproducesTheCausalLayerWithOneTrace) {
   const int64_t b = 2, t = 6, d = 16, heads = 4, tmax = 8;
@@ -108,7 +89,7 @@ TEST(NnHf, GroupedQueryStepByStepReproducesTheCausalLayerWithOneTrace) {
       AttentionStep s = multi_head_attention_step(p, "attn", x, pos, ck, cv, o);
       return std::tuple{s.y, s.cache_k, s.cache_v};
     });
-    const Array stepped = decode(step, p, x, kv, d / heads, tmax);
+    const Array stepped = testing::decode_token_by_token(step, p, x, kv, d / heads, tmax);
     for (int64_t i = 0; i < full.size(); ++i)
       ASSERT_NEAR(stepped.data<double>()[i], full.data<double>()[i], 1e-12) << "kv " << kv << " at " << i;
     EXPECT_EQ(traces, 1) << "a new position re-traced the step";

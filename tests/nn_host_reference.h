@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <fmt/format.h>
@@ -167,6 +168,29 @@ inline Vec host_decoder(const ArrayDict& p, const DecoderConfig& c, const std::v
     for (int64_t v = 0; v < c.vocab; ++v)
       for (int64_t k = 0; k < d; ++k) logits[i * c.vocab + v] += h[i * d + k] * table[v * d + k];
   return logits;
+}
+
+// Runs a jitted attention step (x [B, 1, D], pos, cache_k, cache_v) -> (y, cache_k, cache_v)
+// token by token over x [B, T, D] (f64) from zero caches [B, kv, tmax, dh]; returns the
+// outputs [B, T, D].
+template <class Step>
+Array decode_token_by_token(Step& step, const ArrayDict& p, const Array& x, int64_t kv, int64_t dh,
+                            int64_t tmax) {
+  const int64_t b = x.shape()[0], t = x.shape()[1], d = x.shape()[2];
+  Array ck = Array::zeros(DType::f64, {b, kv, tmax, dh}), cv = ck.clone();
+  Array out(DType::f64, {b, t, d});
+  for (int64_t i = 0; i < t; ++i) {
+    Array xi(DType::f64, {b, 1, d});
+    for (int64_t n = 0; n < b; ++n)
+      for (int64_t c = 0; c < d; ++c) xi.data<double>()[n * d + c] = x.data<double>()[(n * t + i) * d + c];
+    const auto r = step(p, xi, Array::scalar(static_cast<int32_t>(i)), ck, cv);
+    const Array& y = std::get<0>(r);
+    ck = std::get<1>(r);
+    cv = std::get<2>(r);
+    for (int64_t n = 0; n < b; ++n)
+      for (int64_t c = 0; c < d; ++c) out.data<double>()[(n * t + i) * d + c] = y.data<double>()[n * d + c];
+  }
+  return out;
 }
 
 }  // namespace fjit::testing

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "parallel/fjit.h"
+#include "tests/nn_host_reference.h"
 #include "tests/test_util.h"
 
 namespace fjit {
@@ -176,26 +177,6 @@ TEST(NnSequence, SelfAttentionIsMultiHeadAttentionWithItsDefaults) {
   EXPECT_TRUE(a.bit_equal(b));
 }
 
-// Runs `step` token by token over x [B, T, D] from empty caches; returns the outputs [B, T, D]
-// and how often the step was traced.
-template <class Step>
-Array decode(Step& step, const ArrayDict& p, const Array& x, int64_t heads, int64_t tmax) {
-  const int64_t b = x.shape()[0], t = x.shape()[1], d = x.shape()[2];
-  Array ck = Array::zeros(DType::f64, {b, heads, tmax, d / heads}), cv = ck.clone();
-  Array out(DType::f64, {b, t, d});
-  for (int64_t i = 0; i < t; ++i) {
-    Array xi(DType::f64, {b, 1, d});
-    for (int64_t n = 0; n < b; ++n)
-      for (int64_t c = 0; c < d; ++c) xi.data<double>()[n * d + c] = x.data<double>()[(n * t + i) * d + c];
-    const auto r = step(p, xi, Array::scalar(static_cast<int32_t>(i)), ck, cv);
-    const Array& y = std::get<0>(r);
-    ck = std::get<1>(r);
-    cv = std::get<2>(r);
-    for (int64_t n = 0; n < b; ++n)
-      for (int64_t c = 0; c < d; ++c) out.data<double>()[(n * t + i) * d + c] = y.data<double>()[n * d + c];
-  }
-  return out;
-}
 
 TEST(NnSequence, AttentionStepByStepReproducesTheCausalLayerWithOneTrace) {
   const int64_t b = 2, t = 6, d = 8, heads = 2, tmax = 9;
@@ -211,7 +192,7 @@ TEST(NnSequence, AttentionStepByStepReproducesTheCausalLayerWithOneTrace) {
       AttentionStep s = multi_head_attention_step(p, "attn", x, pos, ck, cv, o);
       return std::tuple{s.y, s.cache_k, s.cache_v};
     });
-    const Array stepped = decode(step, p, x, heads, tmax);
+    const Array stepped = testing::decode_token_by_token(step, p, x, heads, d / heads, tmax);
     for (int64_t i = 0; i < full.size(); ++i)
       ASSERT_NEAR(stepped.data<double>()[i], full.data<double>()[i], 1e-12) << "rotary " << rotary << " at " << i;
     EXPECT_EQ(traces, 1) << "a new position re-traced the step";
@@ -296,7 +277,7 @@ TEST(NnSequence, LlamaBlockStepByStepReproducesTheBlock) {
     AttentionStep s = transformer_block_step(p, "blk", x, pos, ck, cv, o);
     return std::tuple{s.y, s.cache_k, s.cache_v};
   });
-  const Array stepped = decode(step, p, x, heads, t);
+  const Array stepped = testing::decode_token_by_token(step, p, x, heads, d / heads, t);
   for (int64_t i = 0; i < full.size(); ++i) ASSERT_NEAR(stepped.data<double>()[i], full.data<double>()[i], 1e-12) << i;
 }
 

@@ -6,8 +6,8 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "core/base/metrics.h"
 #include "core/nn/lora.h"
+#include "parallel/lm/lm_main.h"
 #include "parallel/lm/lm_trainer.h"
 #include "parallel/train/primary_work.h"
 #include "parallel/train/train_main.h"
@@ -59,18 +59,7 @@ int finetune(Mesh& mesh, const FinetuneOptions& fo) {
                start.adapted.empty() ? "" : fmt::format(" | {} layers adapted", start.adapted.size()));
     std::fflush(stdout);
   }
-  const int64_t t0 = now_ns();
-  const double bpb = trainer.run();
-  const double seconds = (now_ns() - t0) * 1e-9;
-  if (primary) {
-    const int64_t steps = trainer.steps_this_run();
-    fmt::print("\n{}\ntrained {} steps in {} ({:.0f} tokens/s)", metrics_report(), steps,
-               format_duration(seconds),
-               seconds > 0 ? steps * o.batch_size * o.model.context / seconds : 0.0);
-    if (!o.checkpoint_dir.empty()) fmt::print("; checkpoints in {}", o.checkpoint_dir);
-    fmt::print("\nfinal validation: {:.4f} bits/{}\n", bpb, o.model.vocab == 256 ? "byte" : "token");
-    std::fflush(stdout);
-  }
+  run_and_report(trainer, mesh);
   export_model(mesh, fo, start, trainer.params());
   return 0;
 }

@@ -33,18 +33,7 @@ int train(Mesh& mesh, LmOptions options) {
                f.path(), describe(o), parameter_count(trainer.params()) * 1e-6);
     std::fflush(stdout);
   }
-  const int64_t start = now_ns();
-  const double bpb = trainer.run();
-  const double seconds = (now_ns() - start) * 1e-9;
-  if (primary) {
-    const int64_t steps = trainer.steps_this_run();
-    fmt::print("\n{}\ntrained {} steps in {} ({:.0f} tokens/s)", metrics_report(), steps,
-               format_duration(seconds),
-               seconds > 0 ? steps * o.batch_size * o.model.context / seconds : 0.0);
-    if (!o.checkpoint_dir.empty()) fmt::print("; checkpoints in {}", o.checkpoint_dir);
-    fmt::print("\nfinal validation: {:.4f} bits/byte\n", bpb);
-    std::fflush(stdout);
-  }
+  run_and_report(trainer, mesh);
   if (!o.export_hf.empty())
     training::run_on_primary(mesh, "export to " + o.export_hf, [&] {
       const hf::HfModel model = hf::hf_model_for(o.model, trainer.params());
@@ -82,6 +71,23 @@ int sample(Mesh& mesh, const LmOptions& o) {
 }
 
 }  // namespace
+
+double run_and_report(LmTrainer& trainer, const Mesh& mesh) {
+  const int64_t start = now_ns();
+  const double bits = trainer.run();
+  const double seconds = (now_ns() - start) * 1e-9;
+  if (mesh.is_primary()) {
+    const LmOptions& o = trainer.options();
+    const int64_t steps = trainer.steps_this_run();
+    fmt::print("\n{}\ntrained {} steps in {} ({:.0f} tokens/s)", metrics_report(), steps,
+               format_duration(seconds),
+               seconds > 0 ? steps * o.batch_size * o.model.context / seconds : 0.0);
+    if (!o.checkpoint_dir.empty()) fmt::print("; checkpoints in {}", o.checkpoint_dir);
+    fmt::print("\nfinal validation: {:.4f} bits/{}\n", bits, o.model.vocab == 256 ? "byte" : "token");
+    std::fflush(stdout);
+  }
+  return bits;
+}
 
 int lm_main(int argc, char** argv) {
   ParsedLmOptions parsed = parse_lm_options(argc, argv);
