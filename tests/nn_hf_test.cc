@@ -74,27 +74,7 @@ TEST(NnHf, RopeThetaIsTheRotaryBase) {
 }
 
 
-TEST(NnHf, GroupedQueryStepByStepReproducesTheCausalLayerWithOneTrace) {
-  const int64_t b = 2, t = 6, d = 16, heads = 4, tmax = 8;
-  const Array x = random_f64({b, t, d}, 7);
-  for (int64_t kv : {1, 2}) {
-    const MultiHeadAttentionOptions o{.heads = heads, .causal = true, .rotary = true, .bias = kv == 2,
-                                      .kv_heads = kv, .rope_theta = 1e6};
-    ArrayDict p;
-    multi_head_attention_params(p, "attn", d, 3, o, Init::glorot_uniform, DType::f64);
-    const Array full = jit([o](const Params& p, const Tensor& x) { return multi_head_attention(p, "attn", x, o); })(p, x);
-    int traces = 0;
-    auto step = jit([o, &traces](const Params& p, const Tensor& x, const Tensor& pos, const Tensor& ck, const Tensor& cv) {
-      ++traces;
-      AttentionStep s = multi_head_attention_step(p, "attn", x, pos, ck, cv, o);
-      return std::tuple{s.y, s.cache_k, s.cache_v};
-    });
-    const Array stepped = testing::decode_token_by_token(step, p, x, kv, d / heads, tmax);
-    for (int64_t i = 0; i < full.size(); ++i)
-      ASSERT_NEAR(stepped.data<double>()[i], full.data<double>()[i], 1e-12) << "kv " << kv << " at " << i;
-    EXPECT_EQ(traces, 1) << "a new position re-traced the step";
-  }
-}
+// The grouped-query decode step: nn_sequence_test.cc, AttentionStepByStep...
 
 TEST(NnHf, GeluTanhMlpIsTheClosedForm) {
   const int64_t n = 4, d = 6, f = 10;

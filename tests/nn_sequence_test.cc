@@ -7,6 +7,8 @@
 #include <cmath>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include "parallel/fjit.h"
 #include "tests/nn_host_reference.h"
 #include "tests/test_util.h"
@@ -179,10 +181,17 @@ TEST(NnSequence, SelfAttentionIsMultiHeadAttentionWithItsDefaults) {
 
 
 TEST(NnSequence, AttentionStepByStepReproducesTheCausalLayerWithOneTrace) {
-  const int64_t b = 2, t = 6, d = 8, heads = 2, tmax = 9;
+  const int64_t b = 2, t = 6, d = 16, heads = 4, tmax = 9;
   const Array x = random_f64({b, t, d}, 7);
-  for (bool rotary : {false, true}) {
-    const MultiHeadAttentionOptions o{.heads = heads, .causal = true, .rotary = rotary, .bias = !rotary};
+  // Plain and rotary multi-head attention, and grouped-query attention (one and two key/value
+  // heads) with another rotary base.
+  const MultiHeadAttentionOptions cases[] = {
+      {.heads = heads, .causal = true, .rotary = false, .bias = true},
+      {.heads = heads, .causal = true, .rotary = true, .bias = false},
+      {.heads = heads, .causal = true, .rotary = true, .bias = false, .kv_heads = 1, .rope_theta = 1e6},
+      {.heads = heads, .causal = true, .rotary = true, .bias = true, .kv_heads = 2, .rope_theta = 1e6}};
+  for (const MultiHeadAttentionOptions& o : cases) {
+    SCOPED_TRACE(fmt::format("rotary {} kv_heads {}", o.rotary, o.kv_heads));
     ArrayDict p;
     multi_head_attention_params(p, "attn", d, 3, o, Init::glorot_uniform, DType::f64);
     const Array full = jit([o](const Params& p, const Tensor& x) { return multi_head_attention(p, "attn", x, o); })(p, x);
@@ -192,9 +201,9 @@ TEST(NnSequence, AttentionStepByStepReproducesTheCausalLayerWithOneTrace) {
       AttentionStep s = multi_head_attention_step(p, "attn", x, pos, ck, cv, o);
       return std::tuple{s.y, s.cache_k, s.cache_v};
     });
-    const Array stepped = testing::decode_token_by_token(step, p, x, heads, d / heads, tmax);
-    for (int64_t i = 0; i < full.size(); ++i)
-      ASSERT_NEAR(stepped.data<double>()[i], full.data<double>()[i], 1e-12) << "rotary " << rotary << " at " << i;
+    const int64_t kv = o.kv_heads == 0 ? heads : o.kv_heads;
+    const Array stepped = testing::decode_token_by_token(step, p, x, kv, d / heads, tmax);
+    for (int64_t i = 0; i < full.size(); ++i) ASSERT_NEAR(stepped.data<double>()[i], full.data<double>()[i], 1e-12) << i;
     EXPECT_EQ(traces, 1) << "a new position re-traced the step";
   }
 }
