@@ -12,7 +12,9 @@
 #include <cmath>
 
 #include "core/lib/param_groups.h"
+#include "core/ir/convert.h"
 #include "parallel/fjit.h"
+#include "parallel/lm/finetune_main.h"
 #include "tests/test_util.h"
 
 namespace fjit {
@@ -220,6 +222,34 @@ TEST(LmOptions, DefaultsKeepTrainLmsConfiguration) {
   f.trainable = {"lora_a", "lora_b"};
   EXPECT_EQ(lm::run_config(f).at("optimizer"), "AdamW b2 0.95 weight decay 0.1 clip 1 groups no_decay(*/b,*/g: lr x1, wd 0)");
   EXPECT_EQ(lm::run_config(f).at("trainable"), "lora_a,lora_b");
+}
+
+// A half-precision base (bf16 here): the trained weights get f32 master copies (AdamW runs in
+// f32), the frozen ones stay bf16 for the layers to cast as they read them.
+TEST(FinetuneStart, TrainedHalfPrecisionWeightsGetF32MasterCopies) {
+  const testing::ScopedTempDir tmp("fjit-finetune-bf16");
+  const std::string dir = tmp.path() + "/base";
+  DecoderConfig c = small_gpt();
+  ArrayDict f32;
+  decoder_params(f32, c, 3);
+  ArrayDict bf16;
+  for (const auto& [name, a] : f32) {
+    Array h(DType::bf16, a.shape());
+    for (int64_t i = 0; i < a.size(); ++i) set_element_from_double(DType::bf16, h.raw(), i, a.at_as_double(i));
+    bf16.set(name, h);
+  }
+  hf::save_hf_model(dir, hf::hf_model_for(c, bf16));
+  lm::FinetuneOptions o = lm::finetune_defaults();
+  o.lm.init_from = dir;
+  o.lora_rank = 0;  // full fine-tuning: every weight trained
+  for (const auto& [name, a] : lm::finetune_start(o).params) EXPECT_EQ(a.dtype(), DType::f32) << name;
+  o.lora_rank = 2;
+  o.lora_targets = {"attn/qkv"};
+  o.train = {"norm/*"};
+  for (const auto& [name, a] : lm::finetune_start(o).params) {
+    const bool trained = is_lora_param(name) || name.rfind("norm/", 0) == 0;
+    EXPECT_EQ(a.dtype(), trained ? DType::f32 : DType::bf16) << name;
+  }
 }
 
 }  // namespace

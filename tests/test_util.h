@@ -5,7 +5,10 @@
 #include <gtest/gtest.h>
 #include <spdlog/sinks/ringbuffer_sink.h>
 
+#include <unistd.h>
+
 #include <cstdlib>
+#include <filesystem>
 #include <random>
 #include <stdexcept>
 #include <string>
@@ -83,6 +86,29 @@ class EnvVar {
   const char* name_;
   std::string old_;
   bool had_ = false;
+};
+
+// A fresh directory under the system's temporary one, named after `prefix`, the process and
+// the running test; removed, with what it holds, when this goes out of scope.
+class ScopedTempDir {
+ public:
+  explicit ScopedTempDir(const std::string& prefix) {
+    const ::testing::TestInfo* t = ::testing::UnitTest::GetInstance()->current_test_info();
+    path_ = std::filesystem::temp_directory_path() /
+            (prefix + "-" + std::to_string(::getpid()) + "-" + (t ? t->name() : "none"));
+    std::filesystem::remove_all(path_);
+    std::filesystem::create_directories(path_);
+  }
+  ~ScopedTempDir() {
+    std::error_code ignored;
+    std::filesystem::remove_all(path_, ignored);
+  }
+  ScopedTempDir(const ScopedTempDir&) = delete;
+  ScopedTempDir& operator=(const ScopedTempDir&) = delete;
+  std::string path() const { return path_.string(); }
+
+ private:
+  std::filesystem::path path_;
 };
 
 }  // namespace fjit::testing

@@ -3,6 +3,7 @@
 #include <stdexcept>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "core/base/name_pattern.h"
 #include "core/ir/array.h"
@@ -49,14 +50,14 @@ void check_param_groups(const std::vector<ParamGroup>& groups, const std::vector
     for (size_t j = 0; j < k; ++j)
       if (groups[j].name == g.name)
         throw std::invalid_argument(fmt::format("two parameter groups are named '{}'", g.name));
-    for (const std::string& p : g.patterns) {
-      bool any = false;
-      for (const std::string& n : names) any = any || name_matches(p, n);
-      if (!any)
-        throw std::invalid_argument(fmt::format(
-            "parameter group '{}': pattern '{}' selects no parameter (the parameters: {})", g.name,
-            p, some_names(names)));
-    }
+    // One group serves models with and without some kind of parameter (no decay on "*/b"
+    // and "*/g": Llama has no biases), so only a group that selects nothing at all is refused.
+    bool any = false;
+    for (const std::string& n : names) any = any || name_matches_any(g.patterns, n);
+    if (!any)
+      throw std::invalid_argument(fmt::format(
+          "parameter group '{}': its patterns ({}) select no parameter (the parameters: {})", g.name,
+          fmt::join(g.patterns, ", "), some_names(names)));
   }
 }
 

@@ -38,8 +38,9 @@ struct ParamGroup {
 // The group of each of `names`: an index into `groups`, or groups.size() for the default group.
 std::vector<size_t> param_group_indices(const std::vector<ParamGroup>& groups,
                                         const std::vector<std::string>& names);
-// Throws std::invalid_argument naming the group and the pattern when a pattern selects none of
-// `names`, or when two groups share a name or a group has none.
+// Throws std::invalid_argument naming the group and its patterns when together they select
+// none of `names` (one of them alone may select nothing: "*/b" in a Llama, which has no biases),
+// or when two groups share a name or a group has no patterns.
 void check_param_groups(const std::vector<ParamGroup>& groups, const std::vector<std::string>& names);
 // "no_decay(*/b,*/g: lr x1, wd 0)", for logs and run configurations; "" for no groups.
 std::string describe(const std::vector<ParamGroup>& groups);

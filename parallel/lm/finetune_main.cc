@@ -6,6 +6,8 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "core/base/name_pattern.h"
+#include "core/ir/convert.h"
 #include "core/nn/lora.h"
 #include "parallel/lm/lm_main.h"
 #include "parallel/lm/lm_trainer.h"
@@ -21,13 +23,31 @@ int64_t count(const ArrayDict& params) {
   return n;
 }
 
+bool is_half(DType t) { return t == DType::bf16 || t == DType::f16; }
+
+Array converted(const Array& a, DType t) {
+  Array out(t, a.shape());
+  for (int64_t i = 0; i < a.size(); ++i) set_element_from_double(t, out.raw(), i, a.at_as_double(i));
+  return out;
+}
+
+// The exported parameters in the dtypes the base stored them in (trained copies of half-
+// precision weights are f32 master weights during the run).
+ArrayDict as_stored(const hf::HfModel& base, ArrayDict params) {
+  for (auto& [name, a] : params)
+    if (base.params.contains(name) && base.params[name].dtype() != a.dtype())
+      a = converted(a, base.params[name].dtype());
+  return params;
+}
+
 void export_model(const Mesh& mesh, const FinetuneOptions& fo, const FinetuneStart& start,
                   const ArrayDict& trained) {
   if (!fo.lm.export_hf.empty())
     training::run_on_primary(mesh, "export to " + fo.lm.export_hf, [&] {
       hf::HfModel merged = start.base;
       merged.params = trained;
-      merge_lora(merged.params);
+      merge_lora(merged.params);  // into each weight's dtype
+      merged.params = as_stored(start.base, std::move(merged.params));
       hf::save_hf_model(fo.lm.export_hf, merged);
       fmt::print("exported the merged model to {}\n", fo.lm.export_hf);
     });
@@ -78,6 +98,12 @@ FinetuneStart finetune_start(const FinetuneOptions& fo) {
   if (fo.lora_rank > 0)
     s.adapted = add_lora(s.params, LoraOptions{.rank = fo.lora_rank, .alpha = fo.lora_alpha,
                                               .targets = fo.lora_targets, .seed = fo.lm.seed});
+  // Mixed precision as usual: a trained half-precision weight gets an f32 master copy (AdamW's
+  // update and state in f32); the frozen ones stay as stored and the layers cast them as they
+  // read them. Exports go back to the stored dtypes.
+  for (auto& [name, a] : s.params)
+    if (is_half(a.dtype()) && (s.options.trainable.empty() || name_matches_any(s.options.trainable, name)))
+      a = converted(a, DType::f32);
   return s;
 }
 
