@@ -8,7 +8,8 @@
 #            again (--max-steps 0), gives the LoRA run's final validation loss; a LoRA run cut at
 #            half its steps and resumed (the base re-read from --init-from) ends with the
 #            uninterrupted run's checkpoint; full fine-tuning (--lora-rank 0) lowers the loss
-#            and exports.
+#            and exports; a Llama (--arch llama, grouped-query attention) pretrained, exported,
+#            fine-tuned with LoRA, its merged export reloaded (the same validation loss).
 #   mpi      the LoRA run under `MPIEXEC -n 2`: the thread run's validation lines and final
 #            checkpoint, byte for byte.
 # usage: finetune_lm_test.sh threads|mpi TRAIN_LM FINETUNE_LM CORPUS [MPIEXEC -n 2 FLAGS...]
@@ -85,6 +86,19 @@ if [ "$mode" = threads ]; then
   awk -v a="$base" -v b="$full" 'BEGIN { exit !(b < a) }' ||
     fail "full fine-tuning did not lower the validation loss ($base -> $full bits/token)"
   [ -s "$work/full/model.safetensors" ] || fail "full fine-tuning exported nothing"
+
+  # A Llama (rotary, RMS norm, SwiGLU, grouped-query attention, untied head): pretrained,
+  # exported, LoRA on every linear layer of its blocks, and the merged export computes it.
+  run llama_pre "$train_lm" "${data[@]}" --arch llama --kv-heads 1 --layers 2 --dim 32 --heads 2 \
+    --context 32 --steps 10 --warmup-steps 2 --lr 3e-3 --eval-every 0 --export-hf "$work/llama"
+  grep -q 'exported llama (Llama)' "$work/llama_pre.out" || fail "train_lm --arch llama did not export a Llama"
+  run llama_lora "$bin" "${data[@]}" --init-from "$work/llama" --steps 6 --warmup-steps 1 --lr 1e-2 \
+    --eval-every 0 --lora-rank 2 --replicas 2 --export-hf "$work/llama_tuned"
+  grep -q '10 layers adapted' "$work/llama_lora.out" || fail "LoRA did not adapt the Llama's 10 linear layers"
+  run llama_reload "$bin" "${data[@]}" --init-from "$work/llama_tuned" --lora-rank 0 --max-steps 0
+  awk -v a="$(final_val "$work/llama_lora.out")" -v b="$(final_val "$work/llama_reload.out")" \
+    'BEGIN { d = a - b; exit !(b != "" && d < 2e-4 && d > -2e-4) }' ||
+    fail "the Llama's merged export does not compute the LoRA run's validation loss"
 
   # Bad command lines.
   "$bin" "${data[@]}" > "$work/no_init.out" 2>&1

@@ -24,6 +24,20 @@ void add_options(CLI::App& app, LmOptions& o) {
   add.value("--positions", "learned|rotary", "position encoding (learned)",
             [&m](const std::string& v) { m.rotary = v == "rotary"; return v == "learned" || v == "rotary"; },
             "learned or rotary");
+  add.value("--arch", "gpt2|llama",
+            "the block's kind (gpt2): llama means rotary positions, RMS norm, SwiGLU, no attention "
+            "biases and an untied head (what --export-hf writes as a Llama)",
+            [&m](const std::string& v) {
+              const bool llama = v == "llama";
+              m.rotary = llama;
+              m.norm = llama ? TransformerBlockOptions::Norm::kRmsNorm : TransformerBlockOptions::Norm::kLayerNorm;
+              m.mlp = llama ? TransformerBlockOptions::Mlp::kSwiglu : TransformerBlockOptions::Mlp::kGelu;
+              m.attention_bias = !llama;
+              m.tied_embeddings = !llama;
+              return llama || v == "gpt2";
+            },
+            "gpt2 or llama");
+  add.integer("--kv-heads", m.kv_heads, 0, "key/value heads of grouped-query attention (0: --heads)");
   add_training_options(app, o);
   add.value("--generate", "PROMPT", "sample text after PROMPT from the latest checkpoint of "
             "--checkpoint-dir instead of training",
