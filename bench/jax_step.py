@@ -13,7 +13,8 @@ bench/lm_step.cc ("lm": decoder 6 layers d 384, batch 8 x 256, clipping, AdamW),
 bench/lm_compare.py's. LibTorch's side is bench/libtorch_step.cc, built only when CMake was
 given a LibTorch (bench/libtorch.cmake); without it, or without jax, that column is skipped.
 
-fjit and LibTorch run as long-lived workers (--serve, bench/step_rounds.py), JAX in this
+fjit and LibTorch run as long-lived workers (--serve, bench/step_rounds.py) with one core, a
+fresh process per round with two (idle workers' OpenMP threads would spin), JAX in this
 process. Each side gets enough steps to fill --min-time seconds, and the rounds run the sides
 in alternating order (fjit, JAX, LibTorch; then LibTorch, JAX, fjit; ...); a round's ratio is
 fjit's median step time over the other's, and the result is the median and the range of the
@@ -261,7 +262,8 @@ def main():
     for name in a.models.split(","):
         if "libtorch" in frameworks:
             check_losses(a.build, name, libtorch)
-        sides = [step_rounds.Worker("fjit", fjit_argv(a.build, name))]
+        fresh = a.threads > 1  # step_rounds.Worker: idle workers' threads would spin
+        sides = [step_rounds.Worker("fjit", fjit_argv(a.build, name), fresh)]
         if "jax" in frameworks:
             side = jax_side(name)
             if side is None:
@@ -270,7 +272,7 @@ def main():
                 sides.append(side)
         if "libtorch" in frameworks:
             sides.append(step_rounds.Worker("LibTorch", [libtorch, "--model", name, "--warmup", "1",
-                                                         "--threads", str(a.threads)]))
+                                                         "--threads", str(a.threads)], fresh))
         if len(sides) == 1:
             print("jax_step: neither JAX nor LibTorch is there to compare with; skipped")
             return 0

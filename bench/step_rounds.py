@@ -3,8 +3,9 @@
 A side is anything with a `name` and `time(steps, wall)` returning its median step time in
 microseconds over `steps` steps: a C++ step program kept running as a worker (bench/model_step,
 bench/lm_step, bench/libtorch_step with --serve: one process for every round, so neither
-start-up nor compilation is timed and every round finds the same warm process), or a framework
-timed in this process (JAX). `interleaved` gives each side enough steps to fill `min_seconds`,
+start-up nor compilation is timed and every round finds the same warm process; with more than
+one intra-op thread a fresh process per round, see Worker), or a framework timed in this
+process (JAX). `interleaved` gives each side enough steps to fill `min_seconds`,
 then runs the rounds in alternating order (forward, then backward), so that no side always runs
 first or always after the same neighbour; ratios are taken per round.
 """
@@ -27,25 +28,37 @@ def setup_threads(threads):
 
 class Worker:
     """A step program in --serve mode: each request is a step count on its stdin, answered by
-    one "STEP_US <median> <min> <max> WALL_US <median> ..." line."""
+    one "STEP_US <median> <min> <max> WALL_US <median> ..." line. With `fresh`, a new process
+    serves each request and exits: idle workers with more than one intra-op thread keep their
+    OpenMP threads spinning for a while, which takes the cores from the side being timed."""
 
-    def __init__(self, name, argv):
-        self.name, self.argv, self.last = name, argv, ""
-        self.proc = subprocess.Popen(argv + ["--serve"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     text=True)
+    def __init__(self, name, argv, fresh=False):
+        self.name, self.argv, self.fresh, self.proc = name, argv, fresh, None
+        if not fresh:
+            self.proc = self._start()
+
+    def _start(self):
+        return subprocess.Popen(self.argv + ["--serve"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                text=True)
 
     def time(self, steps, wall):
-        self.proc.stdin.write(f"{steps}\n")
-        self.proc.stdin.flush()
-        for line in self.proc.stdout:
-            if line.startswith("STEP_US"):
-                self.last = line.strip()
-                f = line.split()
-                return float(f[f.index("WALL_US") + 1]) if wall else float(f[1])
-        raise RuntimeError(f"{self.name} worker ({' '.join(self.argv)}) exited with {self.proc.wait()}")
+        proc = self._start() if self.fresh else self.proc
+        proc.stdin.write(f"{steps}\n")
+        proc.stdin.flush()
+        if self.fresh:
+            proc.stdin.close()
+        try:
+            for line in proc.stdout:
+                if line.startswith("STEP_US"):
+                    f = line.split()
+                    return float(f[f.index("WALL_US") + 1]) if wall else float(f[1])
+            raise RuntimeError(f"{self.name} worker ({' '.join(self.argv)}) exited with {proc.wait()}")
+        finally:
+            if self.fresh:
+                proc.wait(timeout=600)
 
     def close(self):
-        if self.proc.poll() is None:
+        if self.proc is not None and self.proc.poll() is None:
             self.proc.stdin.close()
             self.proc.wait(timeout=60)
 
