@@ -1,58 +1,65 @@
 #!/usr/bin/env python3
-"""JAX on CPU beside fjit on the same training steps (optional): fjit/JAX ratios, interleaved.
+"""fjit beside JAX (CPU) and LibTorch (C++) on the same training steps: interleaved ratios.
 
-    python3 bench/jax_step.py [--build build] [--rounds 7] [--steps 20] [--threads 1]
-                              [--models mlp-sgd,mlp-adam,mlp-small,cnn,vit]
+    python3 bench/jax_step.py [--build build] [--rounds 7] [--min-time 1.0] [--threads 1]
+                              [--models mlp-sgd,mlp-adam,mlp-small,cnn,vit,lm]
+                              [--frameworks jax,libtorch]
 
-The models, batches and optimizers are those of bench/model_step.cc (the fjit half, which
-this script starts once per round): the MLPs 784-512-512-10 (batch 128; SGD lr 0.01, and
-Adam) and 64-128-10 (batch 64, SGD), and the CNN and ViT of examples/lib/models.h (batch 128,
-AdamW, dropout, u8 pixels cast inside the step), written here in JAX with the same layers,
-shapes and dtypes. Each round runs fjit's step `--steps` times and then JAX's, and the ratio
-of their median step times is that round's figure; the result is the median and the range
-of the per-round ratios (below 1: fjit is faster).
+The models, batches and optimizers are those of bench/model_step.cc (fjit's side): the MLPs
+784-512-512-10 (batch 128; SGD lr 0.01, and Adam) and 64-128-10 (batch 64, SGD), and the CNN
+and ViT of examples/lib/models.h (batch 128, AdamW, dropout, u8 pixels cast inside the step),
+written here in JAX with the same layers, shapes and dtypes; and the language model's step of
+bench/lm_step.cc ("lm": decoder 6 layers d 384, batch 8 x 256, clipping, AdamW), JAX's being
+bench/lm_compare.py's. LibTorch's side is bench/libtorch_step.cc, built only when CMake was
+given a LibTorch (bench/libtorch.cmake); without it, or without jax, that column is skipped.
 
-Both sides get the same cores: `--threads 1` pins this process and fjit's to CPU 0 with one
-intra-op thread each (FJIT_INTRA_OP_THREADS=1; XLA with --xla_cpu_multi_thread_eigen=false
-and intra_op_parallelism_threads=1), `--threads 2` to CPUs 0-1 with two. Step time after
-warm-up steps is CPU time with one core (this process's for JAX, the stepping thread's for
-fjit: both count only the step's work) and wall time with two (CPU time would count JAX's
-second thread and not fjit's).
+fjit and LibTorch run as long-lived workers (--serve, bench/step_rounds.py) with one core, a
+fresh process per round with two (idle workers' OpenMP threads would spin), JAX in this
+process. Each side gets enough steps to fill --min-time seconds, and the rounds run the sides
+in alternating order (fjit, JAX, LibTorch; then LibTorch, JAX, fjit; ...); a round's ratio is
+fjit's median step time over the other's, and the result is the median and the range of the
+per-round ratios (below 1: fjit is faster). Before timing, each LibTorch step is checked
+against fjit's: both start from fjit's initial parameters and batch (model_step --check writes
+them, libtorch_step --check loads them), dropout off, and the losses of their first three
+steps are printed side by side (a "RESULT loss check" line).
 
-Prints `RESULT <name> | <value> | <note>` lines (bench/run_all.sh collects them). When jax
-cannot be imported it says so and exits 0: the comparison is optional
-(python3 -m venv .venv && .venv/bin/pip install "jax[cpu]").
+Both sides get the same cores: `--threads 1` pins this process and its workers to CPU 0 with
+one intra-op thread each (FJIT_INTRA_OP_THREADS=1; XLA with --xla_cpu_multi_thread_eigen=false
+and intra_op_parallelism_threads=1; at::set_num_threads(1)), `--threads 2` to CPUs 0-1 with
+two. Step time is CPU time with one core (this process's for JAX, the stepping thread's for
+fjit and LibTorch: all count only the step's work) and wall time with two (CPU time would
+count the other threads of some sides and not of others).
+
+Prints `RESULT <name> | <value> | <note>` lines (bench/run_all.sh collects them). When neither
+jax nor libtorch_step is there it says so and exits 0: the comparison is optional
+(python3 -m venv .venv && .venv/bin/pip install "jax[cpu]" torch; then configure with
+-DFJIT_LIBTORCH_DIR=$(.venv/bin/python -c "import torch, os; print(os.path.dirname(torch.__file__))")).
 """
 import argparse
 import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
-MODELS = ["mlp-sgd", "mlp-adam", "mlp-small", "cnn", "vit"]
+import step_rounds
+
+MODELS = ["mlp-sgd", "mlp-adam", "mlp-small", "cnn", "vit", "lm"]
 TITLES = {"mlp-sgd": "MLP 784-512-512-10 b128 SGD", "mlp-adam": "MLP 784-512-512-10 b128 Adam",
-          "mlp-small": "MLP 64-128-10 b64 SGD", "cnn": "CNN b128 AdamW", "vit": "ViT b128 AdamW"}
+          "mlp-small": "MLP 64-128-10 b64 SGD", "cnn": "CNN b128 AdamW", "vit": "ViT b128 AdamW",
+          "lm": "LM 6x384 b8x256 AdamW"}
 
 
 def parse():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build", default="build")
     ap.add_argument("--rounds", type=int, default=7)
-    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--min-time", type=float, default=1.0, help="seconds of steps per side and round")
     ap.add_argument("--threads", type=int, default=1, choices=[1, 2])
     ap.add_argument("--models", default=",".join(MODELS))
+    ap.add_argument("--frameworks", default="jax,libtorch")
     return ap.parse_args()
-
-
-def setup_threads(threads):
-    cpus = set(range(threads))
-    if hasattr(os, "sched_setaffinity"):
-        os.sched_setaffinity(0, cpus)
-    os.environ["XLA_FLAGS"] = (f"--xla_cpu_multi_thread_eigen={'true' if threads > 1 else 'false'} "
-                               f"intra_op_parallelism_threads={threads}")
-    os.environ["FJIT_INTRA_OP_THREADS"] = str(threads)
-    os.environ["OMP_NUM_THREADS"] = str(threads)
 
 
 def models(jax, jnp):
@@ -187,7 +194,7 @@ def make_step(jax, jnp, np, name):
     return jax.jit(step, donate_argnums=(0, 1)), [p, s, x, y, jax.random.PRNGKey(7)]
 
 
-def time_jax(step, args, steps, warmup=3, wall=False):
+def time_jax(step, args, steps, warmup=1, wall=False):
     clock = time.perf_counter if wall else time.process_time
     p, s, x, y, key = args
     out = []
@@ -201,40 +208,82 @@ def time_jax(step, args, steps, warmup=3, wall=False):
     return statistics.median(out)
 
 
-def time_fjit(build, name, steps, wall=False):
-    exe = os.path.join(build, "bench", "model_step")
-    r = subprocess.run([exe, "--model", name, "--steps", str(steps)], capture_output=True, text=True,
-                       check=True)
-    line = next(l for l in r.stdout.splitlines() if l.startswith("STEP_US"))
-    f = line.split()
-    return float(f[f.index("WALL_US") + 1]) if wall else float(f[1])
-
-
-def main():
-    a = parse()
-    setup_threads(a.threads)
+def jax_side(name):
+    """JAX's step for `name` as a side of the rounds, or None when jax cannot be imported."""
     try:
         import jax
         import jax.numpy as jnp
         import numpy as np
     except ImportError as e:
-        print(f"jax_step: JAX is not installed ({e}); skipped. Install it with "
-              "python3 -m venv .venv && .venv/bin/pip install 'jax[cpu]'")
-        return 0
-    print(f"jax {jax.__version__} on {jax.devices()[0].platform}, {a.threads} core(s), "
-          f"{a.rounds} rounds of {a.steps} steps each side")
+        print(f"jax_step: JAX is not installed ({e}); its column is skipped")
+        return None
+    if name == "lm":
+        import lm_compare
+        lm = lm_compare.JaxSide()
+        return step_rounds.InProcess("JAX", lambda n, wall: lm.train(n, time.perf_counter if wall else time.process_time))
+    step, args = make_step(jax, jnp, np, name)
+    return step_rounds.InProcess("JAX", lambda n, wall: time_jax(step, args, n, wall=wall))
+
+
+def fjit_argv(build, name):
+    if name == "lm":
+        return [os.path.join(build, "bench", "lm_step"), "--warmup", "1"]
+    return [os.path.join(build, "bench", "model_step"), "--model", name, "--warmup", "1"]
+
+
+def check_losses(build, name, libtorch):
+    """Both steps from fjit's initial parameters and batch, dropout off: their first losses."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "start.bin")
+        out, version = [], ""
+        for argv in (fjit_argv(build, name), [libtorch, "--model", name]):
+            r = subprocess.run(argv + ["--check", path], capture_output=True, text=True, check=True)
+            line = next(l for l in r.stdout.splitlines() if l.startswith("LOSSES"))
+            out.append([float(v) for v in line.split()[1:4]])
+            version = line[line.find("(LibTorch") + 1:].split(",")[0] if "(LibTorch" in line else version
+    diff = max(abs(a - b) / abs(a) for a, b in zip(*out))
+    print(f"RESULT loss check fjit vs LibTorch, {TITLES[name]} | {diff:.1e} relative | first three losses "
+          f"from fjit's start, dropout off: fjit {' '.join(f'{v:.6f}' for v in out[0])}, "
+          f"{version} {' '.join(f'{v:.6f}' for v in out[1])}")
+
+
+def main():
+    a = parse()
+    step_rounds.setup_threads(a.threads)
+    frameworks = a.frameworks.split(",")
+    libtorch = os.path.join(a.build, "bench", "libtorch_step")
+    if "libtorch" in frameworks and not os.path.exists(libtorch):
+        print(f"jax_step: no {libtorch} (configure with -DFJIT_LIBTORCH_DIR, bench/libtorch.cmake); "
+              "the LibTorch column is skipped")
+        frameworks.remove("libtorch")
+    wall = a.threads > 1
+    print(f"{a.threads} core(s), {a.rounds} rounds, at least {a.min_time} s of steps per side and round; "
+          f"frameworks: {', '.join(frameworks) or 'none'}")
     for name in a.models.split(","):
-        step, args = make_step(jax, jnp, np, name)
-        time_jax(step, args, 3)  # compile
-        ratios, fj, jx = [], [], []
-        for _ in range(a.rounds):
-            f = time_fjit(a.build, name, a.steps, wall=a.threads > 1)
-            j = time_jax(step, args, a.steps, wall=a.threads > 1)
-            fj.append(f), jx.append(j), ratios.append(f / j)
-        r = statistics.median(ratios)
-        print(f"RESULT fjit/JAX {TITLES[name]}, {a.threads} core(s) | {r:.2f}x "
-              f"({min(ratios):.2f}-{max(ratios):.2f}) | fjit {statistics.median(fj):.0f} us, "
-              f"JAX {statistics.median(jx):.0f} us per step ({'wall' if a.threads > 1 else 'CPU'} time)")
+        if "libtorch" in frameworks:
+            check_losses(a.build, name, libtorch)
+        fresh = a.threads > 1  # step_rounds.Worker: idle workers' threads would spin
+        sides = [step_rounds.Worker("fjit", fjit_argv(a.build, name), fresh)]
+        if "jax" in frameworks:
+            side = jax_side(name)
+            if side is None:
+                frameworks.remove("jax")
+            else:
+                sides.append(side)
+        if "libtorch" in frameworks:
+            sides.append(step_rounds.Worker("LibTorch", [libtorch, "--model", name, "--warmup", "1",
+                                                         "--threads", str(a.threads)], fresh))
+        if len(sides) == 1:
+            print("jax_step: neither JAX nor LibTorch is there to compare with; skipped")
+            return 0
+        try:
+            times, steps = step_rounds.interleaved(sides, a.rounds, a.min_time, wall)
+        finally:
+            for s in sides:
+                if isinstance(s, step_rounds.Worker):
+                    s.close()
+        for s in sides[1:]:
+            print(step_rounds.ratio_line(TITLES[name], "fjit", s.name, times, steps, a.threads, wall))
         sys.stdout.flush()
     return 0
 

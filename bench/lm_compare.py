@@ -33,6 +33,8 @@ import subprocess
 import sys
 import time
 
+from step_rounds import setup_threads
+
 L, D, H, T, V, B = 6, 384, 6, 256, 256, 8
 
 
@@ -46,15 +48,6 @@ def parse():
     ap.add_argument("--decode-tokens", type=int, default=64)
     ap.add_argument("--small", action="store_true", help="a 2-layer d 128 model (a quick check)")
     return ap.parse_args()
-
-
-def setup_threads(threads):
-    if hasattr(os, "sched_setaffinity"):
-        os.sched_setaffinity(0, set(range(threads)))
-    os.environ["XLA_FLAGS"] = (f"--xla_cpu_multi_thread_eigen={'true' if threads > 1 else 'false'} "
-                               f"intra_op_parallelism_threads={threads}")
-    os.environ["FJIT_INTRA_OP_THREADS"] = str(threads)
-    os.environ["OMP_NUM_THREADS"] = str(threads)
 
 
 def init_numpy(np, seed=1):

@@ -7,6 +7,9 @@
 //   build/bench/lm_step --layers 12 --remat  # and the step's arena and peak RSS ("ARENA_MB")
 //   build/bench/lm_step --lora 8             # LoRA fine-tuning: rank-8 adapters trained alone
 //   build/bench/lm_step --frozen block*      # the parameters those patterns select frozen
+//   build/bench/lm_step --serve              # step counts from stdin, a STEP_US line each
+//   build/bench/lm_step --check F.bin        # the initial parameters and the batch written to
+//                                            # F.bin, "LOSSES <l1> <l2> <l3>" printed
 //
 // The model is train_lm's (core/nn/decoder.h: 6 layers, d 384, 6 heads, context 256, vocab
 // 256, learned positions, GELU, layer norm, tied embeddings), unless --layers/--dim/--heads/
@@ -20,6 +23,8 @@
 // batch 1 with a KV cache of the whole context, sampling with temperature 0.8 and top-k 40.
 // One intra-op thread unless FJIT_INTRA_OP_THREADS says otherwise. Times: the stepping
 // thread's CPU time (one core) and the wall time (the figure with more intra-op threads).
+// --serve and --check are bench/model_step's (read there): one process timing many rounds,
+// and the start bench/libtorch_step --check reproduces.
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -31,6 +36,7 @@
 
 #include <fmt/format.h>
 
+#include "bench/array_file.h"
 #include "parallel/fjit.h"
 #include "core/lib/param_groups.h"
 #include "core/nn/lora.h"
@@ -57,16 +63,21 @@ int main(int argc, char** argv) {
   DecoderConfig c;
   int steps = 5, warmup = 2, batch = 8, generate_tokens = 0, lora_rank = 0;
   std::vector<std::string> frozen_patterns;
-  for (int i = 1; i < argc; ++i)
+  std::string check_file;
+  bool serve = false;
+  for (int i = 1; i < argc; ++i) {
     if (std::string(argv[i]) == "--remat") c.remat = true;
+    if (std::string(argv[i]) == "--serve") serve = true;
+  }
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
-    if (a == "--remat") {
+    if (a == "--remat" || a == "--serve") {
       --i;
       continue;
     }
     const int v = std::atoi(argv[i + 1]);
-    if (a == "--frozen") {
+    if (a == "--check") check_file = argv[i + 1];
+    else if (a == "--frozen") {
       for (std::string rest = argv[i + 1]; !rest.empty();) {
         const size_t comma = std::min(rest.find(','), rest.size());
         if (comma > 0) frozen_patterns.push_back(rest.substr(0, comma));
@@ -84,7 +95,7 @@ int main(int argc, char** argv) {
     else {
       std::fprintf(stderr, "usage: %s [--steps N] [--warmup N] [--batch N] [--layers N] [--dim N] "
                            "[--heads N] [--context N] [--remat] [--generate TOKENS] [--lora RANK] "
-                           "[--frozen PATTERNS]\n", argv[0]);
+                           "[--frozen PATTERNS] [--serve] [--check FILE]\n", argv[0]);
       return 2;
     }
   }
@@ -130,20 +141,52 @@ int main(int argc, char** argv) {
   }
   std::tuple<ArrayDict, ArrayDict, Array> out[2];
   out[0] = step(params, frozen, state, x, y);
-  std::vector<double> us, wall;
-  for (int i = 0; i < warmup + steps; ++i) {
-    auto& in = out[i % 2];
-    const double t0 = thread_cpu_us();
-    const int64_t w0 = now_ns();
-    step.run_into(out[(i + 1) % 2], std::get<0>(in), frozen, std::get<1>(in), x, y);
-    const double t = thread_cpu_us() - t0;
-    if (i >= warmup) us.push_back(t), wall.push_back((now_ns() - w0) * 1e-3);
+  if (!check_file.empty()) {
+    std::vector<std::pair<std::string, Array>> arrays(params.begin(), params.end());
+    arrays.insert(arrays.end(), frozen.begin(), frozen.end());
+    arrays.emplace_back("input/x", x);
+    arrays.emplace_back("input/y", y);
+    bench::write_array_file(check_file, arrays);
+    std::printf("LOSSES %.6f", std::get<2>(out[0]).item<double>());
+    for (int i = 0; i < 2; ++i) {
+      step.run_into(out[(i + 1) % 2], std::get<0>(out[i % 2]), frozen, std::get<1>(out[i % 2]), x, y);
+      std::printf(" %.6f", std::get<2>(out[(i + 1) % 2]).item<double>());
+    }
+    std::printf("  (%s)\n", c.describe().c_str());
+    return 0;
   }
+  int done = 0;  // steps run since out[0]; out[done % 2] holds the latest parameters
+  std::vector<double> us, wall;
+  auto time_steps = [&](int n) {
+    us.clear(), wall.clear();
+    for (int i = 0; i < warmup + n; ++i, ++done) {
+      auto& in = out[done % 2];
+      const double t0 = thread_cpu_us();
+      const int64_t w0 = now_ns();
+      step.run_into(out[(done + 1) % 2], std::get<0>(in), frozen, std::get<1>(in), x, y);
+      const double t = thread_cpu_us() - t0;
+      if (i >= warmup) us.push_back(t), wall.push_back((now_ns() - w0) * 1e-3);
+    }
+  };
+  if (serve) {
+    char line[64];
+    while (std::fgets(line, sizeof line, stdin)) {
+      const int n = std::atoi(line);
+      if (n < 1) break;
+      time_steps(n);
+      std::printf("STEP_US %.1f %.1f %.1f WALL_US %.1f  (%zu steps, loss %.4f)\n", median(us),
+                  *std::min_element(us.begin(), us.end()), *std::max_element(us.begin(), us.end()),
+                  median(wall), us.size(), std::get<2>(out[done % 2]).item<double>());
+      std::fflush(stdout);
+    }
+    return 0;
+  }
+  time_steps(steps);
   std::printf("STEP_US %.1f %.1f %.1f WALL_US %.1f  (%lld-layer d %lld decoder, batch %d x %lld, "
               "%zu steps, loss %.4f)\n",
               median(us), *std::min_element(us.begin(), us.end()), *std::max_element(us.begin(), us.end()),
               median(wall), static_cast<long long>(c.layers), static_cast<long long>(c.dim), batch,
-              static_cast<long long>(c.context), us.size(), std::get<2>(out[steps % 2]).item<double>());
+              static_cast<long long>(c.context), us.size(), std::get<2>(out[done % 2]).item<double>());
   // The step's intermediate values (the plan's arena after buffer reuse) and the process's
   // peak resident memory.
   rusage ru{};

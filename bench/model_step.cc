@@ -3,6 +3,11 @@
 // per round, between rounds of its own, and divides).
 //
 //   build/bench/model_step --model cnn --steps 30       # prints "STEP_US <median> <min> <max>"
+//   build/bench/model_step --model cnn --serve          # reads step counts from stdin, one a
+//                                                       # line, and prints a STEP_US line each
+//   build/bench/model_step --model cnn --check F.bin    # writes the initial parameters and the
+//                                                       # batch to F.bin (bench/array_file.h),
+//                                                       # prints "LOSSES <l1> <l2> <l3>"
 //
 // Models (examples/lib/models.h, batch and optimizer as bench/jax_step.py's):
 //   mlp-sgd   MLP 784-512-512-10, batch 128, SGD lr 0.01
@@ -15,7 +20,11 @@
 // unless FJIT_INTRA_OP_THREADS says otherwise. Printed: the stepping thread's CPU time per
 // step (median, min, max over --steps after --warmup steps) and the median wall time, which
 // is the figure to compare with more than one intra-op thread (the CPU time of the calling
-// thread leaves the other threads out).
+// thread leaves the other threads out). --serve keeps one process for many timings (the
+// comparison scripts' long-lived workers): each line on stdin is a number of steps to time
+// after --warmup more, answered by one STEP_US line; an empty line or end of input ends it.
+// --check turns dropout off and prints the losses of the first three steps, for
+// bench/libtorch_step --check to reproduce from the same file.
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -24,6 +33,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/array_file.h"
 #include "examples/lib/mlp_model.h"
 #include "parallel/fjit.h"
 
@@ -69,18 +79,25 @@ bool configure(const std::string& name, Bench* b) {
 
 int main(int argc, char** argv) {
   std::string model = "cnn";
+  std::string check_file;
   int steps = 30, warmup = 5;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    if (!std::strcmp(argv[i], "--model")) model = argv[i + 1];
-    else if (!std::strcmp(argv[i], "--steps")) steps = std::atoi(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--warmup")) warmup = std::atoi(argv[i + 1]);
+  bool serve = false;
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--serve")) serve = true;
+    else if (i + 1 >= argc) steps = 0;  // a flag without its value: the usage below
+    else if (!std::strcmp(argv[i], "--model")) model = argv[++i];
+    else if (!std::strcmp(argv[i], "--steps")) steps = std::atoi(argv[++i]);
+    else if (!std::strcmp(argv[i], "--warmup")) warmup = std::atoi(argv[++i]);
+    else if (!std::strcmp(argv[i], "--check")) check_file = argv[++i];
+    else steps = 0;
   }
   Bench b;
   if (!configure(model, &b) || steps < 1) {
     std::fprintf(stderr, "usage: %s --model mlp-sgd|mlp-adam|mlp-small|cnn|vit [--steps N] "
-                         "[--warmup N]\n", argv[0]);
+                         "[--warmup N] [--serve] [--check FILE]\n", argv[0]);
     return 2;
   }
+  if (!check_file.empty()) b.spec.dropout = 0.0;
   if (!config::is_set(config::Id::intra_op_threads)) set_intra_op_threads(1);
   const ModelSpec spec = b.spec;
   const std::string opt_name = b.optimizer;
@@ -108,19 +125,46 @@ int main(int argc, char** argv) {
 
   std::tuple<ArrayDict, ArrayDict, Array> out[2];
   out[0] = step(params, state, x, y, key);
-  std::vector<double> us, wall;
-  for (int i = 0; i < warmup + steps; ++i) {
-    auto& in = out[i % 2];
-    const double t0 = thread_cpu_us();
-    const int64_t w0 = now_ns();
-    step.run_into(out[(i + 1) % 2], std::get<0>(in), std::get<1>(in), x, y, key);
-    const double t = thread_cpu_us() - t0;
-    if (i >= warmup) us.push_back(t), wall.push_back((now_ns() - w0) * 1e-3);
+  if (!check_file.empty()) {
+    std::vector<std::pair<std::string, Array>> arrays(params.begin(), params.end());
+    arrays.emplace_back("input/x", x);
+    arrays.emplace_back("input/y", y);
+    bench::write_array_file(check_file, arrays);
+    std::printf("LOSSES %.6f", std::get<2>(out[0]).item<double>());
+    for (int i = 0; i < 2; ++i) {
+      step.run_into(out[(i + 1) % 2], std::get<0>(out[i % 2]), std::get<1>(out[i % 2]), x, y, key);
+      std::printf(" %.6f", std::get<2>(out[(i + 1) % 2]).item<double>());
+    }
+    std::printf("  (%s, dropout off)\n", model.c_str());
+    return 0;
   }
-  std::sort(us.begin(), us.end());
-  std::sort(wall.begin(), wall.end());
-  std::printf("STEP_US %.1f %.1f %.1f WALL_US %.1f  (%s, %zu steps, loss %.4f)\n", us[us.size() / 2],
-              us.front(), us.back(), wall[wall.size() / 2], model.c_str(), us.size(),
-              std::get<2>(out[steps % 2]).item<double>());
+  int done = 0;  // steps run since out[0]; out[done % 2] holds the latest parameters
+  auto time_steps = [&](int n) {
+    std::vector<double> us, wall;
+    for (int i = 0; i < warmup + n; ++i, ++done) {
+      auto& in = out[done % 2];
+      const double t0 = thread_cpu_us();
+      const int64_t w0 = now_ns();
+      step.run_into(out[(done + 1) % 2], std::get<0>(in), std::get<1>(in), x, y, key);
+      const double t = thread_cpu_us() - t0;
+      if (i >= warmup) us.push_back(t), wall.push_back((now_ns() - w0) * 1e-3);
+    }
+    std::sort(us.begin(), us.end());
+    std::sort(wall.begin(), wall.end());
+    std::printf("STEP_US %.1f %.1f %.1f WALL_US %.1f  (%s, %zu steps, loss %.4f)\n", us[us.size() / 2],
+                us.front(), us.back(), wall[wall.size() / 2], model.c_str(), us.size(),
+                std::get<2>(out[done % 2]).item<double>());
+    std::fflush(stdout);
+  };
+  if (!serve) {
+    time_steps(steps);
+    return 0;
+  }
+  char line[64];
+  while (std::fgets(line, sizeof line, stdin)) {
+    const int n = std::atoi(line);
+    if (n < 1) break;
+    time_steps(n);
+  }
   return 0;
 }

@@ -104,7 +104,9 @@ fi
 torch_args=()
 [ -n "${FJIT_BENCH_NO_TORCH_COMPILE:-}" ] && torch_args=(--no-compile)
 run pytorch_step "$PYTHON" "$ROOT/bench/pytorch_step.py" "${torch_args[@]}"
-# fjit against JAX on every model the project ships, one core and two (skipped without jax).
+# fjit against JAX and LibTorch (C++) on every model the project ships and the language model,
+# one core and two, interleaved (each peer skipped when jax is not importable or
+# bench/libtorch_step was not built: bench/libtorch.cmake).
 run jax_step_1_core "$PYTHON" "$ROOT/bench/jax_step.py" --build "$BUILD" --threads 1
 run jax_step_2_cores "$PYTHON" "$ROOT/bench/jax_step.py" --build "$BUILD" --threads 2
 
@@ -120,6 +122,29 @@ small_vs_torch() {
   torch=$(grep '^RESULT pytorch eager step, MLP 64-128-10' "$work/pytorch_step.out" 2>/dev/null |
           sed -n -e 's/.*| *\([0-9.]*\) us |.*/\1/p' | head -1)
   [ -n "$fjit" ] && [ -n "$torch" ] && echo "$fjit $torch"
+}
+
+# The fjit/JAX and fjit/LibTorch ratios of bench/jax_step.py as one table (medians of the
+# per-round ratios, their range in brackets); prints nothing when it printed none.
+peer_table() {
+  cat "$work/jax_step_1_core.out" "$work/jax_step_2_cores.out" 2>/dev/null | grep -E '^RESULT fjit/(JAX|LibTorch) ' |
+    awk -F' [|] ' '
+      { head = $1; sub(/^RESULT fjit\//, "", head); peer = head; sub(/ .*/, "", peer)
+        title = head; sub(/^[^ ]+ /, "", title); cores = title
+        sub(/, [0-9]+ core\(s\)$/, "", title); sub(/.*, /, "", cores); sub(/ core\(s\)$/, "", cores)
+        if (!(title in seen)) { seen[title] = 1; order[++k] = title }
+        cell[title, peer, cores] = $2 }
+      END {
+        if (!k) exit
+        print "| step | fjit/JAX, 1 core | fjit/JAX, 2 cores | fjit/LibTorch, 1 core | fjit/LibTorch, 2 cores |"
+        print "|---|---|---|---|---|"
+        split("JAX JAX LibTorch LibTorch", P, " "); split("1 2 1 2", C, " ")
+        for (i = 1; i <= k; i++) {
+          t = order[i]; printf "| %s", t
+          for (j = 1; j <= 4; j++) { v = cell[t, P[j], C[j]]; printf " | %s", (v == "" ? "-" : v) }
+          print " |"
+        }
+      }'
 }
 
 compiler=unknown
@@ -154,6 +179,7 @@ sed -n "/^$kept_heading\$/,\$p" "$ROOT/bench/RESULTS.md" > "$work/kept.md" 2>/de
   echo "| compiler | $compiler |"
   echo "| MPI | $(mpiexec --version 2>/dev/null | head -1) |"
   echo "| PyTorch | $(grep -m1 -o 'torch [^,]*' "$work/pytorch_step.out" 2>/dev/null || echo 'not run') |"
+  echo "| LibTorch | $(grep -m1 -o 'LibTorch [0-9][^ ]*' "$work/jax_step_1_core.out" 2>/dev/null || echo 'not run') |"
   echo
   echo "(Google Benchmark's \"Library was built as DEBUG\" warning is about Debian's libbenchmark"
   echo "package itself, not about fjit's build.)"
@@ -184,6 +210,13 @@ sed -n "/^$kept_heading\$/,\$p" "$ROOT/bench/RESULTS.md" > "$work/kept.md" 2>/de
     grep '^RESULT weak scaling fjit/ceiling' |
     sed -e 's/^RESULT weak scaling fjit\/ceiling, *\([^|]*[^ |]\) *| *\([0-9.]*x\) (\([^;]*\);.*) | target >= \([0-9.]*x\): \(.*\)$/- **weak scaling, \1:** fjit\/ceiling efficiency \2 (\3; target >= \4: \5)/'
   echo
+  if table=$(peer_table) && [ -n "$table" ]; then
+    echo "fjit against JAX and LibTorch (C++), bench/jax_step.py (interleaved rounds in alternating order;"
+    echo "below 1: fjit is faster):"
+    echo
+    echo "$table"
+    echo
+  fi
   echo "Collected lines (RESULT lines, and lines that mention a ratio, target or efficiency):"
   echo
   echo '```'
