@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "core/base/metrics.h"
+#include "core/runtime/jit_core.h"
 #include "parallel/train/primary_work.h"
 #include "parallel/train/train_scalars.h"
 
@@ -65,6 +66,33 @@ int64_t first_row_of_replica(const Mesh& mesh, const io::Batch& batch, int repli
          shard.rows(batch.global_rows).first;
 }
 
+namespace {
+
+// A run that scales its loss learns of an overflow from its check, and must skip that step:
+// checks on, and the skip_step policy (its default).
+TrainOptions with_loss_scaling_policy(TrainOptions o) {
+  if (!loss_scaling_on(o)) return o;
+  if (o.checks.value_or(default_check_mode()) == CheckMode::off)
+    throw std::invalid_argument("Trainer: loss scaling needs checks (an overflow is a check): not --checks off");
+  if (!o.on_check_failure) o.on_check_failure = CheckPolicy::skip_step;
+  if (*o.on_check_failure != CheckPolicy::skip_step)
+    throw std::invalid_argument(fmt::format("Trainer: loss scaling needs the skip_step check policy (an "
+                                            "overflow skips the step), not {}",
+                                            check_policy_name(*o.on_check_failure)));
+  return o;
+}
+
+std::optional<DynamicLossScale> make_scaler(const TrainOptions& o) {
+  if (!loss_scaling_on(o)) return std::nullopt;
+  LossScaleOptions ls;
+  if (!o.loss_scale.empty() && !parse_loss_scale(o.loss_scale, &ls))
+    throw std::invalid_argument("Trainer: loss scale '" + o.loss_scale + "' is neither dynamic nor a positive number");
+  ls.growth_interval = o.loss_scale_growth_interval;
+  return DynamicLossScale(ls);
+}
+
+}  // namespace
+
 PmapOptions Trainer::pmap_options(const char* name) const {
   PmapOptions o;
   o.jit.name = name;
@@ -76,7 +104,7 @@ PmapOptions Trainer::pmap_options(const char* name) const {
 
 Trainer::Trainer(Mesh mesh, TrainOptions options, Model model, io::Dataset train, io::Dataset test)
     : mesh_(std::move(mesh)),
-      options_(std::move(options)),
+      options_(with_loss_scaling_policy(std::move(options))),
       model_(std::move(model)),
       train_(std::move(train)),
       test_(std::move(test)),
@@ -91,7 +119,9 @@ Trainer::Trainer(Mesh mesh, TrainOptions options, Model model, io::Dataset train
                       .micro_batches = options_.micro_batches,
                       .max_grad_norm = options_.max_grad_norm,
                       .model = model_,
-                      .seed = options_.seed},
+                      .seed = options_.seed,
+                      .scaling = {.on = loss_scaling_on(options_),
+                                  .grad_dtype = options_.grad_dtype == "f16" ? DType::f16 : DType::f32}},
           pmap_options("train_step"))),
       eval_step_(make_eval_step(mesh_, [this] {
         PmapOptions o = pmap_options("eval_step");
@@ -117,6 +147,9 @@ Trainer::Trainer(Mesh mesh, TrainOptions options, Model model, io::Dataset train
   ArrayDict state = opt.init_state(params);
   buffers_[0] = TrainStepOut{std::move(params), std::move(state), Array(), Array(), Array()};
   step_ = Array(DType::i32, {});
+  scaler_ = make_scaler(options_);
+  scale_ = Array(DType::f32, {});
+  scale_.data<float>()[0] = 1.0f;
 }
 
 double Trainer::learning_rate(int64_t step) const { return schedule_(step); }
@@ -148,8 +181,10 @@ StepStats Trainer::train_on(const io::Batch& batch) {
   TrainStepOut& out = buffers_[1 - current_];
   const int64_t step = steps_done_ - 1;
   step_.data<int32_t>()[0] = static_cast<int32_t>(step);
+  if (scaler_) scale_.data<float>()[0] = scaler_->scale();
   StepResult r = train_step_.run_into(out, std::get<0>(in), std::get<1>(in), batch["images"],
-                                      batch["labels"], step_);
+                                      batch["labels"], step_, scale_);
+  if (scaler_) scaler_->update(r.raised(CheckKind::loss_scale_overflow), r.skipped);
   current_ = 1 - current_;
   if (!buffers_conformed_) {
     // The buffer the next step writes must list its arrays in the step's output order.
@@ -167,6 +202,7 @@ StepStats Trainer::train_on(const io::Batch& batch) {
   last_accuracy_ = std::get<3>(out).item<float>();
   last_grad_norm_ = std::get<4>(out).item<float>();
   s.metrics = {{"train acc", last_accuracy_, true}};
+  if (scaler_) s.metrics.push_back({"loss scale", scaler_->scale(), false});
   return s;
 }
 
