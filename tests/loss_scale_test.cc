@@ -7,11 +7,14 @@
 //  - a run with overflows and the same run resumed from a checkpoint are bit-identical;
 //  - f32 gradients at scale 1 give the unscaled step's bits (multiplying by 1 is exact);
 //  - f16 gradients move half the all-reduce bytes of f32 ones (metrics().allreduce_bytes);
-//  - the f16 sum of the all-reduce against a host loop that rounds each partial sum.
+//  - the f16 sum of the all-reduce against a host loop that rounds each partial sum;
+//  - the language-model trainer: a forced overflow is skipped exactly, the scale halves and
+//    is in its checkpoints.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <unistd.h>
 
 #include "core/base/metrics.h"
@@ -267,6 +270,53 @@ TEST(LossScale, F16SumRoundsEachPartialSum) {
   EXPECT_TRUE(std::isinf(widen(out[1])));           // 70000 is beyond f16
   EXPECT_EQ(widen(out[0]), 1.0f);                   // 1 + 2^-11 rounds to even, twice
   EXPECT_EQ(widen(out[3]), 2048.0f);                // 2049 is 2048 in f16; +1 ties to even twice
+}
+
+TEST(LossScale, LanguageModelTrainerSkipsAForcedOverflowExactly) {
+  const auto dir = std::filesystem::temp_directory_path() / ("fjit_loss_scale_lm_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  {
+    std::ofstream corpus(dir / "corpus.txt");
+    for (int i = 0; i < 200; ++i) corpus << "the quick brown fox " << i << " jumps over the lazy dog\n";
+  }
+  lm::LmOptions o;
+  o.model.context = 16;
+  o.model.dim = 16;
+  o.model.layers = 1;
+  o.model.heads = 2;
+  o.steps = 6;
+  o.batch_size = 4;
+  o.warmup_steps = 0;
+  o.eval_every = 0;
+  o.log_every = 0;
+  o.corpus = (dir / "corpus.txt").string();
+  o.checkpoint_dir = (dir / "ckpt").string();
+  o.grad_dtype = "f16";  // dynamic loss scale by default
+  lm::LmTrainer t(Mesh::threads(2), o);
+  ASSERT_NE(t.loss_scale(), nullptr);
+  t.loss_scale()->set_scale(64);
+  ASSERT_TRUE(t.step().has_value());
+  const ArrayDict params = clone(t.trainable_params()), state = clone(t.optimizer_state());
+  t.loss_scale()->set_scale(std::ldexp(1.0, 100));
+  std::optional<StepStats> s = t.step();
+  ASSERT_TRUE(s.has_value());
+  EXPECT_TRUE(s->skipped);
+  EXPECT_EQ(t.loss_scale()->scale(), static_cast<float>(std::ldexp(1.0, 99)));
+  expect_bit_equal(t.trainable_params(), params, "param after the skipped step");
+  expect_bit_equal(t.optimizer_state(), state, "optimizer state after the skipped step");
+  t.loss_scale()->set_scale(64);
+  s = t.step();
+  ASSERT_TRUE(s.has_value());
+  EXPECT_FALSE(s->skipped);
+  EXPECT_TRUE(any_differs(t.trainable_params(), params));
+  // The scale goes into checkpoints and comes back.
+  const std::string path = (dir / "ckpt" / "here.safetensors").string();
+  t.save(path);
+  lm::LmTrainer u(Mesh::threads(2), o);
+  u.load(path);
+  EXPECT_EQ(u.loss_scale()->state(), t.loss_scale()->state());
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

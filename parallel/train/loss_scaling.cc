@@ -1,10 +1,12 @@
 #include "parallel/train/loss_scaling.h"
 
+#include <stdexcept>
 #include <vector>
 
 #include <fmt/format.h>
 
 #include "checks/check.h"
+#include "core/runtime/jit_core.h"
 #include "core/trace/collectives.h"
 #include "core/trace/ops.h"
 
@@ -56,6 +58,25 @@ TensorDict averaged_unscaled_gradients(const TensorDict& grads, const Tensor& sc
                             grads.size(), listed_names(grads)),
                 count, scale, argmax(flags, 0));
   return out;
+}
+
+void require_loss_scaling_checks(std::optional<CheckMode>& checks, std::optional<CheckPolicy>& policy,
+                                 const char* who) {
+  if (checks.value_or(default_check_mode()) == CheckMode::off)
+    throw std::invalid_argument(fmt::format("{}: loss scaling needs checks (an overflow is a check), not checks off", who));
+  if (!policy) policy = CheckPolicy::skip_step;
+  if (*policy != CheckPolicy::skip_step)
+    throw std::invalid_argument(fmt::format("{}: loss scaling needs the skip_step check policy (an overflow "
+                                            "skips the step), not {}", who, check_policy_name(*policy)));
+}
+
+DynamicLossScale make_loss_scale(const std::string& loss_scale, int64_t growth_interval, const char* who) {
+  LossScaleOptions o;
+  if (!loss_scale.empty() && !parse_loss_scale(loss_scale, &o))
+    throw std::invalid_argument(fmt::format("{}: loss scale '{}' is neither dynamic nor a positive number",
+                                            who, loss_scale));
+  o.growth_interval = growth_interval;
+  return DynamicLossScale(o);
 }
 
 }  // namespace fjit::training

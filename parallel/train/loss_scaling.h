@@ -21,8 +21,11 @@
 // unscaled step's: multiplying by 1 is exact.
 #pragma once
 
+#include <optional>
 #include <string>
 
+#include "core/ir/check_site.h"
+#include "core/lib/loss_scale.h"
 #include "core/trace/dict.h"
 #include "core/trace/tensor.h"
 
@@ -37,5 +40,14 @@ struct GradScaling {
 // `scale` an f32 scalar. Throws TraceError for a grad_dtype other than f32 or f16.
 TensorDict averaged_unscaled_gradients(const TensorDict& grads, const Tensor& scale, DType grad_dtype,
                                        const std::string& axis);
+
+// Host side, shared by the trainers. A run that scales its loss learns of an overflow from its
+// check and must skip that step: checks on and the skip_step policy, which an unset policy
+// becomes. Throws std::invalid_argument (naming `who`) for checks off or another policy.
+void require_loss_scaling_checks(std::optional<CheckMode>& checks, std::optional<CheckPolicy>& policy,
+                                 const char* who);
+// The policy of a run's options: `loss_scale` "dynamic", a static number, or empty (dynamic),
+// with `growth_interval`. Throws std::invalid_argument naming `who` for a bad value.
+DynamicLossScale make_loss_scale(const std::string& loss_scale, int64_t growth_interval, const char* who);
 
 }  // namespace fjit::training

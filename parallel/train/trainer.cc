@@ -9,7 +9,6 @@
 #include <fmt/format.h>
 
 #include "core/base/metrics.h"
-#include "core/runtime/jit_core.h"
 #include "parallel/train/primary_work.h"
 #include "parallel/train/train_scalars.h"
 
@@ -68,27 +67,9 @@ int64_t first_row_of_replica(const Mesh& mesh, const io::Batch& batch, int repli
 
 namespace {
 
-// A run that scales its loss learns of an overflow from its check, and must skip that step:
-// checks on, and the skip_step policy (its default).
 TrainOptions with_loss_scaling_policy(TrainOptions o) {
-  if (!loss_scaling_on(o)) return o;
-  if (o.checks.value_or(default_check_mode()) == CheckMode::off)
-    throw std::invalid_argument("Trainer: loss scaling needs checks (an overflow is a check): not --checks off");
-  if (!o.on_check_failure) o.on_check_failure = CheckPolicy::skip_step;
-  if (*o.on_check_failure != CheckPolicy::skip_step)
-    throw std::invalid_argument(fmt::format("Trainer: loss scaling needs the skip_step check policy (an "
-                                            "overflow skips the step), not {}",
-                                            check_policy_name(*o.on_check_failure)));
+  if (loss_scaling_on(o)) require_loss_scaling_checks(o.checks, o.on_check_failure, "Trainer");
   return o;
-}
-
-std::optional<DynamicLossScale> make_scaler(const TrainOptions& o) {
-  if (!loss_scaling_on(o)) return std::nullopt;
-  LossScaleOptions ls;
-  if (!o.loss_scale.empty() && !parse_loss_scale(o.loss_scale, &ls))
-    throw std::invalid_argument("Trainer: loss scale '" + o.loss_scale + "' is neither dynamic nor a positive number");
-  ls.growth_interval = o.loss_scale_growth_interval;
-  return DynamicLossScale(ls);
 }
 
 }  // namespace
@@ -147,7 +128,8 @@ Trainer::Trainer(Mesh mesh, TrainOptions options, Model model, io::Dataset train
   ArrayDict state = opt.init_state(params);
   buffers_[0] = TrainStepOut{std::move(params), std::move(state), Array(), Array(), Array()};
   step_ = Array(DType::i32, {});
-  scaler_ = make_scaler(options_);
+  if (loss_scaling_on(options_))
+    scaler_ = make_loss_scale(options_.loss_scale, options_.loss_scale_growth_interval, "Trainer");
   scale_ = Array(DType::f32, {});
   scale_.data<float>()[0] = 1.0f;
 }
