@@ -272,6 +272,22 @@ TEST(LossScale, F16SumRoundsEachPartialSum) {
   EXPECT_EQ(widen(out[3]), 2048.0f);                // 2049 is 2048 in f16; +1 ties to even twice
 }
 
+// In a plan: psum of an f16 scalar over three replicas (replica r holds 20000 * (r + 1)) is
+// 20000 + 40000 = 60000, then + 60000: inf in f16; pmax of f16 is refused at trace time.
+TEST(LossScale, F16AllReduceIsASumOnly) {
+  Mesh mesh = Mesh::threads(3);
+  auto f = pmap(mesh, "r", [](const Tensor& x) {
+    Tensor v = (cast(axis_index("r"), DType::f32) + 1.0) * 20000.0 + sum(x);
+    return std::tuple{cast(psum(cast(v, DType::f16), "r"), DType::f32),
+                      cast(psum(cast(v * 0.25, DType::f16), "r"), DType::f32)};
+  });
+  auto [big, small] = f(Array::full(DType::f32, {3, 1}, 0.0));
+  EXPECT_TRUE(std::isinf(big.item<float>()));
+  EXPECT_EQ(small.item<float>(), 30000.0f);
+  auto g = pmap(mesh, "r", [](const Tensor& x) { return pmax(cast(x, DType::f16), "r"); });
+  EXPECT_THROW(g(Array::full(DType::f32, {3, 1}, 0.0)), TraceError);
+}
+
 TEST(LossScale, LanguageModelTrainerSkipsAForcedOverflowExactly) {
   const auto dir = std::filesystem::temp_directory_path() / ("fjit_loss_scale_lm_" + std::to_string(::getpid()));
   std::filesystem::remove_all(dir);
