@@ -272,6 +272,36 @@ TEST(LossScale, F16SumRoundsEachPartialSum) {
   EXPECT_EQ(widen(out[3]), 2048.0f);                // 2049 is 2048 in f16; +1 ties to even twice
 }
 
+ParsedOptions parse(std::vector<std::string> args) {
+  args.insert(args.begin(), "prog");
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  return parse_train_options(static_cast<int>(argv.size()), argv.data());
+}
+
+TEST(LossScale, OptionsAndTheirRefusals) {
+  ParsedOptions p = parse({"--grad-dtype", "f16", "--loss-scale", "dynamic", "--loss-scale-growth-interval", "7"});
+  ASSERT_EQ(p.error, "");
+  EXPECT_EQ(p.options.grad_dtype, "f16");
+  EXPECT_EQ(p.options.loss_scale_growth_interval, 7);
+  EXPECT_TRUE(loss_scaling_on(p.options));
+  EXPECT_EQ(parse({"--loss-scale", "1024"}).error, "");
+  EXPECT_NE(parse({"--grad-dtype", "bf16"}).error, "");
+  EXPECT_NE(parse({"--loss-scale", "0"}).error, "");
+  EXPECT_NE(parse({"--loss-scale", "1e39"}).error, "");
+  EXPECT_NE(parse({"--loss-scale", "inf"}).error, "");
+  EXPECT_FALSE(loss_scaling_on(parse({}).options));
+  // A loss-scaled run needs checks on and the skip_step policy.
+  TrainOptions o = scaled("f16", "dynamic");
+  o.on_check_failure = CheckPolicy::throw_error;
+  EXPECT_NE(fjit::testing::error_of<std::invalid_argument>([&] { Trainer t(Mesh::threads(2), o, fixture()); })
+                .find("skip_step"), std::string::npos);
+  o.on_check_failure.reset();
+  o.checks = CheckMode::off;
+  EXPECT_NE(fjit::testing::error_of<std::invalid_argument>([&] { Trainer t(Mesh::threads(2), o, fixture()); })
+                .find("checks"), std::string::npos);
+}
+
 // In a plan: psum of an f16 scalar over three replicas (replica r holds 20000 * (r + 1)) is
 // 20000 + 40000 = 60000, then + 60000: inf in f16; pmax of f16 is refused at trace time.
 TEST(LossScale, F16AllReduceIsASumOnly) {

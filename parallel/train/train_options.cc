@@ -103,7 +103,7 @@ void add_options(CLI::App& app, TrainOptions& o, const std::vector<std::string>&
         [&o](const std::string& v) {
           o.loss_scale = v;
           double n = 0;
-          return v == "dynamic" || (parse_number(v, n) && std::isfinite(n) && n > 0);
+          return v == "dynamic" || (parse_number(v, n) && std::isfinite(n) && n > 0 && n <= 3.4028234663852886e38);  // an f32
         }, "dynamic or a positive number");
   integer("--loss-scale-growth-interval", o.loss_scale_growth_interval, 1,
           "good steps before a dynamic loss scale doubles");
