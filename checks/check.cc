@@ -1,5 +1,7 @@
 #include "checks/check.h"
 
+#include <fmt/format.h>
+
 #include "checks/report.h"
 #include "core/ir/check_upstream.h"
 #include "core/trace/ops.h"
@@ -25,9 +27,14 @@ int count_format_fields(std::string_view f) {
 
 namespace detail {
 
-void check_impl(const Tensor& pred_in, const CheckFormat& format, std::span<const Tensor> values) {
+void check_impl(const Tensor& pred_in, const CheckFormat& format, std::span<const Tensor> values,
+                CheckKind kind) {
   const Loc loc = format.loc;
   TraceContext* ctx = TraceContext::current();
+  if (check_kind_info(kind).reads != CheckReads::kNothing)
+    fail("check", {},
+         fmt::format("check kind '{}' scans an op's values: only predicate kinds (user, "
+                     "loss_scale_overflow) can be raised by a call", check_kind_name(kind)), &loc);
   if (!ctx)
     throw TraceError("fjit: check: called outside a traced function (at " + call_site(&loc) +
                      "); check() only runs inside jit, grad or pmap");
@@ -60,7 +67,7 @@ void check_impl(const Tensor& pred_in, const CheckFormat& format, std::span<cons
   attrs.index = id;  // unique per site, so hash-consing never merges two checks
   Tensor node = build("check", Op::Check, inputs, std::move(attrs), ValueType{DType::boolean, {}}, &loc);
   CheckSite site;
-  site.kind = CheckKind::user;
+  site.kind = kind;  // the node's kernel treats every predicate kind as a user check
   site.format = text;
   site.num_values = static_cast<int>(values.size());
   site.site = node.node().site;  // file:line of the call and, with checks on, its stack

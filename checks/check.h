@@ -47,7 +47,8 @@ struct CheckFormat {
 };
 
 namespace detail {
-void check_impl(const Tensor& pred, const CheckFormat& format, std::span<const Tensor> values);
+void check_impl(const Tensor& pred, const CheckFormat& format, std::span<const Tensor> values,
+                CheckKind kind = CheckKind::user);
 }  // namespace detail
 
 template <class... V>
@@ -56,6 +57,18 @@ void check(const Tensor& pred, CheckFormat format, const V&... values) {
   static_assert(sizeof...(V) <= kMaxCheckValues, "check(): at most kMaxCheckValues values");
   const Tensor vs[sizeof...(V) + 1] = {Tensor(values)..., Tensor()};
   detail::check_impl(pred, format, std::span<const Tensor>(vs, sizeof...(V)));
+}
+
+// check() whose site has another predicate kind than user: a row of core/ir/check_kinds.def
+// that reads nothing (kNothing), such as loss_scale_overflow. It reports and compiles in
+// exactly as a user check does (the same modes, message and values); the kind is what the
+// host sees in StepResult::raised. A kind that scans an op's values throws TraceError.
+template <class... V>
+  requires(std::is_convertible_v<const V&, Tensor> && ...)
+void check_of_kind(CheckKind kind, const Tensor& pred, CheckFormat format, const V&... values) {
+  static_assert(sizeof...(V) <= kMaxCheckValues, "check_of_kind(): at most kMaxCheckValues values");
+  const Tensor vs[sizeof...(V) + 1] = {Tensor(values)..., Tensor()};
+  detail::check_impl(pred, format, std::span<const Tensor>(vs, sizeof...(V)), kind);
 }
 
 // The number of replacement fields in an fmt-style format ("{{" and "}}" are literal).

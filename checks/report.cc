@@ -109,7 +109,8 @@ bool RaisedChecks::root_cause(const CheckSite& site, int id) const {
 
 std::string check_message(const CheckSite& site, std::span<const double> values,
                           std::span<const DType> types) {
-  if (site.kind == CheckKind::user)
+  // A predicate kind (user, loss_scale_overflow) carries the caller's message and values.
+  if (check_kind_info(site.kind).reads == CheckReads::kNothing)
     return user_message(site, values.first(std::min<size_t>(values.size(), site.num_values)), types);
   return automatic_message(site, values);
 }
@@ -159,7 +160,7 @@ std::string format_check_report(const Executable& exe, const RaisedChecks& raise
       out += fmt::format(" (in {} iteration {}, the {} at {})", site.loop, static_cast<int64_t>(it) - 1,
                          site.loop, site.loop_site.str());
     first = false;
-    out += fmt::format("\n      {} at {}", site.kind == CheckKind::user ? "check" : "op", describe_site(site.site));
+    out += fmt::format("\n      {} at {}", check_kind_info(site.kind).reads == CheckReads::kNothing ? "check" : "op", describe_site(site.site));
     if (raised.num_replicas > 1) out += "; raised on " + replica_list(raised.replicas[id], raised.num_replicas);
     if (!root) {
       std::string causes;

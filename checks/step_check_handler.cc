@@ -102,6 +102,9 @@ bool handle_step_checks(const StepChecks& s) {
     s.comm->all_gather(&me, all.data(), sizeof(Summary));
   }
   const RaisedChecks raised = replicated ? gather_checks(s, n, all) : local_checks(s, n);
+  if (s.raised_kinds)
+    for (int i = 0; i < n; ++i)
+      if (raised.raised(i)) *s.raised_kinds |= uint64_t{1} << static_cast<unsigned>(s.exe->check_sites[i].kind);
   std::string report = format_check_report(*s.exe, raised, s.function, s.policy);
   timeline::instant("check raised", report);
   for (const Summary& x : all)

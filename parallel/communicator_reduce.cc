@@ -5,6 +5,8 @@
 #include <cstring>
 #include <type_traits>
 
+#include "core/ir/convert.h"
+
 // Without AVX-512, GCC notes (-Wpsabi) that passing a 64-byte vector by value has another ABI
 // than with it. Every function here is internal to this file (an anonymous namespace), so no
 // call crosses an ABI boundary and the note does not apply.
@@ -147,6 +149,25 @@ void combine_op(const void* const* in, int n_in, void* const* out, int n_out, in
   std::abort();
 }
 
+// f16 sums (gradients carried in half precision): each partial sum is computed in f32 and
+// rounded to f16, which is the correctly rounded f16 sum (f32's 24 bits are enough for one
+// rounding of an f16 addition to be exact); past 65504 it is inf, as f16 arithmetic would give.
+void sum_f16(const void* const* inputs, int n_in, void* const* outputs, int n_out, int64_t begin,
+             int64_t count) {
+  constexpr int64_t kTile = 256;  // a tile is read completely before any output is written
+  f16_t tile[kTile];
+  for (int64_t t = begin; t < begin + count; t += kTile) {
+    const int64_t n = std::min(kTile, begin + count - t);
+    for (int64_t j = 0; j < n; ++j) {
+      f16_t a = static_cast<const f16_t*>(inputs[0])[t + j];
+      for (int r = 1; r < n_in; ++r)
+        a = convert_element<f16_t>(widen(a) + widen(static_cast<const f16_t*>(inputs[r])[t + j]));
+      tile[j] = a;
+    }
+    for (int k = 0; k < n_out; ++k) std::memcpy(static_cast<f16_t*>(outputs[k]) + t, tile, n * sizeof(f16_t));
+  }
+}
+
 }  // namespace
 
 void combine_in_rank_order(const void* const* inputs, int n_inputs, void* const* outputs,
@@ -164,7 +185,10 @@ void combine_in_rank_order(const void* const* inputs, int n_inputs, void* const*
       // Booleans stay 0/1: a byte-wise sum could overflow into 2, which is not a boolean.
       if (op == ReduceOp::sum) op = ReduceOp::logical_or;
       return combine_op<uint8_t>(inputs, n_inputs, outputs, n_outputs, begin, count, op);
-    default: break;  // storage dtypes are gathered, never combined (the shape rule)
+    case DType::f16:
+      if (op == ReduceOp::sum) return sum_f16(inputs, n_inputs, outputs, n_outputs, begin, count);
+      break;
+    default: break;  // other storage dtypes are gathered, never combined (the shape rule)
   }
   std::abort();
 }

@@ -3,7 +3,8 @@
 // Promise: element i of the result is ((in[0][i] op in[1][i]) op in[2][i]) op ... in rank
 // order, computed in the element type, so both backends and every replica agree bit for bit.
 // Semantics per op and dtype:
-//  - sum: floats add in IEEE order; i32 wraps modulo 2^32; booleans (bytes) act as logical_or.
+//  - sum: floats add in IEEE order; i32 wraps modulo 2^32; booleans (bytes) act as logical_or;
+//    f16 (the one storage dtype that is combined: sum only) rounds each partial sum to f16.
 //  - max/min: floats propagate NaN (any NaN contribution gives NaN); bytes compare unsigned.
 //  - logical_or: the result is 1 where any contribution is non-zero, else 0, in any dtype.
 #pragma once

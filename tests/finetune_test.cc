@@ -73,7 +73,7 @@ RunResult run_steps(const ArrayDict& trainable, const ArrayDict& frozen, int ste
     const int64_t before = metrics().allreduce_bytes.load();
     lm::LmStepOut out;
     step.run_into(out, r.trainable, frozen_r, r.state, token_ids(k), token_ids(k + 1),
-                  Array::scalar<int32_t>(k));
+                  Array::scalar<int32_t>(k), Array::scalar(1.0f));
     if (k == 1) r.allreduce_bytes = metrics().allreduce_bytes.load() - before;
     r.trainable = std::get<0>(out);
     r.state = std::get<1>(out);

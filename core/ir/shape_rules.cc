@@ -356,8 +356,11 @@ ValueType infer_type(Op op, const Attrs& a, std::span<const ValueType> ins, cons
           fail("all_gather output must stack whole replica shards");
         return {ins[0].dtype, hint.shape};
       }
-      require_dtype(ins[0], is_arithmetic(ins[0].dtype) || ins[0].dtype == DType::boolean,
-                    "a numeric or bool operand (storage dtypes can be gathered, not reduced)");
+      // f16 may be summed (gradients carried in half precision: each partial sum rounds to
+      // f16, parallel/communicator_reduce.h); other storage dtypes are gathered, not reduced.
+      require_dtype(ins[0], is_arithmetic(ins[0].dtype) || ins[0].dtype == DType::boolean ||
+                                (ins[0].dtype == DType::f16 && a.reduce == static_cast<uint8_t>(ReduceOp::sum)),
+                    "a numeric or bool operand, or f16 for a sum (storage dtypes can be gathered, not reduced)");
       return ins[0];
     case OpKind::kRandom: return random_type(op, ins, hint);
     case OpKind::kEffect:

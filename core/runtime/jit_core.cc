@@ -297,6 +297,7 @@ StepResult JitCore::run(const CompiledEntry& entry, const FlatArgs& args, std::s
     sc.mode = entry.mode;
     sc.axis_names = options_.axis_names;
     sc.num_replicas = options_.num_replicas;
+    sc.raised_kinds = &result.raised_kinds;
     result.skipped = step_check_handler()(sc);
     if (result.skipped) {
       if (own_count) metrics().steps_skipped.fetch_add(1, std::memory_order_relaxed);

@@ -111,8 +111,13 @@ using TraceFn = std::function<std::vector<Tensor>(TraceContext& ctx, OutTree& ou
 // Adds parameters for every leaf; returns leaf paths. Called inside the fresh trace.
 using ParamFn = std::function<std::vector<std::string>(TraceContext& ctx)>;
 
+static_assert(kNumCheckKinds <= 64, "StepResult::raised_kinds holds one bit per check kind");
 struct StepResult {
   bool skipped = false;  // the check policy discarded this step's outputs
+  // Bit k: a check of CheckKind k raised in this step on some replica (the same on every
+  // replica). Zero when nothing raised, the plan has no checks, or the policy threw.
+  uint64_t raised_kinds = 0;
+  bool raised(CheckKind k) const { return (raised_kinds >> static_cast<unsigned>(k)) & 1; }
 };
 
 class JitCore {

@@ -49,6 +49,9 @@ struct StepChecks {
   CheckMode mode = CheckMode::user;
   std::span<const std::string> axis_names;
   int num_replicas = 1;
+  // Out: the handler sets bit k when a check of CheckKind k raised on any replica (the same
+  // bits on every replica of `comm`). Null: not wanted.
+  uint64_t* raised_kinds = nullptr;
 };
 
 // Returns true when the step's outputs must be discarded (skip_step policy and a check raised

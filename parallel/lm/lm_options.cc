@@ -106,6 +106,21 @@ void add_training_options(CLI::App& app, LmOptions& o) {
   app.add_flag("--allow-config-change", o.allow_config_change,
                "resume even if the model, optimizer or schedule differ from the checkpoint's");
   add.check_options(o.checks, o.on_check_failure);
+  add.value("--grad-dtype", "T", "f32, or f16: gradients all-reduced in half precision, with a loss scale (f32)",
+            [&o](const std::string& v) {
+              o.grad_dtype = v;
+              return v == "f32" || v == "f16";
+            }, "f32 or f16");
+  add.value("--loss-scale", "S", "dynamic, or a static scale N: the loss is multiplied by it before the "
+            "gradients, which are divided by it after the all-reduce; an overflow skips the step and "
+            "halves a dynamic scale (none; dynamic with --grad-dtype f16)",
+            [&o](const std::string& v) {
+              o.loss_scale = v;
+              double n = 0;
+              return v == "dynamic" || (parse_number(v, n) && std::isfinite(n) && n > 0 && n <= 3.4028234663852886e38);  // an f32
+            }, "dynamic or a positive number");
+  add.integer("--loss-scale-growth-interval", o.loss_scale_growth_interval, 1,
+              "good steps before a dynamic loss scale doubles");
   add.integer("--log-every", o.log_every, 0, "steps between progress lines");
   add.text("--export-hf", "DIR", o.export_hf,
            "at the end, write the model in Hugging Face's layout (config.json, model.safetensors) "
@@ -133,13 +148,18 @@ std::string lm_usage(const char* program, const LmOptions& d) {
   return make_app(program, shown)->help();
 }
 
+bool loss_scaling_on(const LmOptions& o) { return !o.loss_scale.empty() || o.grad_dtype == "f16"; }
+
 std::string describe(const LmOptions& o) {
   return fmt::format("model: {} | {} steps of {} x {} tokens | AdamW lr {} (warm-up {}, cosine to x{}), "
                      "weight decay {}, clip {} | seed {}",
                      o.model.describe(), o.steps, o.batch_size, o.model.context, o.lr,
                      o.warmup_steps, o.min_lr_ratio, o.weight_decay, o.clip_grad_norm, o.seed) +
          (o.no_decay.empty() && o.groups.empty() ? "" : " | groups " + fjit::describe(lm_param_groups(o))) +
-         (o.trainable.empty() ? "" : fmt::format(" | trained: {}", fmt::join(o.trainable, ",")));
+         (o.trainable.empty() ? "" : fmt::format(" | trained: {}", fmt::join(o.trainable, ","))) +
+         (loss_scaling_on(o) ? fmt::format(" | gradients {} loss scale {}", o.grad_dtype,
+                                           o.loss_scale.empty() ? "dynamic" : o.loss_scale)
+                             : "");
 }
 
 std::vector<std::string> split_patterns(const std::string& list) {
@@ -202,6 +222,10 @@ io::RunConfig run_config(const LmOptions& o) {
   if (!o.trainable.empty()) config.emplace("trainable", fmt::format("{}", fmt::join(o.trainable, ",")));
   if (!o.init_from.empty()) config.emplace("init", o.init_from);
   if (!o.adapters.empty()) config.emplace("adapters", o.adapters);
+  if (loss_scaling_on(o)) {
+    config.emplace("grad_dtype", o.grad_dtype);
+    config.emplace("loss_scale", o.loss_scale.empty() ? "dynamic" : o.loss_scale);
+  }
   return config;
 }
 

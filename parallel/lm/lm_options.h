@@ -48,6 +48,12 @@ struct LmOptions {
   bool allow_config_change = false;
   std::optional<CheckMode> checks;
   std::optional<CheckPolicy> on_check_failure;
+  // Loss scaling (parallel/train/loss_scaling.h): gradients all-reduced in "f32" or "f16", and
+  // the loss scale: empty (none; dynamic with f16), "dynamic" or a static positive number.
+  // With a loss scale the run needs checks on and the skip_step policy (its default then).
+  std::string grad_dtype = "f32";
+  std::string loss_scale;
+  int64_t loss_scale_growth_interval = 2000;
   int64_t log_every = 20;
   int replicas = 1;                  // informational: Mesh::from_environment reads --replicas
   // Where the parameters start when not from the seed (a fine-tuning run's --init-from), and
@@ -71,6 +77,8 @@ struct ParsedLmOptions {
 
 ParsedLmOptions parse_lm_options(int argc, char** argv, LmOptions defaults = {});
 std::string lm_usage(const char* program, const LmOptions& defaults = {});
+// Whether the run scales its loss (a loss scale given, or f16 gradients).
+bool loss_scaling_on(const LmOptions& o);
 // One line of what shapes the run.
 std::string describe(const LmOptions& o);
 // The step's parameter groups: options.groups, then "no_decay" when no_decay is not empty.

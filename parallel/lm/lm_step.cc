@@ -31,7 +31,9 @@ std::tuple<TensorDict, TensorDict, Tensor, Tensor> LmStepFn::operator()(
 
 std::tuple<TensorDict, TensorDict, Tensor, Tensor> LmStepFn::train(
     const Params& trainable, const Params& frozen, const Params& state, const Tensor& inputs,
-    const Tensor& targets, const Tensor& step) const {
+    const Tensor& targets, const Tensor& step, const Tensor& loss_scale) const {
+  if (scaling.on && !loss_scale.defined())
+    throw TraceError("fjit: lm_step: loss scaling is on but the step was given no loss scale");
   check_token_ids(inputs, model.vocab, "input");
   check_token_ids(targets, model.vocab, "target");
   std::vector<std::string> names = trainable.names();
@@ -43,13 +45,22 @@ std::tuple<TensorDict, TensorDict, Tensor, Tensor> LmStepFn::train(
   auto loss_fn = [&](const Params& t) {
     Params all = frozen;
     for (const auto& [name, p] : t) all.set(name, p);
-    return mean(softmax_cross_entropy(decoder_logits(all, model, inputs), targets));
+    Tensor loss = mean(softmax_cross_entropy(decoder_logits(all, model, inputs), targets));
+    return scaling.on ? loss * loss_scale : loss;
   };
-  auto [loss, grads] = value_and_grad(loss_fn)(trainable);
+  auto [scaled_loss, grads] = value_and_grad(loss_fn)(trainable);
+  const Tensor loss = scaling.on ? scaled_loss / loss_scale : scaled_loss;
   check(isfinite(loss), "loss {} is not finite", loss);
-  auto [next_params, next_state, norm] = training::averaged_adamw_update(
-      trainable, grads, state, optimizer, schedule, step, max_grad_norm, clip_grad_norm, axis,
-      groups, &names);
+  std::tuple<TensorDict, TensorDict, Tensor> update;
+  if (scaling.on) {
+    update = training::adamw_update_of_mean(
+        trainable, training::averaged_unscaled_gradients(grads, loss_scale, scaling.grad_dtype, axis),
+        state, optimizer, schedule, step, max_grad_norm, clip_grad_norm, groups, &names);
+  } else {
+    update = training::averaged_adamw_update(trainable, grads, state, optimizer, schedule, step,
+                                             max_grad_norm, clip_grad_norm, axis, groups, &names);
+  }
+  auto& [next_params, next_state, norm] = update;
   return {next_params, next_state, pmean(loss, axis), norm};
 }
 
@@ -69,7 +80,7 @@ LmStep make_lm_step(const Mesh& mesh, LmStepFn fn, PmapOptions options) {
 LmSplitStep make_lm_split_step(const Mesh& mesh, LmStepFn fn, PmapOptions options) {
   if (options.jit.name == "fn") options.jit.name = "lm_step";
   const std::string axis = fn.axis;
-  return pmap(mesh, axis, LmSplitStepFn{std::move(fn)}, std::move(options), PmapArgOptions{{5}});
+  return pmap(mesh, axis, LmSplitStepFn{std::move(fn)}, std::move(options), PmapArgOptions{{5, 6}});
 }
 
 LmEval make_lm_eval(const Mesh& mesh, DecoderConfig model, PmapOptions options) {

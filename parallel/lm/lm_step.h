@@ -10,6 +10,10 @@
 //   clipping to clip_grad_norm, then AdamW at schedule(step) (step: an i32 scalar every
 //   replica gets whole, so the rate changes without recompiling).
 // Returns {params', state', mean loss, gradient norm before clipping}.
+// With scaling.on (parallel/train/loss_scaling.h) the loss is multiplied by the loss scale, an
+// f32 scalar argument every replica gets whole, before value_and_grad, and the gradients are
+// averaged (in f16 with grad_dtype f16), unscaled and checked for overflow before clipping; the
+// loss returned is the unscaled one. Off, the scale is not read.
 //
 // With frozen parameters (LmSplitStepFn: trainable, frozen, state, inputs, targets, step), the
 // decoder reads both dicts, but value_and_grad, the all-reduce, the norm, clipping and AdamW
@@ -27,6 +31,7 @@
 #include "core/lib/schedules.h"
 #include "core/nn/decoder.h"
 #include "parallel/pmap.h"
+#include "parallel/train/loss_scaling.h"
 
 namespace fjit::lm {
 
@@ -40,25 +45,28 @@ struct LmStepFn {
   // Per-group learning-rate scale and weight decay (core/lib/param_groups.h); the patterns are
   // checked against the trainable and frozen names. Empty: AdamW's settings for every one.
   std::vector<ParamGroup> groups;
+  training::GradScaling scaling;
+  // The step without a loss scale (scaling must be off).
   std::tuple<TensorDict, TensorDict, Tensor, Tensor> operator()(
       const Params& params, const Params& state, const Tensor& inputs, const Tensor& targets,
       const Tensor& step) const;
-  // The step over `trainable`, the decoder reading `frozen` too (disjoint names).
+  // The step over `trainable`, the decoder reading `frozen` too (disjoint names), at
+  // `loss_scale` (read only with scaling.on; undefined then is a TraceError).
   std::tuple<TensorDict, TensorDict, Tensor, Tensor> train(
       const Params& trainable, const Params& frozen, const Params& state, const Tensor& inputs,
-      const Tensor& targets, const Tensor& step) const;
+      const Tensor& targets, const Tensor& step, const Tensor& loss_scale = Tensor()) const;
 };
 using LmStep = Pmapped<LmStepFn>;
 using LmStepOut = std::tuple<ArrayDict, ArrayDict, Array, Array>;
 
-// LmStepFn::train as a pmap'd function: (trainable, frozen, state, inputs, targets, step) ->
-// {trainable', state', mean loss, gradient norm before clipping}.
+// LmStepFn::train as a pmap'd function: (trainable, frozen, state, inputs, targets, step,
+// loss scale) -> {trainable', state', mean loss, gradient norm before clipping}.
 struct LmSplitStepFn {
   LmStepFn step;
   std::tuple<TensorDict, TensorDict, Tensor, Tensor> operator()(
       const Params& trainable, const Params& frozen, const Params& state, const Tensor& inputs,
-      const Tensor& targets, const Tensor& step_number) const {
-    return step.train(trainable, frozen, state, inputs, targets, step_number);
+      const Tensor& targets, const Tensor& step_number, const Tensor& loss_scale) const {
+    return step.train(trainable, frozen, state, inputs, targets, step_number, loss_scale);
   }
 };
 using LmSplitStep = Pmapped<LmSplitStepFn>;

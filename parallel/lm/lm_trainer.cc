@@ -20,8 +20,10 @@ namespace {
 constexpr const char* kFormat = "fjit-decoder-lm-v1";
 
 // Pretraining reads bytes: the vocabulary is the byte tokenizer's; a given model keeps its own.
+// A loss-scaled run gets the check settings it needs (parallel/train/loss_scaling.h).
 LmOptions prepared(LmOptions o, bool from_seed) {
   if (from_seed) o.model.vocab = io::ByteTokenizer::kVocab;
+  if (loss_scaling_on(o)) training::require_loss_scaling_checks(o.checks, o.on_check_failure, "train_lm");
   return o;
 }
 
@@ -69,7 +71,10 @@ LmTrainer::LmTrainer(Mesh mesh, LmOptions options, ArrayDict initial)
                                            .schedule = schedule_,
                                            .clip_grad_norm = options_.clip_grad_norm,
                                            .max_grad_norm = options_.max_grad_norm,
-                                           .groups = lm_param_groups(options_)},
+                                           .groups = lm_param_groups(options_),
+                                           .scaling = {.on = loss_scaling_on(options_),
+                                                       .grad_dtype = options_.grad_dtype == "f16" ? DType::f16
+                                                                                                  : DType::f32}},
                                   pmap_options("lm_step"))),
       eval_fn_(make_lm_eval(mesh_, options_.model, pmap_options("lm_eval"))) {
   validate(options_.model);
@@ -117,6 +122,9 @@ LmTrainer::LmTrainer(Mesh mesh, LmOptions options, ArrayDict initial)
   ArrayDict state = opt.init_state(params);
   buffers_[0] = LmStepOut{std::move(params), std::move(state), Array(), Array()};
   step_ = Array(DType::i32, {});
+  scale_ = Array::scalar(1.0f);
+  if (loss_scaling_on(options_))
+    scaler_ = training::make_loss_scale(options_.loss_scale, options_.loss_scale_growth_interval, "train_lm");
 }
 
 ArrayDict LmTrainer::params() const {
@@ -141,7 +149,9 @@ std::optional<StepStats> LmTrainer::step() {
   LmStepOut& out = buffers_[1 - current_];
   const int64_t step = steps_done_++;
   step_.data<int32_t>()[0] = static_cast<int32_t>(step);
-  StepResult r = step_fn_.run_into(out, std::get<0>(in), frozen_, std::get<1>(in), inputs_, targets_, step_);
+  if (scaler_) scale_.data<float>()[0] = scaler_->scale();
+  StepResult r = step_fn_.run_into(out, std::get<0>(in), frozen_, std::get<1>(in), inputs_, targets_, step_, scale_);
+  if (scaler_) scaler_->update(r.raised(CheckKind::loss_scale_overflow), r.skipped);
   current_ = 1 - current_;
   if (!buffers_conformed_) {
     training::conform(std::get<0>(in), std::get<0>(out));
@@ -157,6 +167,7 @@ std::optional<StepStats> LmTrainer::step() {
   s.loss = std::get<2>(out).item<float>();
   last_grad_norm_ = std::get<3>(out).item<float>();
   s.metrics = {{"grad norm", last_grad_norm_, false}};
+  if (scaler_) s.metrics.push_back({"loss scale", scaler_->scale(), false});
   return s;
 }
 
@@ -188,6 +199,7 @@ void LmTrainer::save(const std::string& path) {
                    {"data_position", std::to_string(train_batches_->position())},
                    {"seed", std::to_string(options_.seed)},
                    {"lr_schedule", schedule_.describe()}};
+    if (scaler_) ck.metadata["loss_scale"] = scaler_->state();
     io::set_config(ck, run_config(options_));
     io::save_checkpoint(path, ck);
   });
@@ -196,6 +208,7 @@ void LmTrainer::save(const std::string& path) {
 void LmTrainer::load(const std::string& path) {
   ArrayDict params = trainable_params(), state = optimizer_state();
   uint64_t position[3] = {0, 0, 0};  // step, data position, seed
+  char scale_state[64] = {};         // the loss scale's state, when the run scales its loss
   training::run_on_primary(mesh_, "checkpoint load " + path, [&] {
     io::Checkpoint ck = io::load_checkpoint(path);
     if (io::metadata_str(ck, "format") != kFormat)
@@ -209,9 +222,16 @@ void LmTrainer::load(const std::string& path) {
     position[1] = static_cast<uint64_t>(io::metadata_int(ck, "data_position"));
     position[2] = static_cast<uint64_t>(io::metadata_int(ck, "seed"));
     training::read_checkpoint_tensors(ck, params, state);
+    if (scaler_) {
+      const std::string saved = io::metadata_str(ck, "loss_scale");
+      if (saved.empty() || saved.size() >= sizeof scale_state)
+        throw std::runtime_error(path + ": no loss scale in the checkpoint of a run that scales its loss");
+      saved.copy(scale_state, saved.size());
+    }
   });
   if (Communicator* pc = mesh_.process_comm()) {
     pc->broadcast(position, sizeof position, 0);
+    pc->broadcast(scale_state, sizeof scale_state, 0);
     params = mesh_.replicate(params);
     state = mesh_.replicate(state);
   }
@@ -225,6 +245,7 @@ void LmTrainer::load(const std::string& path) {
         shard_begin_, shard_end_);
   }
   train_batches_->seek(static_cast<int64_t>(position[1]));
+  if (scaler_) scaler_->set_state(scale_state);
   buffers_[current_] = LmStepOut{std::move(params), std::move(state), Array(), Array()};
   buffers_conformed_ = false;
   steps_done_ = static_cast<int64_t>(position[0]);

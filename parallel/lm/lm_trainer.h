@@ -20,6 +20,10 @@
 //    and the run's configuration; a run resumed from it sees exactly the batches, and computes
 //    exactly the parameters, of the uninterrupted run. A checkpoint of another configuration is
 //    refused with the differences listed, unless allow_config_change.
+//  - With loss scaling (options.grad_dtype f16 or options.loss_scale) the scale is an input of
+//    each step and moves by DynamicLossScale (core/lib/loss_scale.h) after it: a step whose
+//    loss_scale_overflow check raised is skipped (the skip_step policy, the default then) and
+//    backs the scale off. The scale is in checkpoints, so a resumed run is exact.
 //  - Every replica runs the same calls (evaluate() and save() included: they run collectives).
 #pragma once
 
@@ -77,6 +81,8 @@ class LmTrainer {
   const LmOptions& options() const { return options_; }
   const Mesh& mesh() const { return mesh_; }
   double last_grad_norm() const { return last_grad_norm_; }
+  // The loss scale's policy; null when the run does not scale its loss.
+  DynamicLossScale* loss_scale() { return scaler_ ? &*scaler_ : nullptr; }
 
  private:
   PmapOptions pmap_options(const char* name) const;
@@ -96,6 +102,8 @@ class LmTrainer {
   int current_ = 0;
   bool buffers_conformed_ = false;
   Array inputs_, targets_, step_;
+  Array scale_;  // f32 scalar argument of the step: the loss scale (1: none)
+  std::optional<DynamicLossScale> scaler_;
   int64_t steps_done_ = 0;
   int64_t run_started_at_ = 0;
   double last_grad_norm_ = 0;

@@ -24,4 +24,11 @@ std::tuple<TensorDict, TensorDict, Tensor> averaged_adamw_update(
     const std::string& axis, const std::vector<ParamGroup>& groups = {},
     const std::vector<std::string>* pattern_names = nullptr);
 
+// The same update from gradients already averaged over the replicas (every step after its
+// pmean: parallel/train/loss_scaling.h averages them itself).
+std::tuple<TensorDict, TensorDict, Tensor> adamw_update_of_mean(
+    const Params& params, const TensorDict& mean_grads, const Params& state, const AdamW& optimizer,
+    const Schedule& schedule, const Tensor& step, double max_grad_norm, double clip_norm,
+    const std::vector<ParamGroup>& groups = {}, const std::vector<std::string>* pattern_names = nullptr);
+
 }  // namespace fjit::training

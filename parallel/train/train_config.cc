@@ -12,6 +12,8 @@
 
 namespace fjit::training {
 
+bool loss_scaling_on(const TrainOptions& o) { return !o.loss_scale.empty() || o.grad_dtype == "f16"; }
+
 std::string describe(const TrainOptions& o) {
   const std::string model = o.model == "mlp" ? "mlp " + join(o.layers)
                             : fmt::format("{} dropout {}", o.model, o.dropout);
@@ -26,7 +28,10 @@ std::string describe(const TrainOptions& o) {
                      o.warmup_steps > 0 ? fmt::format(", {} warm-up steps", o.warmup_steps) : "",
                      o.weight_decay, o.seed,
                      check_mode_name(o.checks.value_or(default_check_mode())),
-                     check_policy_name(o.on_check_failure.value_or(default_check_policy())));
+                     check_policy_name(o.on_check_failure.value_or(default_check_policy()))) +
+         (loss_scaling_on(o) ? fmt::format(" | gradients {} loss scale {}", o.grad_dtype,
+                                           o.loss_scale.empty() ? "dynamic" : o.loss_scale)
+                             : "");
 }
 
 Schedule learning_rate_schedule(const TrainOptions& o, int64_t total_steps) {
@@ -48,6 +53,11 @@ io::RunConfig run_config(const TrainOptions& o) {
   // data position) depends on examples_per_process: recorded only when set, so that earlier
   // checkpoints still resume.
   if (!o.examples_per_process.empty()) c["examples_per_process"] = join(o.examples_per_process);
+  // Loss scaling: recorded only when on, so that earlier checkpoints still resume.
+  if (loss_scaling_on(o)) {
+    c["grad_dtype"] = o.grad_dtype;
+    c["loss_scale"] = o.loss_scale.empty() ? "dynamic" : o.loss_scale;
+  }
   if (o.model == "mlp") {
     c["layers"] = join(o.layers);
   } else {

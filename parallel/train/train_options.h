@@ -58,6 +58,13 @@ struct TrainOptions {
   // amount: a process whose examples run out joins the epoch's remaining steps with zero rows
   // (parallel/join.h), and each step's loss is the mean over the rows fed.
   std::vector<int64_t> examples_per_process;
+  // Loss scaling (parallel/train/loss_scaling.h, core/lib/loss_scale.h): the dtype the
+  // gradients are all-reduced in ("f32" or "f16"), and the loss scale: empty (none; "dynamic"
+  // when grad_dtype is f16), "dynamic", or a static positive number. With a loss scale the run
+  // needs checks on and the skip_step policy (the default it then gets).
+  std::string grad_dtype = "f32";
+  std::string loss_scale;
+  int64_t loss_scale_growth_interval = 2000;  // good steps before a dynamic scale doubles
 };
 
 struct ParsedOptions {
@@ -84,6 +91,9 @@ Schedule learning_rate_schedule(const TrainOptions& o, int64_t total_steps);
 // What a checkpoint records of the options and a resumed run must match (unless
 // allow_config_change): the model, the optimizer and the schedule.
 io::RunConfig run_config(const TrainOptions& o);
+
+// Whether the run scales its loss (a loss scale given, or f16 gradients).
+bool loss_scaling_on(const TrainOptions& o);
 
 // "784,512,10".
 std::string join(const std::vector<int64_t>& v);

@@ -22,19 +22,28 @@ std::tuple<Tensor, Tensor> model_loss(const Model& model, const Params& p, const
 
 std::tuple<TensorDict, TensorDict, Tensor, Tensor, Tensor> TrainStepFn::operator()(
     const Params& params, const Params& state, const Tensor& x, const Tensor& y,
-    const Tensor& step) const {
+    const Tensor& step, const Tensor& loss_scale) const {
   Tensor key;
   if (model.uses_key)
     key = fold_in(fold_in(PRNGKey(seed), step), axis_index(axis));
   auto loss_fn = [&](const Params& p, const Tensor& xs, const Tensor& ys) {
-    return model_loss(model, p, xs, ys, true, key);
+    auto [loss, logits] = model_loss(model, p, xs, ys, true, key);
+    return std::tuple{scaling.on ? loss * loss_scale : loss, logits};
   };
   // One micro-batch is plain value_and_grad; more accumulate over slices of the shard.
-  auto [loss, grads, logits] = accumulate_gradients_aux(loss_fn, micro_batches)(params, x, y);
+  auto [scaled_loss, grads, logits] = accumulate_gradients_aux(loss_fn, micro_batches)(params, x, y);
+  const Tensor loss = scaling.on ? scaled_loss / loss_scale : scaled_loss;
   // Checked before the all-reduce: only the replica with bad data raises, and is named.
   check(isfinite(loss), "loss {} is not finite", loss);
-  auto [next_params, next_state, norm] = averaged_adamw_update(
-      params, grads, state, optimizer, schedule, step, max_grad_norm, /*clip_norm=*/0, axis);
+  std::tuple<TensorDict, TensorDict, Tensor> update;
+  if (scaling.on) {
+    update = adamw_update_of_mean(params, averaged_unscaled_gradients(grads, loss_scale, scaling.grad_dtype, axis),
+                                  state, optimizer, schedule, step, max_grad_norm, /*clip_norm=*/0);
+  } else {
+    update = averaged_adamw_update(params, grads, state, optimizer, schedule, step, max_grad_norm,
+                                   /*clip_norm=*/0, axis);
+  }
+  auto& [next_params, next_state, norm] = update;
   Tensor accuracy = mean(cast(eq(argmax(logits, -1), y), DType::f32));
   return {next_params, next_state, pmean(loss, axis), pmean(accuracy, axis), norm};
 }
@@ -44,7 +53,14 @@ std::tuple<TensorDict, TensorDict, Tensor> averaged_adamw_update(
     const Schedule& schedule, const Tensor& step, double max_grad_norm, double clip_norm,
     const std::string& axis, const std::vector<ParamGroup>& groups,
     const std::vector<std::string>* pattern_names) {
-  TensorDict mean_grads = pmean(grads, axis);
+  return adamw_update_of_mean(params, pmean(grads, axis), state, optimizer, schedule, step,
+                              max_grad_norm, clip_norm, groups, pattern_names);
+}
+
+std::tuple<TensorDict, TensorDict, Tensor> adamw_update_of_mean(
+    const Params& params, const TensorDict& mean_grads, const Params& state, const AdamW& optimizer,
+    const Schedule& schedule, const Tensor& step, double max_grad_norm, double clip_norm,
+    const std::vector<ParamGroup>& groups, const std::vector<std::string>* pattern_names) {
   Tensor norm;
   TensorDict clipped = clip_norm > 0 ? clip_by_global_norm(mean_grads, clip_norm, &norm) : mean_grads;
   if (clip_norm <= 0) norm = global_norm(mean_grads);
@@ -65,8 +81,8 @@ Tensor CorrectCountFn::operator()(const Params& params, const Tensor& x, const T
 TrainStep make_train_step(const Mesh& mesh, TrainStepFn fn, PmapOptions options) {
   if (options.jit.name == "fn") options.jit.name = "train_step";
   const std::string axis = fn.axis;
-  // Argument 4, the step counter, is a scalar every replica gets whole.
-  return pmap(mesh, axis, std::move(fn), std::move(options), PmapArgOptions{{4}});
+  // Arguments 4 and 5, the step counter and the loss scale, are scalars every replica gets whole.
+  return pmap(mesh, axis, std::move(fn), std::move(options), PmapArgOptions{{4, 5}});
 }
 
 EvalStep make_eval_step(const Mesh& mesh, PmapOptions options, Model model) {

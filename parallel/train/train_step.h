@@ -1,7 +1,8 @@
 // The data-parallel training step and evaluation of a classifier (parallel/train/model.h:
 // the examples' MLP, CNN or ViT among others; softmax cross entropy), which the Trainer runs.
 //
-// The training step is one pmap'd function of (params, optimizer state, images, labels, lr):
+// The training step is one pmap'd function of (params, optimizer state, images, labels, step,
+// loss scale):
 //   value_and_grad of the loss on this replica's shard (a model that uses_key gets its dropout
 //   key from the run's seed, the step and the replica: fold_in(fold_in(PRNGKey(seed), step),
 //   axis_index)),
@@ -13,6 +14,10 @@
 //   sharded), so it changes every step without recompiling.
 // With micro_batches > 1 the gradients of each replica's shard are accumulated over that many
 // slices (core/lib/accumulate.h) before the one all-reduce.
+// With scaling.on the loss is multiplied by the loss scale (an f32 scalar every replica gets
+// whole) before value_and_grad and the gradients are averaged, unscaled and checked by
+// parallel/train/loss_scaling.h (in f16 with grad_dtype f16); the loss returned is the unscaled
+// one (exact for a power-of-two scale). Off, the scale argument is not read.
 // It returns {params', state', mean loss, mean accuracy, gradient norm}. Params and state
 // mirror the inputs, so under the skip_step policy a step whose checks fail keeps them.
 #pragma once
@@ -25,6 +30,7 @@
 #include "core/lib/optimizers.h"
 #include "core/lib/schedules.h"
 #include "parallel/pmap.h"
+#include "parallel/train/loss_scaling.h"
 #include "parallel/train/model.h"
 
 namespace fjit::training {
@@ -44,9 +50,10 @@ struct TrainStepFn {
   std::string axis = "batch";
   Model model;
   uint64_t seed = 0;  // of the dropout keys
+  GradScaling scaling;
   std::tuple<TensorDict, TensorDict, Tensor, Tensor, Tensor> operator()(
       const Params& params, const Params& state, const Tensor& x, const Tensor& y,
-      const Tensor& step) const;
+      const Tensor& step, const Tensor& loss_scale) const;
 };
 using TrainStep = Pmapped<TrainStepFn>;
 // Host values of one step's outputs: {params, state, loss, accuracy, grad norm}.

@@ -65,6 +65,15 @@ int64_t first_row_of_replica(const Mesh& mesh, const io::Batch& batch, int repli
          shard.rows(batch.global_rows).first;
 }
 
+namespace {
+
+TrainOptions with_loss_scaling_policy(TrainOptions o) {
+  if (loss_scaling_on(o)) require_loss_scaling_checks(o.checks, o.on_check_failure, "Trainer");
+  return o;
+}
+
+}  // namespace
+
 PmapOptions Trainer::pmap_options(const char* name) const {
   PmapOptions o;
   o.jit.name = name;
@@ -76,7 +85,7 @@ PmapOptions Trainer::pmap_options(const char* name) const {
 
 Trainer::Trainer(Mesh mesh, TrainOptions options, Model model, io::Dataset train, io::Dataset test)
     : mesh_(std::move(mesh)),
-      options_(std::move(options)),
+      options_(with_loss_scaling_policy(std::move(options))),
       model_(std::move(model)),
       train_(std::move(train)),
       test_(std::move(test)),
@@ -91,7 +100,9 @@ Trainer::Trainer(Mesh mesh, TrainOptions options, Model model, io::Dataset train
                       .micro_batches = options_.micro_batches,
                       .max_grad_norm = options_.max_grad_norm,
                       .model = model_,
-                      .seed = options_.seed},
+                      .seed = options_.seed,
+                      .scaling = {.on = loss_scaling_on(options_),
+                                  .grad_dtype = options_.grad_dtype == "f16" ? DType::f16 : DType::f32}},
           pmap_options("train_step"))),
       eval_step_(make_eval_step(mesh_, [this] {
         PmapOptions o = pmap_options("eval_step");
@@ -117,6 +128,10 @@ Trainer::Trainer(Mesh mesh, TrainOptions options, Model model, io::Dataset train
   ArrayDict state = opt.init_state(params);
   buffers_[0] = TrainStepOut{std::move(params), std::move(state), Array(), Array(), Array()};
   step_ = Array(DType::i32, {});
+  if (loss_scaling_on(options_))
+    scaler_ = make_loss_scale(options_.loss_scale, options_.loss_scale_growth_interval, "Trainer");
+  scale_ = Array(DType::f32, {});
+  scale_.data<float>()[0] = 1.0f;
 }
 
 double Trainer::learning_rate(int64_t step) const { return schedule_(step); }
@@ -148,8 +163,10 @@ StepStats Trainer::train_on(const io::Batch& batch) {
   TrainStepOut& out = buffers_[1 - current_];
   const int64_t step = steps_done_ - 1;
   step_.data<int32_t>()[0] = static_cast<int32_t>(step);
+  if (scaler_) scale_.data<float>()[0] = scaler_->scale();
   StepResult r = train_step_.run_into(out, std::get<0>(in), std::get<1>(in), batch["images"],
-                                      batch["labels"], step_);
+                                      batch["labels"], step_, scale_);
+  if (scaler_) scaler_->update(r.raised(CheckKind::loss_scale_overflow), r.skipped);
   current_ = 1 - current_;
   if (!buffers_conformed_) {
     // The buffer the next step writes must list its arrays in the step's output order.
@@ -167,6 +184,7 @@ StepStats Trainer::train_on(const io::Batch& batch) {
   last_accuracy_ = std::get<3>(out).item<float>();
   last_grad_norm_ = std::get<4>(out).item<float>();
   s.metrics = {{"train acc", last_accuracy_, true}};
+  if (scaler_) s.metrics.push_back({"loss scale", scaler_->scale(), false});
   return s;
 }
 

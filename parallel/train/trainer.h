@@ -18,6 +18,11 @@
 //    part of it, the parts of any sizes: every process runs the epoch's steps of the process
 //    with the most batches, one whose part has run out with zero rows (JoinedBatches,
 //    parallel/join.h), so the job ends normally and each step's mean is over the rows fed.
+//  - With loss scaling (options.grad_dtype f16 or options.loss_scale), the scale is an input of
+//    each step and moves by DynamicLossScale (core/lib/loss_scale.h) after it: a step whose
+//    loss_scale_overflow check raised was skipped (the run needs the skip_step policy, its
+//    default then; checks off or another policy is refused) and backs the scale off. The
+//    scale and its count of good steps are in checkpoints, so a resumed run is exact.
 //  - A checkpoint records the run's configuration (run_config); resuming with a different
 //    model, optimizer or schedule is refused with the differences listed, unless
 //    allow_config_change.
@@ -30,6 +35,7 @@
 #include "core/io/checkpoint.h"
 #include "core/io/data.h"
 #include "core/io/progress.h"
+#include "core/lib/loss_scale.h"
 #include "parallel/join.h"
 #include "parallel/mesh.h"
 #include "parallel/train/model.h"
@@ -99,6 +105,9 @@ class Trainer {
   const TrainOptions& options() const { return options_; }
   const Model& model() const { return model_; }
   TrainStep& train_step() { return train_step_; }
+  // The loss scale's policy; null when the run does not scale its loss.
+  DynamicLossScale* loss_scale() { return scaler_ ? &*scaler_ : nullptr; }
+  const DynamicLossScale* loss_scale() const { return scaler_ ? &*scaler_ : nullptr; }
 
  private:
   PmapOptions pmap_options(const char* name) const;
@@ -119,6 +128,8 @@ class Trainer {
   int current_ = 0;
   bool buffers_conformed_ = false;
   Array step_;                   // i32 scalar argument of the step: its index in the run
+  Array scale_;                  // f32 scalar argument of the step: the loss scale (1: none)
+  std::optional<DynamicLossScale> scaler_;
   int64_t steps_done_ = 0;       // batches consumed, skipped ones included
   int64_t epoch_ = 0;            // of the next batch
   int64_t batch_in_epoch_ = 0;   // of the next batch

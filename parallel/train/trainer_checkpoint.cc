@@ -46,6 +46,7 @@ void Trainer::save(const std::string& path) {
                    {"seed", std::to_string(options_.seed)},
                    {"batch_size", std::to_string(options_.batch_size)},
                    {"lr_schedule", schedule_.describe()}};
+    if (scaler_) ck.metadata["loss_scale"] = scaler_->state();
     io::set_config(ck, run_config(options_));
     io::save_checkpoint(path, ck);
   });
@@ -57,6 +58,7 @@ void Trainer::load(const std::string& path) {
   // rank instead of leaving the others waiting in the next collective.
   ArrayDict params = this->params(), state = optimizer_state();  // shapes to receive into
   uint64_t position[4] = {0, 0, 0, 0};                            // step, epoch, batch, seed
+  char scale_state[64] = {};  // the loss scale's state, when the run scales its loss
   run_on_primary(mesh_, "checkpoint load " + path, [&] {
     io::Checkpoint ck = io::load_checkpoint(path);
     if (io::metadata_str(ck, "format") != kFormat)
@@ -80,9 +82,16 @@ void Trainer::load(const std::string& path) {
     position[2] = static_cast<uint64_t>(batch);
     position[3] = static_cast<uint64_t>(io::metadata_int(ck, "seed"));
     read_checkpoint_tensors(ck, params, state);
+    if (scaler_) {
+      const std::string saved = io::metadata_str(ck, "loss_scale");
+      if (saved.empty() || saved.size() >= sizeof scale_state)
+        throw std::runtime_error(path + ": no loss scale in the checkpoint of a run that scales its loss");
+      saved.copy(scale_state, saved.size());
+    }
   });
   if (Communicator* pc = mesh_.process_comm()) {
     pc->broadcast(position, sizeof position, 0);
+    pc->broadcast(scale_state, sizeof scale_state, 0);
     params = mesh_.replicate(params);
     state = mesh_.replicate(state);
   }
@@ -92,6 +101,7 @@ void Trainer::load(const std::string& path) {
     options_.seed = seed;
     batches_ = make_batches(train_, options_, mesh_);
   }
+  if (scaler_) scaler_->set_state(scale_state);
   buffers_[current_] = TrainStepOut{std::move(params), std::move(state), Array(), Array(), Array()};
   buffers_conformed_ = false;
   steps_done_ = static_cast<int64_t>(position[0]);

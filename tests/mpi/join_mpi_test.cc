@@ -206,7 +206,8 @@ TEST(JoinMpi, TrainerWithUnequalPartsEqualsOneReplicaOverTheSameRows) {
       for (auto& it : parts)
         if (const io::Batch* b = it.next()) rows.push_back(b->clone());
       step.data<int32_t>()[0] = static_cast<int32_t>(k);
-      auto [p2, s2, loss, acc, norm] = one(params, state, concat_rows(rows, "images"), concat_rows(rows, "labels"), step);
+      auto [p2, s2, loss, acc, norm] = one(params, state, concat_rows(rows, "images"), concat_rows(rows, "labels"), step,
+                                               Array::scalar(1.0f));
       params = p2;
       state = s2;
       EXPECT_NEAR(losses[k], loss.item<float>(), 2e-5) << "step " << k;
