@@ -111,10 +111,22 @@ TEST(Isa, TheLimitOnlyNarrows) {
   EXPECT_NE(std::string(packed_gemm_name()).find(isa_name(active_isa())), std::string::npos);
 }
 
-// The kernels' depth blocks are the same on both sets, so that the two differ only in how
-// each block's products are grouped into vectors (not in the block sums' order).
-TEST(Isa, KernelsBlockTheDepthAlike) {
+// Each element is one fma chain over each depth block, from zero, added to C block by block;
+// the kernels cut the depth alike, so the AVX2 and AVX-512 kernels give the same bits.
+TEST(Isa, BothKernelsGiveTheSameBits) {
   EXPECT_EQ(gemm::ukernel_avx2().kc, gemm::ukernel_avx512().kc);
+  if (detected_isa() != Isa::avx512) GTEST_SKIP() << "this CPU has no AVX-512";
+  for (const Case& cs : kCases) {
+    for (int t = 0; t < 4; ++t) {
+      const bool ta = t & 1, tb = t & 2;
+      const std::vector<float> a = random_vector(cs.m * cs.k, 5), b = random_vector(cs.k * cs.n, 6);
+      std::vector<float> narrow(cs.m * cs.n), wide(cs.m * cs.n);
+      packed_sgemm(Isa::avx2, ta, tb, cs.m, cs.n, cs.k, a.data(), b.data(), narrow.data(), false, 1);
+      packed_sgemm(Isa::avx512, ta, tb, cs.m, cs.n, cs.k, a.data(), b.data(), wide.data(), false, 2);
+      EXPECT_EQ(0, std::memcmp(narrow.data(), wide.data(), narrow.size() * sizeof(float)))
+          << cs.m << "x" << cs.n << "x" << cs.k << " ta=" << ta << " tb=" << tb;
+    }
+  }
 }
 
 }  // namespace

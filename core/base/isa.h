@@ -11,8 +11,9 @@
 //
 // FJIT_ISA (core/base/config.def: auto, avx2, avx512) can only narrow the choice: asking for
 // avx512 on a CPU without it keeps avx2. On a given CPU and ISA every kernel's results depend on
-// the shapes only (never on the thread count); the avx2 and avx512 kernels may differ from each
-// other in the last bits (README: "What fjit requires of the CPU").
+// the shapes and data only (never on the thread count). Kernels of different sets may differ in
+// the last bits unless they say otherwise (the GEMM's do not differ: ukernel.h; README: "What
+// fjit requires of the CPU").
 #pragma once
 
 namespace fjit {

@@ -115,9 +115,14 @@ void pack_along(const float* src, int64_t lds, int64_t cols, int64_t kc, float* 
 struct Plan {
   const UKernel* uk;
   int64_t m, n, k, kc, kblocks, ms, ns, npad, unit_slivers, row_units, col_units, col_slivers;
+  bool a_in_place;  // A [m, k] read in place by the kernel (tile_rows), not packed
 };
 
-Plan make_plan(Isa isa, int64_t m, int64_t n, int64_t k, int threads) {
+// Below this many B slivers per unit, packing A costs more than the kernel's reads of A in
+// place (each A sliver is then used against few B slivers).
+constexpr int64_t kInPlaceSlivers = 4;
+
+Plan make_plan(Isa isa, bool ta, int64_t m, int64_t n, int64_t k, int threads) {
   Plan pl;
   pl.uk = &kernel_for(isa);
   const int64_t mr = pl.uk->mr, nr = pl.uk->nr;
@@ -136,6 +141,7 @@ Plan make_plan(Isa isa, int64_t m, int64_t n, int64_t k, int threads) {
     pl.col_units = std::min(pl.ns, (4 * threads + pl.row_units - 1) / pl.row_units);
   pl.col_slivers = (pl.ns + pl.col_units - 1) / pl.col_units;
   pl.col_units = (pl.ns + pl.col_slivers - 1) / pl.col_slivers;
+  pl.a_in_place = !ta && pl.col_slivers <= kInPlaceSlivers;
   return pl;
 }
 
@@ -163,6 +169,7 @@ void run_unit(const Plan& pl, bool ta, const float* a, const float* bp, float* c
     const int64_t k0 = kb * pl.kc, kcb = std::min(pl.kc, pl.k - k0);
     for (int64_t s = s0; s < s1; ++s) {
       const int64_t i0 = s * mr, rows = std::min(mr, pl.m - i0);
+      if (pl.a_in_place && rows == mr) continue;  // read in place below
       float* dst = ap + (s - s0) * kcb * mr;
       if (ta) pack_along(a + k0 * pl.m + i0, pl.m, rows, kcb, dst, mr);  // A [k, m]
       else pack_across(a + i0 * pl.k + k0, pl.k, rows, kcb, dst, mr);    // A [m, k]
@@ -176,12 +183,17 @@ void run_unit(const Plan& pl, bool ta, const float* a, const float* bp, float* c
         const float* a_sliver = ap + (s - s0) * kcb * mr;
         float* ct = c + row0 * pl.n + col0;
         if (rows == mr && cols == nr) {
-          uk.tile(kcb, a_sliver, b_sliver, ct, pl.n, add);
+          if (pl.a_in_place) uk.tile_rows(kcb, a + row0 * pl.k + k0, pl.k, b_sliver, ct, pl.n, add);
+          else uk.tile(kcb, a_sliver, b_sliver, ct, pl.n, add);
           continue;
         }
         // An edge tile: the whole tile into tmp, then its valid part into C with the same
         // one addition the kernel makes.
-        uk.tile(kcb, a_sliver, b_sliver, tmp, nr, false);
+        if (pl.a_in_place && rows == mr) {  // a column edge: the in-place kernel into tmp
+          uk.tile_rows(kcb, a + row0 * pl.k + k0, pl.k, b_sliver, tmp, nr, false);
+        } else {
+          uk.tile(kcb, a_sliver, b_sliver, tmp, nr, false);
+        }
         for (int64_t r = 0; r < rows; ++r)
           for (int64_t q = 0; q < cols; ++q)
             ct[r * pl.n + q] = add ? ct[r * pl.n + q] + tmp[r * nr + q] : tmp[r * nr + q];
@@ -209,7 +221,7 @@ void packed_sgemm(Isa isa, bool ta, bool tb, int64_t m, int64_t n, int64_t k, co
     return;
   }
   threads = std::max(1, threads);
-  const Plan pl = make_plan(isa, m, n, k, threads);
+  const Plan pl = make_plan(isa, ta, m, n, k, threads);
   thread_local Buffer b_buf;
   float* bp = b_buf.get(pl.k * pl.npad);
   const int64_t b_tasks = pl.kblocks * pl.ns, units = pl.row_units * pl.col_units;

@@ -5,9 +5,9 @@
 //
 // Rounding: each element of C is the kernel's sum over each depth block (blocks fixed by K and
 // the instruction set), added to C block after block in order of depth. Threads take whole
-// units of output tiles and never split the depth, so the bits depend on the shapes, the data
-// and the instruction set only: never on the thread count. The avx2 and avx512 kernels block
-// the depth alike but may differ in the last bits from each other and from the other paths.
+// units of output tiles and never split the depth, so the bits depend on the shapes and the data
+// only: never on the thread count, nor (ukernel.h) on the instruction set. They may differ in
+// the last bits from the other GEMM paths (BLIS, the Eigen-based driver).
 #pragma once
 
 #include <cstdint>

@@ -3,7 +3,8 @@
 //   c[i * ldc + j] = (add ? c[i * ldc + j] : 0) + sum over p < kc of a[p * MR + i] * b[p * NR + j]
 // with the sum accumulated from zero by one fused multiply-add per p, in order p = 0, 1, ...,
 // and then added to C (one rounding), whatever the tile's place: so each element's arithmetic
-// depends on kc and the data only.
+// depends on kc and the data only. Every kernel here takes the same kc (the depth blocks are
+// then the same), so the AVX2 and AVX-512 kernels give the same bits.
 //
 // The kernels are compiled per function for their instruction set (target attributes), in
 // files that include no templates or inline library code (whose out-of-line copies, compiled
@@ -16,6 +17,11 @@
 namespace fjit::gemm {
 
 using TileFn = void (*)(int64_t kc, const float* a, const float* b, float* c, int64_t ldc, bool add);
+// The same tile with A read in place from MR rows of a row-major matrix (element (i, p) at
+// a[i * lda + p]) instead of a packed panel: the same products summed in the same order, so
+// the same bits; it saves packing A where each A sliver meets only a few B slivers.
+using RowsTileFn = void (*)(int64_t kc, const float* a, int64_t lda, const float* b, float* c,
+                            int64_t ldc, bool add);
 
 struct UKernel {
   const char* name;  // "avx2 6x16"
@@ -23,6 +29,7 @@ struct UKernel {
   int kc;            // the most depth per packed block (packed B sliver kc x NR stays in L1)
   int unit_slivers;  // row slivers a unit of work aims at (packed A block in L2)
   TileFn tile;
+  RowsTileFn tile_rows;
 };
 
 // f32 kernels: AVX2 + FMA (every CPU fjit runs on), AVX-512 F/BW/VL/DQ.

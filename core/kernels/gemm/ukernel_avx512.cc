@@ -18,6 +18,11 @@ constexpr int kMr = 12, kNr = 32;
   c##r##_0 = _mm512_fmadd_ps(x, b0, c##r##_0);       \
   c##r##_1 = _mm512_fmadd_ps(x, b1, c##r##_1);
 
+#define FJIT_ROW_AT(r, value)                        \
+  x = _mm512_set1_ps(value);                         \
+  c##r##_0 = _mm512_fmadd_ps(x, b0, c##r##_0);       \
+  c##r##_1 = _mm512_fmadd_ps(x, b1, c##r##_1);
+
 #define FJIT_STORE(r)                                                    \
   {                                                                      \
     float* row = c + (r) * ldc;                                          \
@@ -52,14 +57,42 @@ FJIT_AVX512 void tile_12x32(int64_t kc, const float* a, const float* b, float* c
   FJIT_STORE(6) FJIT_STORE(7) FJIT_STORE(8) FJIT_STORE(9) FJIT_STORE(10) FJIT_STORE(11)
 }
 
+// A read in place: rows 3q .. 3q + 2 at aq[0], aq[lda], aq[2 * lda].
+FJIT_AVX512 void tile_12x32_rows(int64_t kc, const float* a, int64_t lda, const float* b, float* c,
+                                 int64_t ldc, bool add) {
+  __m512 c0_0 = _mm512_setzero_ps(), c0_1 = _mm512_setzero_ps(), c1_0 = _mm512_setzero_ps(),
+         c1_1 = _mm512_setzero_ps(), c2_0 = _mm512_setzero_ps(), c2_1 = _mm512_setzero_ps(),
+         c3_0 = _mm512_setzero_ps(), c3_1 = _mm512_setzero_ps(), c4_0 = _mm512_setzero_ps(),
+         c4_1 = _mm512_setzero_ps(), c5_0 = _mm512_setzero_ps(), c5_1 = _mm512_setzero_ps(),
+         c6_0 = _mm512_setzero_ps(), c6_1 = _mm512_setzero_ps(), c7_0 = _mm512_setzero_ps(),
+         c7_1 = _mm512_setzero_ps(), c8_0 = _mm512_setzero_ps(), c8_1 = _mm512_setzero_ps(),
+         c9_0 = _mm512_setzero_ps(), c9_1 = _mm512_setzero_ps(), c10_0 = _mm512_setzero_ps(),
+         c10_1 = _mm512_setzero_ps(), c11_0 = _mm512_setzero_ps(), c11_1 = _mm512_setzero_ps();
+  const float *a0 = a, *a3 = a + 3 * lda, *a6 = a + 6 * lda, *a9 = a + 9 * lda;
+  const int64_t l1 = lda, l2 = 2 * lda;
+  for (int64_t p = 0; p < kc; ++p) {
+    const __m512 b0 = _mm512_load_ps(b), b1 = _mm512_load_ps(b + 16);
+    __m512 x;
+    FJIT_ROW_AT(0, a0[0]) FJIT_ROW_AT(1, a0[l1]) FJIT_ROW_AT(2, a0[l2])
+    FJIT_ROW_AT(3, a3[0]) FJIT_ROW_AT(4, a3[l1]) FJIT_ROW_AT(5, a3[l2])
+    FJIT_ROW_AT(6, a6[0]) FJIT_ROW_AT(7, a6[l1]) FJIT_ROW_AT(8, a6[l2])
+    FJIT_ROW_AT(9, a9[0]) FJIT_ROW_AT(10, a9[l1]) FJIT_ROW_AT(11, a9[l2])
+    ++a0, ++a3, ++a6, ++a9;
+    b += kNr;
+  }
+  FJIT_STORE(0) FJIT_STORE(1) FJIT_STORE(2) FJIT_STORE(3) FJIT_STORE(4) FJIT_STORE(5)
+  FJIT_STORE(6) FJIT_STORE(7) FJIT_STORE(8) FJIT_STORE(9) FJIT_STORE(10) FJIT_STORE(11)
+}
+
 #undef FJIT_ROW
+#undef FJIT_ROW_AT
 #undef FJIT_STORE
 #undef FJIT_AVX512
 
 }  // namespace
 
 const UKernel& ukernel_avx512() {
-  static const UKernel k{"avx512 12x32", kMr, kNr, 256, 8, tile_12x32};
+  static const UKernel k{"avx512 12x32", kMr, kNr, 256, 8, tile_12x32, tile_12x32_rows};
   return k;
 }
 
