@@ -32,6 +32,12 @@ struct UKernel {
   RowsTileFn tile_rows;
 };
 
+// The bf16 kernel (bf16_gemm.h), AVX512_BF16 only: a 12 x 32 f32 tile from a (per depth pair,
+// 12 uint32 holding row i's two bf16) and b (per depth pair, 32 columns of two bf16 each).
+using Bf16TileFn = void (*)(int64_t pairs, const uint32_t* a, const uint16_t* b, float* c,
+                            int64_t ldc, bool add);
+Bf16TileFn bf16_tile_avx512();
+
 // f32 kernels: AVX2 + FMA (every CPU fjit runs on), AVX-512 F/BW/VL/DQ.
 const UKernel& ukernel_avx2();
 const UKernel& ukernel_avx512();
