@@ -10,7 +10,8 @@
 // - per product of the MLP 784-512-512-10 batch-128 step (forward x@W, weight gradients
 //   x^T@g, input gradients g@W^T, as bench/mlp_reference.h computes them) and the CNN's
 //   largest convolution as its patches GEMM (conv2 of examples/lib/models.cc: 14x14 images,
-//   3x3x32 -> 64 channels, batch 128): each candidate's median time over rounds in which the
+//   3x3x32 -> 64 channels, batch 128), and the language model's products (examples' GPT: 2048
+//   rows, width 384, MLP 1536): each candidate's median time over rounds in which the
 //   candidates take turns (each round runs every candidate for about --ms milliseconds), its
 //   GFLOP/s and fraction of the f32 peak, the median and range over rounds of its time divided
 //   by fjit's in the same round, its max |difference| from fjit's result relative to fjit's
@@ -39,7 +40,9 @@
 #include "bench/gemm_options_libs.h"
 #include "bench/gemm_options_peak.h"
 #include "bench/gemm_options_step.h"
+#include "core/base/isa.h"
 #include "core/kernels/gemm/gemm_library.h"
+#include "core/kernels/gemm/packed_gemm.h"
 #include "parallel/fjit.h"
 
 using namespace fjit;
@@ -95,8 +98,10 @@ Candidate fjit_candidate() {
   auto entries = std::make_shared<std::map<const Product*, Entry>>();
   return {"fjit matmul", "",
           std::string("jit(matmul(a, b, ta, tb)), run_into a kept output; plain products on ") +
-              (gemm_library_enabled() ? gemm_library_name() : "fjit's Eigen driver") +
-              " (FJIT_GEMM=eigen: the driver)",
+              (gemm_library_enabled()                          ? gemm_library_name()
+               : packed_gemm_use() != PackedGemmUse::never ? packed_gemm_name()
+                                                           : "fjit's Eigen driver") +
+              " (FJIT_GEMM=eigen: the driver; FJIT_ISA=avx2: the AVX2 kernel)",
           [](int n) { set_intra_op_threads(n); },
           [entries](const Product& p) {
             Entry& e = (*entries)[&p];
@@ -222,11 +227,16 @@ int main(int argc, char** argv) {
   }
   set_intra_op_threads(1);
   Eigen::setNbThreads(1);
+  // FJIT_GEMM and FJIT_ISA, as the first jit applies them: the peak is that of the instruction
+  // set fjit's kernels use (FJIT_ISA=avx2 on an AVX-512 CPU: the AVX2 loop's).
+  apply_process_environment();
   const bench::FmaPeak peak = bench::measure_fma_peak();
-  const double peak_gflops = peak.f32_gflops;
+  const bool avx2_only = active_isa() == Isa::avx2;
+  const double peak_gflops = avx2_only ? peak.avx2_f32_gflops : peak.f32_gflops;
   if (peak_gflops > 0)
-    std::printf("RESULT FMA peak, one core, f32 (%s) | %.1f GFLOP/s | the denominator of \"of peak\"\n",
-                peak.isa.c_str(), peak_gflops);
+    std::printf("RESULT FMA peak, one core, f32 (%s; fjit's kernels: %s) | %.1f GFLOP/s | the "
+                "denominator of \"of peak\"\n",
+                avx2_only ? "AVX2+FMA" : peak.isa.c_str(), isa_description(), peak_gflops);
 
   std::vector<Product> prods;
   prods.push_back(make_product("fwd x@W1    [128,784]x[784,512]", false, false, 128, 784, 512, true, 1));
@@ -239,6 +249,15 @@ int main(int argc, char** argv) {
   prods.push_back(make_product("dh1 g2@W2^T [128,512]x[512,512]", false, true, 128, 512, 512, true, 8));
   prods.push_back(make_product("CNN conv2 patches@W [25088,288]x[288,64]", false, false, 25088, 288, 64,
                                false, 9));
+  // The language model's products (examples' GPT: batch 8 x 256 tokens, width 384).
+  prods.push_back(make_product("LM qkv x@Wqkv [2048,384]x[384,1152]", false, false, 2048, 384, 1152,
+                               false, 10));
+  prods.push_back(make_product("LM proj a@Wo  [2048,384]x[384,384]", false, false, 2048, 384, 384,
+                               false, 11));
+  prods.push_back(make_product("LM up x@W1    [2048,384]x[384,1536]", false, false, 2048, 384, 1536,
+                               false, 12));
+  prods.push_back(make_product("LM dx g@W1^T  [2048,1536]x[1536,384]", false, true, 2048, 1536, 384,
+                               false, 13));
 
   std::vector<Candidate> cands = {fjit_candidate(), eigen_candidate()};
   for (const auto& lib : bench::library_gemms()) cands.push_back(library_candidate(lib));
@@ -302,7 +321,7 @@ int main(int argc, char** argv) {
   const bench::FmaPeak after = bench::measure_fma_peak();
   if (peak_gflops > 0)
     std::printf("(the f32 peak was %.1f GFLOP/s before the products, %.1f after; \"of peak\" "
-                "uses the first)\n", peak_gflops, after.f32_gflops);
+                "uses the first)\n", peak_gflops, avx2_only ? after.avx2_f32_gflops : after.f32_gflops);
   if (!all_ok) std::printf("some candidate's result differs from fjit's: see WRONG RESULT above\n");
   return all_ok ? 0 : 1;
 }

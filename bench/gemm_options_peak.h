@@ -2,7 +2,8 @@
 // GFLOP/s by. The loop keeps 12 independent accumulator chains per iteration, enough to hide
 // the FMA latency on every FMA unit of current x86 cores, so it runs at the core's FMA
 // throughput; its compiled instructions do not depend on the build's -march flags
-// (gemm_options_peak.cc is compiled for AVX2 + FMA whatever the global flags).
+// (gemm_options_peak.cc is compiled for AVX2 + FMA whatever the global flags, its AVX-512 loop
+// by a target attribute, run only where the CPU has AVX-512).
 #pragma once
 
 #include <string>
@@ -12,6 +13,7 @@ namespace fjit::bench {
 struct FmaPeak {
   double f32_gflops = 0, f64_gflops = 0;  // 0 when the CPU lacks the ISA
   std::string isa;                        // "AVX2+FMA", or "AVX-512" when that was faster
+  double avx2_f32_gflops = 0;             // the AVX2+FMA loop's f32 figure
 };
 
 // Best of 5 runs of the loop, the calling thread pinned to the CPU it is on meanwhile.

@@ -1,8 +1,10 @@
 // Results do not depend on the intra-op thread count (README: reproducibility).
 //
-//  - Every matmul path (blocked, folded batch, narrow, batched, deep products of many depth
-//    blocks, transposed operands, f32/f64/i32) gives the same bits with 1, 2, 3 and 4 threads,
-//    and matches a double-accumulated product to rounding.
+//  - Every matmul path (blocked: f32 on the packed GEMM, f64 on the Eigen-based driver; folded
+//    batch, narrow, batched, deep products of many depth blocks, transposed operands,
+//    f32/f64/i32) gives the same bits with 1, 2, 3 and 4 threads, and matches a
+//    double-accumulated product to rounding (FJIT_ISA=avx2, as CI's second pass, for the AVX2
+//    kernel).
 //  - Large fused elementwise passes (Adam's update, with further results) likewise.
 //  - Training steps of the example models (MLP, CNN, ViT) on two thread replicas give the same
 //    parameters and optimizer state with 1 and 2 intra-op threads per replica.

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <vector>
 
+#include "core/base/isa.h"
 #include "nlohmann/json.hpp"
 
 namespace fjit {
@@ -105,6 +106,7 @@ std::string metrics_json() {
 std::string metrics_report() {
   const Metrics& m = metrics();
   std::string r = "fjit metrics report\n";
+  r += std::string("  kernels' instruction set: ") + isa_description() + "\n";
   r += "  traces=" + std::to_string(m.traces.load()) + " compiles=" + std::to_string(m.compiles.load()) +
        " cache_hits=" + std::to_string(m.cache_hits.load()) +
        " cache_misses=" + std::to_string(m.cache_misses.load()) + "\n";

@@ -74,7 +74,8 @@ void set_strict_unused_parameters(bool strict);
 bool strict_unused_parameters();
 
 // The process-wide settings of the environment that no option carries: the GEMM library's
-// use (FJIT_GEMM, core/kernels/gemm/gemm_library.h) and the timeline (FJIT_TIMELINE and
+// use (FJIT_GEMM, core/kernels/gemm/gemm_library.h), the kernels' instruction set (FJIT_ISA,
+// core/base/isa.h) and the timeline (FJIT_TIMELINE and
 // FJIT_TIMELINE_STEPS, written at exit; core/base/timeline.h). Applied once per process, by
 // the first jit or pmap made (JitCore's constructor); later calls do nothing. A malformed
 // FJIT_TIMELINE_STEPS throws std::invalid_argument, and the next call tries again.

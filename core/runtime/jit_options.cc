@@ -9,9 +9,11 @@
 #include <utility>
 
 #include "core/base/config.h"
+#include "core/base/isa.h"
 #include "core/base/log.h"
 #include "core/base/timeline.h"
 #include "core/kernels/gemm/gemm_library.h"
+#include "core/kernels/gemm/packed_gemm.h"
 #include "core/runtime/jit_core.h"
 
 namespace fjit {
@@ -72,7 +74,14 @@ bool strict_unused_parameters() {
 
 void apply_process_environment() {
   static const bool once = [] {
-    set_gemm_library_allowed(config::gemm() != choice_value(Id::gemm, "eigen"));
+    const int gemm = config::gemm();
+    set_gemm_library_allowed(gemm == choice_value(Id::gemm, "auto"));
+    set_packed_gemm_use(gemm == choice_value(Id::gemm, "eigen")  ? PackedGemmUse::never
+                        : gemm == choice_value(Id::gemm, "fjit") ? PackedGemmUse::always
+                                                                 : PackedGemmUse::without_library);
+    const int isa = config::isa();
+    if (isa == choice_value(Id::isa, "avx2")) set_isa_limit(Isa::avx2);
+    else set_isa_limit(Isa::avx512);  // auto or avx512: whatever the CPU has
     if (const std::string path = config::timeline(); !path.empty()) {
       const int steps = static_cast<int>(config::timeline_steps());
       timeline::start(path, steps);

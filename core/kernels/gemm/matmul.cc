@@ -7,8 +7,11 @@
 //   library  a rank-2 f32/f64 product (also x[..., M, K] @ w[K, N], folded into one GEMM of
 //            batch*M rows) deep and large enough goes to BLIS when the build has it
 //            (gemm_library.h), which never splits the depth either;
-//   blocked  otherwise such a product runs on the GEMM update's driver (gemm_update.cc),
-//            whose threads split fixed blocks of output rows, never the depth;
+//   packed   an f32 one where BLIS is not used (or FJIT_GEMM=fjit) goes to fjit's packed GEMM
+//            on the micro-kernel of the CPU's instruction set (packed_gemm.h), whose threads
+//            take whole output tiles, never the depth;
+//   blocked  otherwise (f64, FJIT_GEMM=eigen) such a product runs on the GEMM update's driver
+//            (gemm_update.cc), whose threads split fixed blocks of output rows, never the depth;
 //   vector   one output row (a decode step's x [1, K] @ W): a matrix-vector product that streams
 //            op(B) once, where a GEMM would first pack all of B to use it for one row;
 //   narrow   N <= kNarrowN columns (below);
@@ -25,6 +28,7 @@
 
 #include "core/kernels/fused/fused.h"
 #include "core/kernels/gemm/gemm_library.h"
+#include "core/kernels/gemm/packed_gemm.h"
 #include "core/kernels/structural/structural.h"
 #include "core/base/threads.h"
 
@@ -187,8 +191,13 @@ bool select_matmul(Instr& instr) {
     else instr.fn = tb ? vector_kernel<double, true> : vector_kernel<double, false>;
     return true;
   }
-  if (instr.p[3] == 1 && select_library_matmul(instr, instr.p[0], instr.p[1], instr.p[2])) return true;
-  if (instr.p[3] == 1 && select_blocked_matmul(instr, instr.p[0], instr.p[1], instr.p[2])) return true;
+  if (instr.p[3] == 1) {
+    const int64_t m = instr.p[0], k = instr.p[1], n = instr.p[2];
+    if (packed_gemm_use() == PackedGemmUse::always && select_packed_matmul(instr, m, k, n)) return true;
+    if (select_library_matmul(instr, m, k, n)) return true;
+    if (select_packed_matmul(instr, m, k, n)) return true;
+    if (select_blocked_matmul(instr, m, k, n)) return true;
+  }
   switch (t) {
     case DType::f32: instr.fn = pick<float>(ta, tb); return true;
     case DType::f64: instr.fn = pick<double>(ta, tb); return true;

@@ -1,0 +1,99 @@
+// bf16_gemm.h's driver: depth blocks of kPairs pairs, op(B) packed per block as slivers of 32
+// columns of bf16 pairs, A per sliver of 12 rows as 32-bit pairs; edge tiles through a
+// temporary tile, as the packed f32 GEMM does.
+#include "core/kernels/gemm/bf16_gemm.h"
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "core/base/isa.h"
+#include "core/kernels/gemm/packed_gemm.h"
+#include "core/kernels/gemm/ukernel.h"
+
+namespace fjit {
+namespace {
+
+constexpr int64_t kMr = 12, kNr = 32, kPairs = 128;
+
+float widen(uint16_t x) {
+  const uint32_t bits = uint32_t{x} << 16;
+  float f;
+  std::memcpy(&f, &bits, sizeof f);
+  return f;
+}
+
+void bf16_gemm_native(int64_t m, int64_t n, int64_t k, const uint16_t* a, const uint16_t* b,
+                      float* c, bool accumulate) {
+  const gemm::Bf16TileFn tile = gemm::bf16_tile_avx512();
+  const int64_t pairs = (k + 1) / 2, ns = (n + kNr - 1) / kNr, ms = (m + kMr - 1) / kMr;
+  thread_local std::vector<uint16_t> bp_buf;
+  thread_local std::vector<uint32_t> ap_buf;
+  bp_buf.resize(ns * kPairs * kNr * 2 + 32);
+  ap_buf.resize(kPairs * kMr);
+  // 64-byte alignment for the kernel's aligned loads of B.
+  uint16_t* bp = bp_buf.data() + ((64 - reinterpret_cast<uintptr_t>(bp_buf.data()) % 64) % 64) / 2;
+  uint32_t* ap = ap_buf.data();
+  alignas(64) float tmp[kMr * kNr];
+  auto at = [&](const uint16_t* x, int64_t rows, int64_t cols, int64_t r, int64_t col) -> uint16_t {
+    return r < rows && col < cols ? x[r * cols + col] : uint16_t{0};
+  };
+  for (int64_t q0 = 0; q0 < pairs; q0 += kPairs) {
+    const int64_t np = std::min(kPairs, pairs - q0);
+    for (int64_t j = 0; j < ns; ++j) {
+      uint16_t* d = bp + j * np * kNr * 2;
+      for (int64_t q = 0; q < np; ++q)
+        for (int64_t col = 0; col < kNr; ++col) {
+          const int64_t p = 2 * (q0 + q), cc = j * kNr + col;
+          d[(q * kNr + col) * 2] = at(b, k, n, p, cc);
+          d[(q * kNr + col) * 2 + 1] = at(b, k, n, p + 1, cc);
+        }
+    }
+    const bool add = accumulate || q0 > 0;
+    for (int64_t s = 0; s < ms; ++s) {
+      const int64_t row0 = s * kMr, rows = std::min(kMr, m - row0);
+      for (int64_t q = 0; q < np; ++q)
+        for (int64_t i = 0; i < kMr; ++i) {
+          const int64_t p = 2 * (q0 + q);
+          ap[q * kMr + i] = uint32_t{at(a, m, k, row0 + i, p)} |
+                            (uint32_t{at(a, m, k, row0 + i, p + 1)} << 16);
+        }
+      for (int64_t j = 0; j < ns; ++j) {
+        const int64_t col0 = j * kNr, cols = std::min(kNr, n - col0);
+        const uint16_t* bs = bp + j * np * kNr * 2;
+        float* ct = c + row0 * n + col0;
+        if (rows == kMr && cols == kNr) {
+          tile(np, ap, bs, ct, n, add);
+          continue;
+        }
+        tile(np, ap, bs, tmp, kNr, false);
+        for (int64_t r = 0; r < rows; ++r)
+          for (int64_t col = 0; col < cols; ++col)
+            ct[r * n + col] = add ? ct[r * n + col] + tmp[r * kNr + col] : tmp[r * kNr + col];
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void bf16_gemm_widened(int64_t m, int64_t n, int64_t k, const uint16_t* a, const uint16_t* b,
+                       float* c, bool accumulate) {
+  std::vector<float> a32(m * k), b32(k * n);
+  std::transform(a, a + m * k, a32.begin(), widen);
+  std::transform(b, b + k * n, b32.begin(), widen);
+  packed_sgemm(active_isa(), false, false, m, n, k, a32.data(), b32.data(), c, accumulate, 1);
+}
+
+void bf16_gemm(int64_t m, int64_t n, int64_t k, const uint16_t* a, const uint16_t* b, float* c,
+               bool accumulate) {
+  if (m <= 0 || n <= 0) return;
+  if (k <= 0) {
+    if (!accumulate) std::fill(c, c + m * n, 0.f);
+    return;
+  }
+  if (active_avx512_bf16()) bf16_gemm_native(m, n, k, a, b, c, accumulate);
+  else bf16_gemm_widened(m, n, k, a, b, c, accumulate);
+}
+
+}  // namespace fjit

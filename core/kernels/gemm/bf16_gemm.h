@@ -1,0 +1,23 @@
+// bf16 x bf16 -> f32 products: C [m, n] (row-major) = (accumulate ? C : 0) + A B with A [m, k]
+// and B [k, n] row-major bf16 (the upper 16 bits of an f32), accumulated in f32.
+//   AVX512_BF16 (active_avx512_bf16(), core/base/isa.h): a 12 x 32 micro-kernel on
+//            _mm512_dpbf16_ps, which multiplies pairs along K and adds both products to the
+//            f32 accumulator in one step (the hardware's rounding of that pair sum);
+//   otherwise: each operand widened to f32 (exact: every bf16 is an f32) and fjit's packed
+//            f32 GEMM (packed_gemm.h): every product exact, each added with one rounding.
+// The two agree to f32 accumulation error, not bit for bit (the dot-product instruction also
+// treats subnormal inputs and results as zero). Not yet wired into the matmul op; one thread. Depth blocks are fixed by K, and
+// one call runs on the calling thread: bits depend on the shapes, the data and the path only.
+#pragma once
+
+#include <cstdint>
+
+namespace fjit {
+
+void bf16_gemm(int64_t m, int64_t n, int64_t k, const uint16_t* a, const uint16_t* b, float* c,
+               bool accumulate);
+// The same product forced onto the widening path (tests compare the two).
+void bf16_gemm_widened(int64_t m, int64_t n, int64_t k, const uint16_t* a, const uint16_t* b,
+                       float* c, bool accumulate);
+
+}  // namespace fjit

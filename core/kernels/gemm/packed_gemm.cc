@@ -1,0 +1,301 @@
+// The packed GEMM's driver (packed_gemm.h): blocking, packing and threads around the
+// micro-kernels of ukernel.h.
+//
+// For a product C [m, n] += op(A) op(B) with the kernel's tile MR x NR:
+//   depth blocks   K is cut into ceil(K / kc_max) blocks of equal size (the last one shorter),
+//                  from K and the kernel alone;
+//   packed B       every depth block of op(B) as slivers of NR columns, kc x NR each (zero
+//                  columns past N), packed once per call by all threads together;
+//   units          the output's tiles in units of a few MR-row slivers by a range of NR-column
+//                  slivers; a unit packs its rows of op(A) per depth block (mc x kc, in L2) and
+//                  runs the kernel over its tiles, each B sliver (in L1) against every A sliver.
+// Which thread runs a unit, and how wide units are, changes nothing in any element's
+// arithmetic (ukernel.h), so the bits do not depend on the thread count.
+#include "core/kernels/gemm/packed_gemm.h"
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "core/base/threads.h"
+#include "core/kernels/gemm/ukernel.h"
+
+namespace fjit {
+namespace {
+
+using gemm::UKernel;
+
+// Products below this many flops stay on the other paths (packing both operands costs more
+// than it saves); threads only from kThreadFlops on, as the other GEMM paths.
+constexpr int64_t kMinFlops = int64_t{1} << 18;
+constexpr int64_t kThreadFlops = int64_t{1} << 22;
+
+std::atomic<int> g_use{static_cast<int>(PackedGemmUse::without_library)};
+
+const UKernel& kernel_for(Isa isa) {
+  return isa == Isa::avx512 ? gemm::ukernel_avx512() : gemm::ukernel_avx2();
+}
+
+// A buffer of floats aligned to 64 bytes, grown and never shrunk (per thread: the hot path
+// allocates nothing after the first calls).
+struct Buffer {
+  std::vector<float> v;
+  float* get(int64_t n) {
+    if (static_cast<int64_t>(v.size()) < n + 16) v.resize(n + 16);
+    const auto addr = reinterpret_cast<uintptr_t>(v.data());
+    return v.data() + ((64 - addr % 64) % 64) / sizeof(float);
+  }
+};
+
+// The 8 x 8 block src[r * lds + p] (r, p < 8) into dst[p * ldd + r].
+inline void transpose8x8(const float* src, int64_t lds, float* dst, int64_t ldd) {
+  __m256 r0 = _mm256_loadu_ps(src + 0 * lds), r1 = _mm256_loadu_ps(src + 1 * lds);
+  __m256 r2 = _mm256_loadu_ps(src + 2 * lds), r3 = _mm256_loadu_ps(src + 3 * lds);
+  __m256 r4 = _mm256_loadu_ps(src + 4 * lds), r5 = _mm256_loadu_ps(src + 5 * lds);
+  __m256 r6 = _mm256_loadu_ps(src + 6 * lds), r7 = _mm256_loadu_ps(src + 7 * lds);
+  const __m256 t0 = _mm256_unpacklo_ps(r0, r1), t1 = _mm256_unpackhi_ps(r0, r1);
+  const __m256 t2 = _mm256_unpacklo_ps(r2, r3), t3 = _mm256_unpackhi_ps(r2, r3);
+  const __m256 t4 = _mm256_unpacklo_ps(r4, r5), t5 = _mm256_unpackhi_ps(r4, r5);
+  const __m256 t6 = _mm256_unpacklo_ps(r6, r7), t7 = _mm256_unpackhi_ps(r6, r7);
+  const __m256 s0 = _mm256_shuffle_ps(t0, t2, 0x44), s1 = _mm256_shuffle_ps(t0, t2, 0xEE);
+  const __m256 s2 = _mm256_shuffle_ps(t1, t3, 0x44), s3 = _mm256_shuffle_ps(t1, t3, 0xEE);
+  const __m256 s4 = _mm256_shuffle_ps(t4, t6, 0x44), s5 = _mm256_shuffle_ps(t4, t6, 0xEE);
+  const __m256 s6 = _mm256_shuffle_ps(t5, t7, 0x44), s7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+  r0 = _mm256_permute2f128_ps(s0, s4, 0x20);
+  r1 = _mm256_permute2f128_ps(s1, s5, 0x20);
+  r2 = _mm256_permute2f128_ps(s2, s6, 0x20);
+  r3 = _mm256_permute2f128_ps(s3, s7, 0x20);
+  r4 = _mm256_permute2f128_ps(s0, s4, 0x31);
+  r5 = _mm256_permute2f128_ps(s1, s5, 0x31);
+  r6 = _mm256_permute2f128_ps(s2, s6, 0x31);
+  r7 = _mm256_permute2f128_ps(s3, s7, 0x31);
+  _mm256_storeu_ps(dst + 0 * ldd, r0);
+  _mm256_storeu_ps(dst + 1 * ldd, r1);
+  _mm256_storeu_ps(dst + 2 * ldd, r2);
+  _mm256_storeu_ps(dst + 3 * ldd, r3);
+  _mm256_storeu_ps(dst + 4 * ldd, r4);
+  _mm256_storeu_ps(dst + 5 * ldd, r5);
+  _mm256_storeu_ps(dst + 6 * ldd, r6);
+  _mm256_storeu_ps(dst + 7 * ldd, r7);
+}
+
+// The 4 x 8 block src[r * lds + p] (r < 4, p < 8) into dst[p * ldd + r].
+inline void transpose4x8(const float* src, int64_t lds, float* dst, int64_t ldd) {
+  const __m256 r0 = _mm256_loadu_ps(src + 0 * lds), r1 = _mm256_loadu_ps(src + 1 * lds);
+  const __m256 r2 = _mm256_loadu_ps(src + 2 * lds), r3 = _mm256_loadu_ps(src + 3 * lds);
+  const __m256 t0 = _mm256_unpacklo_ps(r0, r1), t1 = _mm256_unpackhi_ps(r0, r1);
+  const __m256 t2 = _mm256_unpacklo_ps(r2, r3), t3 = _mm256_unpackhi_ps(r2, r3);
+  const __m256 s0 = _mm256_shuffle_ps(t0, t2, 0x44), s1 = _mm256_shuffle_ps(t0, t2, 0xEE);
+  const __m256 s2 = _mm256_shuffle_ps(t1, t3, 0x44), s3 = _mm256_shuffle_ps(t1, t3, 0xEE);
+  _mm_storeu_ps(dst + 0 * ldd, _mm256_castps256_ps128(s0));
+  _mm_storeu_ps(dst + 1 * ldd, _mm256_castps256_ps128(s1));
+  _mm_storeu_ps(dst + 2 * ldd, _mm256_castps256_ps128(s2));
+  _mm_storeu_ps(dst + 3 * ldd, _mm256_castps256_ps128(s3));
+  _mm_storeu_ps(dst + 4 * ldd, _mm256_extractf128_ps(s0, 1));
+  _mm_storeu_ps(dst + 5 * ldd, _mm256_extractf128_ps(s1, 1));
+  _mm_storeu_ps(dst + 6 * ldd, _mm256_extractf128_ps(s2, 1));
+  _mm_storeu_ps(dst + 7 * ldd, _mm256_extractf128_ps(s3, 1));
+}
+
+// A panel whose packed rows run along the source's rows: dst[p * w + r] = src[r * lds + p]
+// for r < rows (zero for rows <= r < w), p < kc.
+void pack_across(const float* src, int64_t lds, int64_t rows, int64_t kc, float* dst, int64_t w) {
+  int64_t r = 0;
+  const int64_t kc8 = kc / 8 * 8;
+  for (; r + 8 <= rows; r += 8)
+    for (int64_t p = 0; p < kc8; p += 8) transpose8x8(src + r * lds + p, lds, dst + p * w + r, w);
+  for (; r + 4 <= rows; r += 4)
+    for (int64_t p = 0; p < kc8; p += 8) transpose4x8(src + r * lds + p, lds, dst + p * w + r, w);
+  // What the blocks left: the last kc % 8 depths of their rows, then the other rows.
+  for (int64_t p = kc8; p < kc; ++p)
+    for (int64_t q = 0; q < r; ++q) dst[p * w + q] = src[q * lds + p];
+  for (int64_t p = 0; p < kc; ++p) {
+    float* d = dst + p * w;
+    for (int64_t q = r; q < rows; ++q) d[q] = src[q * lds + p];
+    for (int64_t q = std::max(r, rows); q < w; ++q) d[q] = 0.f;
+  }
+}
+
+// dst[p * W + j] = src[p * lds + j] for j < W, p < kc: whole rows, at the width of the kernels.
+template <int W>
+void copy_rows(const float* src, int64_t lds, int64_t kc, float* dst) {
+  for (int64_t p = 0; p < kc; ++p) {
+    const float* s = src + p * lds;
+    float* d = dst + p * W;
+#pragma GCC unroll 4
+    for (int j = 0; j < W; j += 8) _mm256_storeu_ps(d + j, _mm256_loadu_ps(s + j));
+  }
+}
+
+// A panel whose packed rows are the source's rows: dst[p * w + j] = src[p * lds + j] for
+// j < cols (zero for cols <= j < w), p < kc.
+void pack_along(const float* src, int64_t lds, int64_t cols, int64_t kc, float* dst, int64_t w) {
+  if (cols == w && w == 32) return copy_rows<32>(src, lds, kc, dst);
+  if (cols == w && w == 16) return copy_rows<16>(src, lds, kc, dst);
+  for (int64_t p = 0; p < kc; ++p) {
+    float* d = dst + p * w;
+    std::memcpy(d, src + p * lds, cols * sizeof(float));
+    std::fill(d + cols, d + w, 0.f);
+  }
+}
+
+struct Plan {
+  const UKernel* uk;
+  int64_t m, n, k, kc, kblocks, ms, ns, npad, unit_slivers, row_units, col_units, col_slivers;
+  bool a_in_place;  // A [m, k] read in place by the kernel (tile_rows), not packed
+};
+
+// Below this many B slivers per unit, packing A costs more than the kernel's reads of A in
+// place (each A sliver is then used against few B slivers).
+constexpr int64_t kInPlaceSlivers = 4;
+
+Plan make_plan(Isa isa, bool ta, int64_t m, int64_t n, int64_t k, int threads) {
+  Plan pl;
+  pl.uk = &kernel_for(isa);
+  const int64_t mr = pl.uk->mr, nr = pl.uk->nr;
+  pl.m = m, pl.n = n, pl.k = k;
+  pl.kblocks = (k + pl.uk->kc - 1) / pl.uk->kc;
+  pl.kc = (k + pl.kblocks - 1) / pl.kblocks;  // the depth blocks: K and the kernel only
+  pl.ms = (m + mr - 1) / mr;
+  pl.ns = (n + nr - 1) / nr;
+  pl.npad = pl.ns * nr;
+  pl.row_units = (pl.ms + pl.uk->unit_slivers - 1) / pl.uk->unit_slivers;
+  pl.unit_slivers = (pl.ms + pl.row_units - 1) / pl.row_units;
+  pl.row_units = (pl.ms + pl.unit_slivers - 1) / pl.unit_slivers;
+  // With few row units, split the columns as well so that every thread has work.
+  pl.col_units = 1;
+  if (threads > 1 && pl.row_units < 4 * threads)
+    pl.col_units = std::min(pl.ns, (4 * threads + pl.row_units - 1) / pl.row_units);
+  pl.col_slivers = (pl.ns + pl.col_units - 1) / pl.col_units;
+  pl.col_units = (pl.ns + pl.col_slivers - 1) / pl.col_slivers;
+  pl.a_in_place = !ta && pl.col_slivers <= kInPlaceSlivers;
+  return pl;
+}
+
+// Packs depth block kb, column sliver j of op(B) into its place in bp.
+void pack_b(const Plan& pl, bool tb, const float* b, float* bp, int64_t kb, int64_t j) {
+  const int64_t nr = pl.uk->nr, k0 = kb * pl.kc, kcb = std::min(pl.kc, pl.k - k0);
+  const int64_t j0 = j * nr, cols = std::min(nr, pl.n - j0);
+  float* dst = bp + k0 * pl.npad + j * kcb * nr;
+  if (tb) pack_across(b + j0 * pl.k + k0, pl.k, cols, kcb, dst, nr);  // B [n, k]
+  else pack_along(b + k0 * pl.n + j0, pl.n, cols, kcb, dst, nr);      // B [k, n]
+}
+
+void run_unit(const Plan& pl, bool ta, const float* a, const float* bp, float* c, bool accumulate,
+              int64_t unit) {
+  thread_local Buffer a_buf;
+  const UKernel& uk = *pl.uk;
+  const int64_t mr = uk.mr, nr = uk.nr;
+  const int64_t s0 = (unit / pl.col_units) * pl.unit_slivers,
+                s1 = std::min(pl.ms, s0 + pl.unit_slivers);
+  const int64_t j0 = (unit % pl.col_units) * pl.col_slivers,
+                j1 = std::min(pl.ns, j0 + pl.col_slivers);
+  float* ap = a_buf.get((s1 - s0) * mr * pl.kc);
+  alignas(64) float tmp[16 * 64];
+  for (int64_t kb = 0; kb < pl.kblocks; ++kb) {
+    const int64_t k0 = kb * pl.kc, kcb = std::min(pl.kc, pl.k - k0);
+    for (int64_t s = s0; s < s1; ++s) {
+      const int64_t i0 = s * mr, rows = std::min(mr, pl.m - i0);
+      if (pl.a_in_place && rows == mr) continue;  // read in place below
+      float* dst = ap + (s - s0) * kcb * mr;
+      if (ta) pack_along(a + k0 * pl.m + i0, pl.m, rows, kcb, dst, mr);  // A [k, m]
+      else pack_across(a + i0 * pl.k + k0, pl.k, rows, kcb, dst, mr);    // A [m, k]
+    }
+    const bool add = accumulate || kb > 0;
+    for (int64_t j = j0; j < j1; ++j) {
+      const float* b_sliver = bp + k0 * pl.npad + j * kcb * nr;
+      const int64_t col0 = j * nr, cols = std::min(nr, pl.n - col0);
+      for (int64_t s = s0; s < s1; ++s) {
+        const int64_t row0 = s * mr, rows = std::min(mr, pl.m - row0);
+        const float* a_sliver = ap + (s - s0) * kcb * mr;
+        float* ct = c + row0 * pl.n + col0;
+        if (rows == mr && cols == nr) {
+          if (pl.a_in_place) uk.tile_rows(kcb, a + row0 * pl.k + k0, pl.k, b_sliver, ct, pl.n, add);
+          else uk.tile(kcb, a_sliver, b_sliver, ct, pl.n, add);
+          continue;
+        }
+        // An edge tile: the whole tile into tmp, then its valid part into C with the same
+        // one addition the kernel makes.
+        if (pl.a_in_place && rows == mr) {  // a column edge: the in-place kernel into tmp
+          uk.tile_rows(kcb, a + row0 * pl.k + k0, pl.k, b_sliver, tmp, nr, false);
+        } else {
+          uk.tile(kcb, a_sliver, b_sliver, tmp, nr, false);
+        }
+        for (int64_t r = 0; r < rows; ++r)
+          for (int64_t q = 0; q < cols; ++q)
+            ct[r * pl.n + q] = add ? ct[r * pl.n + q] + tmp[r * nr + q] : tmp[r * nr + q];
+      }
+    }
+  }
+}
+
+// p[0] = M, p[1] = K, p[2] = N (as matmul.cc plans them), p[6] = the Isa chosen at compile time.
+template <bool TA, bool TB>
+void packed_kernel(const Instr& in, const Frame& f) {
+  const int64_t m = in.p[0], k = in.p[1], n = in.p[2];
+  const int threads = 2 * m * n * k >= kThreadFlops ? intra_op_threads() : 1;
+  packed_sgemm(static_cast<Isa>(in.p[6]), TA, TB, m, n, k, in.in<float>(f, 0), in.in<float>(f, 1),
+               in.output<float>(f), false, threads);
+}
+
+}  // namespace
+
+void packed_sgemm(Isa isa, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a,
+                  const float* b, float* c, bool accumulate, int threads) {
+  if (m <= 0 || n <= 0) return;
+  if (k <= 0) {
+    if (!accumulate) std::fill(c, c + m * n, 0.f);
+    return;
+  }
+  threads = std::max(1, threads);
+  const Plan pl = make_plan(isa, ta, m, n, k, threads);
+  thread_local Buffer b_buf;
+  float* bp = b_buf.get(pl.k * pl.npad);
+  const int64_t b_tasks = pl.kblocks * pl.ns, units = pl.row_units * pl.col_units;
+  const int team = static_cast<int>(std::min<int64_t>(threads, units));
+  if (team <= 1) {
+    for (int64_t t = 0; t < b_tasks; ++t) pack_b(pl, tb, b, bp, t / pl.ns, t % pl.ns);
+    for (int64_t u = 0; u < units; ++u) run_unit(pl, ta, a, bp, c, accumulate, u);
+    return;
+  }
+#pragma omp parallel num_threads(team)
+  {
+#pragma omp for schedule(static)
+    for (int64_t t = 0; t < b_tasks; ++t) pack_b(pl, tb, b, bp, t / pl.ns, t % pl.ns);
+    // (the loop's barrier: B is packed before any unit reads it)
+#pragma omp for schedule(static)
+    for (int64_t u = 0; u < units; ++u) run_unit(pl, ta, a, bp, c, accumulate, u);
+  }
+}
+
+void set_packed_gemm_use(PackedGemmUse use) {
+  g_use.store(static_cast<int>(use), std::memory_order_relaxed);
+}
+PackedGemmUse packed_gemm_use() {
+  return static_cast<PackedGemmUse>(g_use.load(std::memory_order_relaxed));
+}
+
+const char* packed_gemm_name() {
+  thread_local std::string s;
+  s = std::string("fjit packed GEMM, ") + kernel_for(active_isa()).name + " kernel";
+  return s.c_str();
+}
+
+bool select_packed_matmul(Instr& instr, int64_t m, int64_t k, int64_t n) {
+  if (instr.out.dtype != DType::f32 || packed_gemm_use() == PackedGemmUse::never) return false;
+  if (m == 0 || n == 0 || 2 * m * n * k < kMinFlops) return false;
+  instr.p[0] = m;
+  instr.p[1] = k;
+  instr.p[2] = n;
+  instr.p[6] = static_cast<int64_t>(active_isa());
+  const bool ta = instr.attrs.trans_a, tb = instr.attrs.trans_b;
+  if (ta) instr.fn = tb ? packed_kernel<true, true> : packed_kernel<true, false>;
+  else instr.fn = tb ? packed_kernel<false, true> : packed_kernel<false, false>;
+  return true;
+}
+
+}  // namespace fjit

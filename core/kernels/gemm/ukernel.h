@@ -1,0 +1,45 @@
+// The GEMM micro-kernels of the packed GEMM (packed_gemm.h), one per instruction set, and
+// their blocking. Each kernel computes one MR x NR tile of C from packed panels:
+//   c[i * ldc + j] = (add ? c[i * ldc + j] : 0) + sum over p < kc of a[p * MR + i] * b[p * NR + j]
+// with the sum accumulated from zero by one fused multiply-add per p, in order p = 0, 1, ...,
+// and then added to C (one rounding), whatever the tile's place: so each element's arithmetic
+// depends on kc and the data only. Every kernel here takes the same kc (the depth blocks are
+// then the same), so the AVX2 and AVX-512 kernels give the same bits.
+//
+// The kernels are compiled per function for their instruction set (target attributes), in
+// files that include no templates or inline library code (whose out-of-line copies, compiled
+// with the wider set, the linker could pick for the whole program). Call a kernel only where
+// active_isa() (core/base/isa.h) allows it.
+#pragma once
+
+#include <cstdint>
+
+namespace fjit::gemm {
+
+using TileFn = void (*)(int64_t kc, const float* a, const float* b, float* c, int64_t ldc, bool add);
+// The same tile with A read in place from MR rows of a row-major matrix (element (i, p) at
+// a[i * lda + p]) instead of a packed panel: the same products summed in the same order, so
+// the same bits; it saves packing A where each A sliver meets only a few B slivers.
+using RowsTileFn = void (*)(int64_t kc, const float* a, int64_t lda, const float* b, float* c,
+                            int64_t ldc, bool add);
+
+struct UKernel {
+  const char* name;  // "avx2 6x16"
+  int mr, nr;        // the tile: MR rows (broadcast from packed A), NR columns (vectors of B)
+  int kc;            // the most depth per packed block (packed B sliver kc x NR stays in L1)
+  int unit_slivers;  // row slivers a unit of work aims at (packed A block in L2)
+  TileFn tile;
+  RowsTileFn tile_rows;
+};
+
+// The bf16 kernel (bf16_gemm.h), AVX512_BF16 only: a 12 x 32 f32 tile from a (per depth pair,
+// 12 uint32 holding row i's two bf16) and b (per depth pair, 32 columns of two bf16 each).
+using Bf16TileFn = void (*)(int64_t pairs, const uint32_t* a, const uint16_t* b, float* c,
+                            int64_t ldc, bool add);
+Bf16TileFn bf16_tile_avx512();
+
+// f32 kernels: AVX2 + FMA (every CPU fjit runs on), AVX-512 F/BW/VL/DQ.
+const UKernel& ukernel_avx2();
+const UKernel& ukernel_avx512();
+
+}  // namespace fjit::gemm

@@ -1,0 +1,99 @@
+// The AVX-512 f32 micro-kernel (ukernel.h): a 12 x 32 tile in 24 zmm accumulators, two
+// vectors of B and a broadcast of A (folded into the fma's memory operand) per row and step.
+// Intrinsics only: no templates, no inline library functions (ukernel.h says why).
+#include <immintrin.h>
+
+#include "core/kernels/gemm/ukernel.h"
+
+namespace fjit::gemm {
+namespace {
+
+constexpr int kMr = 12, kNr = 32;
+
+#define FJIT_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma")))
+
+// One row of the tile: acc_r0/acc_r1 += a[r] * (b0, b1).
+#define FJIT_ROW(r)                                  \
+  x = _mm512_set1_ps(a[r]);                          \
+  c##r##_0 = _mm512_fmadd_ps(x, b0, c##r##_0);       \
+  c##r##_1 = _mm512_fmadd_ps(x, b1, c##r##_1);
+
+#define FJIT_ROW_AT(r, value)                        \
+  x = _mm512_set1_ps(value);                         \
+  c##r##_0 = _mm512_fmadd_ps(x, b0, c##r##_0);       \
+  c##r##_1 = _mm512_fmadd_ps(x, b1, c##r##_1);
+
+#define FJIT_STORE(r)                                                    \
+  {                                                                      \
+    float* row = c + (r) * ldc;                                          \
+    __m512 lo = c##r##_0, hi = c##r##_1;                                 \
+    if (add) {                                                           \
+      lo = _mm512_add_ps(_mm512_loadu_ps(row), lo);                      \
+      hi = _mm512_add_ps(_mm512_loadu_ps(row + 16), hi);                 \
+    }                                                                    \
+    _mm512_storeu_ps(row, lo);                                           \
+    _mm512_storeu_ps(row + 16, hi);                                      \
+  }
+
+FJIT_AVX512 void tile_12x32(int64_t kc, const float* a, const float* b, float* c, int64_t ldc,
+                            bool add) {
+  __m512 c0_0 = _mm512_setzero_ps(), c0_1 = _mm512_setzero_ps(), c1_0 = _mm512_setzero_ps(),
+         c1_1 = _mm512_setzero_ps(), c2_0 = _mm512_setzero_ps(), c2_1 = _mm512_setzero_ps(),
+         c3_0 = _mm512_setzero_ps(), c3_1 = _mm512_setzero_ps(), c4_0 = _mm512_setzero_ps(),
+         c4_1 = _mm512_setzero_ps(), c5_0 = _mm512_setzero_ps(), c5_1 = _mm512_setzero_ps(),
+         c6_0 = _mm512_setzero_ps(), c6_1 = _mm512_setzero_ps(), c7_0 = _mm512_setzero_ps(),
+         c7_1 = _mm512_setzero_ps(), c8_0 = _mm512_setzero_ps(), c8_1 = _mm512_setzero_ps(),
+         c9_0 = _mm512_setzero_ps(), c9_1 = _mm512_setzero_ps(), c10_0 = _mm512_setzero_ps(),
+         c10_1 = _mm512_setzero_ps(), c11_0 = _mm512_setzero_ps(), c11_1 = _mm512_setzero_ps();
+  for (int64_t p = 0; p < kc; ++p) {
+    const __m512 b0 = _mm512_load_ps(b), b1 = _mm512_load_ps(b + 16);
+    __m512 x;
+    FJIT_ROW(0) FJIT_ROW(1) FJIT_ROW(2) FJIT_ROW(3) FJIT_ROW(4) FJIT_ROW(5)
+    FJIT_ROW(6) FJIT_ROW(7) FJIT_ROW(8) FJIT_ROW(9) FJIT_ROW(10) FJIT_ROW(11)
+    a += kMr;
+    b += kNr;
+  }
+  FJIT_STORE(0) FJIT_STORE(1) FJIT_STORE(2) FJIT_STORE(3) FJIT_STORE(4) FJIT_STORE(5)
+  FJIT_STORE(6) FJIT_STORE(7) FJIT_STORE(8) FJIT_STORE(9) FJIT_STORE(10) FJIT_STORE(11)
+}
+
+// A read in place: rows 3q .. 3q + 2 at aq[0], aq[lda], aq[2 * lda].
+FJIT_AVX512 void tile_12x32_rows(int64_t kc, const float* a, int64_t lda, const float* b, float* c,
+                                 int64_t ldc, bool add) {
+  __m512 c0_0 = _mm512_setzero_ps(), c0_1 = _mm512_setzero_ps(), c1_0 = _mm512_setzero_ps(),
+         c1_1 = _mm512_setzero_ps(), c2_0 = _mm512_setzero_ps(), c2_1 = _mm512_setzero_ps(),
+         c3_0 = _mm512_setzero_ps(), c3_1 = _mm512_setzero_ps(), c4_0 = _mm512_setzero_ps(),
+         c4_1 = _mm512_setzero_ps(), c5_0 = _mm512_setzero_ps(), c5_1 = _mm512_setzero_ps(),
+         c6_0 = _mm512_setzero_ps(), c6_1 = _mm512_setzero_ps(), c7_0 = _mm512_setzero_ps(),
+         c7_1 = _mm512_setzero_ps(), c8_0 = _mm512_setzero_ps(), c8_1 = _mm512_setzero_ps(),
+         c9_0 = _mm512_setzero_ps(), c9_1 = _mm512_setzero_ps(), c10_0 = _mm512_setzero_ps(),
+         c10_1 = _mm512_setzero_ps(), c11_0 = _mm512_setzero_ps(), c11_1 = _mm512_setzero_ps();
+  const float *a0 = a, *a3 = a + 3 * lda, *a6 = a + 6 * lda, *a9 = a + 9 * lda;
+  const int64_t l1 = lda, l2 = 2 * lda;
+  for (int64_t p = 0; p < kc; ++p) {
+    const __m512 b0 = _mm512_load_ps(b), b1 = _mm512_load_ps(b + 16);
+    __m512 x;
+    FJIT_ROW_AT(0, a0[0]) FJIT_ROW_AT(1, a0[l1]) FJIT_ROW_AT(2, a0[l2])
+    FJIT_ROW_AT(3, a3[0]) FJIT_ROW_AT(4, a3[l1]) FJIT_ROW_AT(5, a3[l2])
+    FJIT_ROW_AT(6, a6[0]) FJIT_ROW_AT(7, a6[l1]) FJIT_ROW_AT(8, a6[l2])
+    FJIT_ROW_AT(9, a9[0]) FJIT_ROW_AT(10, a9[l1]) FJIT_ROW_AT(11, a9[l2])
+    ++a0, ++a3, ++a6, ++a9;
+    b += kNr;
+  }
+  FJIT_STORE(0) FJIT_STORE(1) FJIT_STORE(2) FJIT_STORE(3) FJIT_STORE(4) FJIT_STORE(5)
+  FJIT_STORE(6) FJIT_STORE(7) FJIT_STORE(8) FJIT_STORE(9) FJIT_STORE(10) FJIT_STORE(11)
+}
+
+#undef FJIT_ROW
+#undef FJIT_ROW_AT
+#undef FJIT_STORE
+#undef FJIT_AVX512
+
+}  // namespace
+
+const UKernel& ukernel_avx512() {
+  static const UKernel k{"avx512 12x32", kMr, kNr, 256, 8, tile_12x32, tile_12x32_rows};
+  return k;
+}
+
+}  // namespace fjit::gemm

@@ -1,0 +1,49 @@
+// The AVX512_BF16 micro-kernel of bf16_gemm.h: a 12 x 32 f32 tile from packed bf16 panels,
+// one _mm512_dpbf16_ps per row and vector for each pair of depths. Intrinsics only: no
+// templates, no inline library functions (ukernel.h says why).
+#include <immintrin.h>
+
+#include <cstdint>
+
+#include "core/kernels/gemm/ukernel.h"
+
+namespace fjit::gemm {
+namespace {
+
+#define FJIT_BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,fma")))
+
+// a: per depth pair q, 12 uint32 (row i's bf16 pair); b: per pair q, 32 columns x 2 bf16.
+FJIT_BF16 void tile_bf16_12x32(int64_t pairs, const uint32_t* a, const uint16_t* b, float* c,
+                               int64_t ldc, bool add) {
+  __m512 acc[12][2];
+  for (int i = 0; i < 12; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
+  for (int64_t q = 0; q < pairs; ++q) {
+    const __m512bh b0 = (__m512bh)_mm512_load_si512(b), b1 = (__m512bh)_mm512_load_si512(b + 32);
+#pragma GCC unroll 12
+    for (int i = 0; i < 12; ++i) {
+      const __m512bh x = (__m512bh)_mm512_set1_epi32(static_cast<int>(a[i]));
+      acc[i][0] = _mm512_dpbf16_ps(acc[i][0], x, b0);
+      acc[i][1] = _mm512_dpbf16_ps(acc[i][1], x, b1);
+    }
+    a += 12;
+    b += 64;
+  }
+  for (int i = 0; i < 12; ++i) {
+    float* row = c + i * ldc;
+    __m512 lo = acc[i][0], hi = acc[i][1];
+    if (add) {
+      lo = _mm512_add_ps(_mm512_loadu_ps(row), lo);
+      hi = _mm512_add_ps(_mm512_loadu_ps(row + 16), hi);
+    }
+    _mm512_storeu_ps(row, lo);
+    _mm512_storeu_ps(row + 16, hi);
+  }
+}
+
+#undef FJIT_BF16
+
+}  // namespace
+
+Bf16TileFn bf16_tile_avx512() { return tile_bf16_12x32; }
+
+}  // namespace fjit::gemm

@@ -1,0 +1,64 @@
+// bf16 x bf16 -> f32 products (core/kernels/gemm/bf16_gemm.h): the active path (AVX512_BF16
+// dot products where the CPU has them) and the widening fallback, against a double loop.
+#include "core/kernels/gemm/bf16_gemm.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "core/base/isa.h"
+
+namespace fjit {
+namespace {
+
+std::vector<uint16_t> random_bf16(int64_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  std::vector<uint16_t> v(n);
+  for (uint16_t& x : v) {
+    const float f = u(rng);
+    uint32_t bits;
+    std::memcpy(&bits, &f, sizeof bits);
+    x = static_cast<uint16_t>(bits >> 16);  // truncation: any bf16 value will do
+  }
+  return v;
+}
+
+double wide(uint16_t x) {
+  const uint32_t bits = uint32_t{x} << 16;
+  float f;
+  std::memcpy(&f, &bits, sizeof f);
+  return f;
+}
+
+TEST(Bf16Gemm, BothPathsMatchADoubleLoop) {
+  struct Case { int64_t m, n, k; };
+  for (const Case& cs : {Case{1, 1, 1}, Case{12, 32, 2}, Case{13, 33, 7}, Case{50, 70, 300},
+                         Case{128, 96, 513}}) {
+    const auto a = random_bf16(cs.m * cs.k, 1), b = random_bf16(cs.k * cs.n, 2);
+    const std::vector<float> c0(cs.m * cs.n, 0.5f);
+    for (bool widened : {false, true}) {
+      for (bool acc : {false, true}) {
+        std::vector<float> c = c0;
+        if (widened) bf16_gemm_widened(cs.m, cs.n, cs.k, a.data(), b.data(), c.data(), acc);
+        else bf16_gemm(cs.m, cs.n, cs.k, a.data(), b.data(), c.data(), acc);
+        double worst = 0;
+        for (int64_t i = 0; i < cs.m; ++i)
+          for (int64_t j = 0; j < cs.n; ++j) {
+            double s = acc ? 0.5 : 0.0;
+            for (int64_t p = 0; p < cs.k; ++p) s += wide(a[i * cs.k + p]) * wide(b[p * cs.n + j]);
+            worst = std::max(worst, std::fabs(s - c[i * cs.n + j]));
+          }
+        EXPECT_LE(worst, 1e-6 * cs.k + 1e-6)
+            << cs.m << "x" << cs.n << "x" << cs.k << (widened ? " widened" : " active path")
+            << (active_avx512_bf16() ? " (AVX512_BF16)" : "") << " accumulate=" << acc;
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace fjit

@@ -1,0 +1,133 @@
+// fjit's packed GEMM (core/kernels/gemm/packed_gemm.h) on every instruction set this CPU has,
+// against a host loop in double; bits against the thread count; the ISA selection
+// (core/base/isa.h) and its use by matmul.
+#include "core/kernels/gemm/packed_gemm.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/base/isa.h"
+#include "core/kernels/gemm/ukernel.h"
+
+namespace fjit {
+namespace {
+
+std::vector<float> random_vector(int64_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  std::vector<float> v(n);
+  for (float& x : v) x = u(rng);
+  return v;
+}
+
+std::vector<Isa> isas_here() {
+  std::vector<Isa> v{Isa::avx2};
+  if (detected_isa() == Isa::avx512) v.push_back(Isa::avx512);
+  return v;
+}
+
+struct Case {
+  int64_t m, n, k;
+};
+
+// Edge tiles in both directions, one depth block and several (unequal last), tiny and wide.
+const Case kCases[] = {{1, 1, 1},    {5, 7, 3},     {12, 32, 16},  {13, 33, 17},  {64, 10, 300},
+                       {37, 100, 9}, {128, 64, 513}, {100, 129, 784}, {3, 200, 257}, {50, 48, 1000}};
+
+TEST(PackedGemm, MatchesADoubleLoopForEveryTransposeAndIsa) {
+  for (Isa isa : isas_here()) {
+    for (const Case& cs : kCases) {
+      for (int t = 0; t < 4; ++t) {
+        const bool ta = t & 1, tb = t & 2;
+        const int64_t m = cs.m, n = cs.n, k = cs.k;
+        const std::vector<float> a = random_vector(m * k, 1 + t), b = random_vector(k * n, 7 + t);
+        const std::vector<float> c0 = random_vector(m * n, 11);
+        for (bool acc : {false, true}) {
+          std::vector<float> c = c0;
+          packed_sgemm(isa, ta, tb, m, n, k, a.data(), b.data(), c.data(), acc, 1);
+          double worst = 0;
+          for (int64_t i = 0; i < m; ++i)
+            for (int64_t j = 0; j < n; ++j) {
+              double s = acc ? c0[i * n + j] : 0.0;
+              for (int64_t p = 0; p < k; ++p)
+                s += double(ta ? a[p * m + i] : a[i * k + p]) * double(tb ? b[j * k + p] : b[p * n + j]);
+              worst = std::max(worst, std::fabs(s - c[i * n + j]));
+            }
+          // |a|, |b| <= 1: a float sum of k products is within about k * 2^-24 * k of exact.
+          EXPECT_LE(worst, 1e-6 * k + 1e-6)
+              << isa_name(isa) << " m=" << m << " n=" << n << " k=" << k << " ta=" << ta
+              << " tb=" << tb << " accumulate=" << acc;
+        }
+      }
+    }
+  }
+}
+
+TEST(PackedGemm, BitsDoNotDependOnTheThreadCount) {
+  for (Isa isa : isas_here()) {
+    for (const Case& cs : {Case{300, 200, 600}, Case{128, 512, 784}, Case{2048, 96, 40}}) {
+      const std::vector<float> a = random_vector(cs.m * cs.k, 3), b = random_vector(cs.k * cs.n, 4);
+      std::vector<float> one(cs.m * cs.n);
+      packed_sgemm(isa, false, true, cs.m, cs.n, cs.k, a.data(), b.data(), one.data(), false, 1);
+      for (int threads : {2, 3, 4}) {
+        std::vector<float> many(cs.m * cs.n, -1.f);
+        packed_sgemm(isa, false, true, cs.m, cs.n, cs.k, a.data(), b.data(), many.data(), false,
+                     threads);
+        EXPECT_EQ(0, std::memcmp(one.data(), many.data(), one.size() * sizeof(float)))
+            << isa_name(isa) << " " << cs.m << "x" << cs.n << "x" << cs.k << ", " << threads
+            << " threads";
+      }
+    }
+  }
+}
+
+TEST(PackedGemm, DepthZeroClearsOrKeeps) {
+  std::vector<float> c(6, 5.f);
+  packed_sgemm(Isa::avx2, false, false, 2, 3, 0, nullptr, nullptr, c.data(), true, 1);
+  EXPECT_EQ(c, std::vector<float>(6, 5.f));
+  packed_sgemm(Isa::avx2, false, false, 2, 3, 0, nullptr, nullptr, c.data(), false, 1);
+  EXPECT_EQ(c, std::vector<float>(6, 0.f));
+}
+
+TEST(Isa, TheLimitOnlyNarrows) {
+  const Isa detected = detected_isa();
+  set_isa_limit(Isa::avx2);
+  EXPECT_EQ(active_isa(), Isa::avx2);
+  EXPECT_FALSE(active_avx512_bf16());
+  set_isa_limit(Isa::avx512);
+  EXPECT_EQ(active_isa(), detected);
+  EXPECT_EQ(active_avx512_bf16(), cpu_has_avx512_bf16());
+  if (cpu_has_avx512_bf16()) {
+    EXPECT_EQ(detected, Isa::avx512);
+  }
+  EXPECT_STREQ(isa_name(Isa::avx2), "avx2");
+  EXPECT_STREQ(isa_name(Isa::avx512), "avx512");
+  // The kernel named in the library line is the active set's.
+  EXPECT_NE(std::string(packed_gemm_name()).find(isa_name(active_isa())), std::string::npos);
+}
+
+// Each element is one fma chain over each depth block, from zero, added to C block by block;
+// the kernels cut the depth alike, so the AVX2 and AVX-512 kernels give the same bits.
+TEST(Isa, BothKernelsGiveTheSameBits) {
+  EXPECT_EQ(gemm::ukernel_avx2().kc, gemm::ukernel_avx512().kc);
+  if (detected_isa() != Isa::avx512) GTEST_SKIP() << "this CPU has no AVX-512";
+  for (const Case& cs : kCases) {
+    for (int t = 0; t < 4; ++t) {
+      const bool ta = t & 1, tb = t & 2;
+      const std::vector<float> a = random_vector(cs.m * cs.k, 5), b = random_vector(cs.k * cs.n, 6);
+      std::vector<float> narrow(cs.m * cs.n), wide(cs.m * cs.n);
+      packed_sgemm(Isa::avx2, ta, tb, cs.m, cs.n, cs.k, a.data(), b.data(), narrow.data(), false, 1);
+      packed_sgemm(Isa::avx512, ta, tb, cs.m, cs.n, cs.k, a.data(), b.data(), wide.data(), false, 2);
+      EXPECT_EQ(0, std::memcmp(narrow.data(), wide.data(), narrow.size() * sizeof(float)))
+          << cs.m << "x" << cs.n << "x" << cs.k << " ta=" << ta << " tb=" << tb;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace fjit
