@@ -106,21 +106,7 @@ void add_training_options(CLI::App& app, LmOptions& o) {
   app.add_flag("--allow-config-change", o.allow_config_change,
                "resume even if the model, optimizer or schedule differ from the checkpoint's");
   add.check_options(o.checks, o.on_check_failure);
-  add.value("--grad-dtype", "T", "f32, or f16: gradients all-reduced in half precision, with a loss scale (f32)",
-            [&o](const std::string& v) {
-              o.grad_dtype = v;
-              return v == "f32" || v == "f16";
-            }, "f32 or f16");
-  add.value("--loss-scale", "S", "dynamic, or a static scale N: the loss is multiplied by it before the "
-            "gradients, which are divided by it after the all-reduce; an overflow skips the step and "
-            "halves a dynamic scale (none; dynamic with --grad-dtype f16)",
-            [&o](const std::string& v) {
-              o.loss_scale = v;
-              double n = 0;
-              return v == "dynamic" || (parse_number(v, n) && std::isfinite(n) && n > 0 && n <= 3.4028234663852886e38);  // an f32
-            }, "dynamic or a positive number");
-  add.integer("--loss-scale-growth-interval", o.loss_scale_growth_interval, 1,
-              "good steps before a dynamic loss scale doubles");
+  add.loss_scale_options(o.grad_dtype, o.loss_scale, o.loss_scale_growth_interval);
   add.integer("--log-every", o.log_every, 0, "steps between progress lines");
   add.text("--export-hf", "DIR", o.export_hf,
            "at the end, write the model in Hugging Face's layout (config.json, model.safetensors) "

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -86,6 +87,27 @@ class OptionAdder {
             else return false;
             return true;
           }, "throw, skip_step or log");
+  }
+
+  // --grad-dtype f32|f16, --loss-scale dynamic|N and --loss-scale-growth-interval N
+  // (parallel/train/loss_scaling.h).
+  void loss_scale_options(std::string& grad_dtype, std::string& loss_scale, int64_t& growth_interval) {
+    value("--grad-dtype", "T", "f32, or f16: gradients all-reduced in half precision, with a loss scale (f32)",
+          [&grad_dtype](const std::string& v) {
+            grad_dtype = v;
+            return v == "f32" || v == "f16";
+          }, "f32 or f16");
+    value("--loss-scale", "S", "dynamic, or a static scale N: the loss is multiplied by it before the "
+          "gradients, which are divided by it after the all-reduce; an overflow skips the step and "
+          "halves a dynamic scale (none; dynamic with --grad-dtype f16)",
+          [&loss_scale](const std::string& v) {
+            loss_scale = v;
+            double n = 0;
+            return v == "dynamic" || (parse_number(v, n) && std::isfinite(n) && n > 0 &&
+                                      n <= std::numeric_limits<float>::max());
+          }, "dynamic or a positive number");
+    integer("--loss-scale-growth-interval", growth_interval, 1,
+            "good steps before a dynamic loss scale doubles");
   }
 
  private:

@@ -92,21 +92,7 @@ void add_options(CLI::App& app, TrainOptions& o, const std::vector<std::string>&
         [&o](const std::string& v) { o.log_dir = v; return !v.empty(); }, "a directory");
   integer("--max-steps", o.max_steps, 0, "stop after N steps in all");
   integer("--eval-batch-size", o.eval_batch_size, 1, "test-set evaluation batch");
-  choice("--grad-dtype", "T", "f32, or f16: gradients all-reduced in half precision, with a loss scale (f32)",
-         [&o](const std::string& v) {
-           o.grad_dtype = v;
-           return v == "f32" || v == "f16";
-         }, "f32 or f16");
-  value("--loss-scale", "S", "dynamic, or a static scale N: the loss is multiplied by it before the "
-        "gradients, which are divided by it after the all-reduce; an overflow skips the step and "
-        "halves a dynamic scale (none; dynamic with --grad-dtype f16)",
-        [&o](const std::string& v) {
-          o.loss_scale = v;
-          double n = 0;
-          return v == "dynamic" || (parse_number(v, n) && std::isfinite(n) && n > 0 && n <= 3.4028234663852886e38);  // an f32
-        }, "dynamic or a positive number");
-  integer("--loss-scale-growth-interval", o.loss_scale_growth_interval, 1,
-          "good steps before a dynamic loss scale doubles");
+  add.loss_scale_options(o.grad_dtype, o.loss_scale, o.loss_scale_growth_interval);
   integer("--divergence-check-every", o.divergence_check_every, 0,
           "compare replicas' parameters every K steps (0 = off)");
 }
