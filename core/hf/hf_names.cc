@@ -1,7 +1,6 @@
 // The maps between fjit's decoder parameters and GPT-2's and Llama's HF tensors, and the
 // layout changes between them (core/hf/hf_checkpoint.h lists them).
 #include <cstring>
-#include <regex>
 
 #include <fmt/format.h>
 
@@ -92,9 +91,17 @@ std::string model_prefix(Architecture a) { return a == Architecture::kGpt2 ? "tr
 
 bool ignored_tensor(Architecture a, const DecoderConfig& c, const std::string& name) {
   if (name == "lm_head.weight") return c.tied_embeddings;
-  static const std::regex gpt2_buffer(R"(h\.[0-9]+\.attn\.(bias|masked_bias))");
-  static const std::regex llama_buffer(R"(layers\.[0-9]+\.self_attn\.rotary_emb\.inv_freq)");
-  return std::regex_match(name, a == Architecture::kGpt2 ? gpt2_buffer : llama_buffer);
+  // The buffers older checkpoints hold: "h.<i>.attn.bias" / "h.<i>.attn.masked_bias" (GPT-2),
+  // "layers.<i>.self_attn.rotary_emb.inv_freq" (Llama).
+  const std::string head = a == Architecture::kGpt2 ? "h." : "layers.";
+  if (name.compare(0, head.size(), head) != 0) return false;
+  size_t i = head.size();
+  const size_t digits = i;
+  while (i < name.size() && name[i] >= '0' && name[i] <= '9') ++i;
+  if (i == digits) return false;
+  const std::string rest = name.substr(i);
+  return a == Architecture::kGpt2 ? rest == ".attn.bias" || rest == ".attn.masked_bias"
+                                  : rest == ".self_attn.rotary_emb.inv_freq";
 }
 
 Array from_parts(const Mapping& m, const std::vector<Array>& parts) {
