@@ -24,6 +24,8 @@
 namespace fjit {
 namespace {
 
+using testing::expect_bit_equal;
+
 struct Case {
   const char* what;
   int64_t batch_a, batch_b, m, k, n;  // batch 0: the operand is rank 2
@@ -172,12 +174,6 @@ std::pair<ArrayDict, ArrayDict> train(const TrainOptions& o, int threads, int st
   unsetenv("FJIT_INTRA_OP_THREADS");
   for (int i = 0; i < steps; ++i) EXPECT_TRUE(t.step().has_value());
   return {t.params(), t.optimizer_state()};
-}
-
-void expect_bit_equal(const ArrayDict& a, const ArrayDict& b, const std::string& what) {
-  ASSERT_EQ(a.names(), b.names()) << what;
-  for (size_t i = 0; i < a.size(); ++i)
-    EXPECT_TRUE(a.value(i).bit_equal(b.value(i))) << what << " '" << a.name(i) << "' differs";
 }
 
 class ModelDeterminism : public ::testing::TestWithParam<const char*> {};

@@ -7,9 +7,12 @@
 #include <tuple>
 
 #include "fjit.h"
+#include "tests/test_util.h"
 
 namespace fjit {
 namespace {
+
+using testing::deep_copy;
 
 Tensor loss_fn(const Params& p, const Tensor& x, const Tensor& y) {
   Tensor h = relu(matmul(x, p["w1"]) + p["b1"]);
@@ -24,12 +27,6 @@ ArrayDict params() {
   p.set("w2", he_uniform({32, 4}, 2));
   p.set("b2", Array::zeros(DType::f32, {4}));
   return p;
-}
-
-ArrayDict deep_copy(const ArrayDict& d) {
-  ArrayDict out;
-  for (const auto& [name, a] : d) out.set(name, a.clone());
-  return out;
 }
 
 struct Batch {

@@ -27,6 +27,8 @@
 namespace fjit::examples {
 namespace {
 
+using testing::expect_bit_equal;
+
 using namespace fjit::training;
 using fjit::testing::fixture;
 
@@ -48,18 +50,6 @@ TrainOptions scaled(const std::string& grad_dtype, const std::string& scale, int
   o.loss_scale = scale;
   o.loss_scale_growth_interval = interval;
   return o;
-}
-
-ArrayDict clone(const ArrayDict& d) {
-  ArrayDict out;
-  for (const auto& [name, a] : d) out.set(name, a.clone());
-  return out;
-}
-
-void expect_bit_equal(const ArrayDict& a, const ArrayDict& b, const char* what) {
-  ASSERT_EQ(a.names(), b.names()) << what;
-  for (size_t i = 0; i < a.size(); ++i)
-    EXPECT_TRUE(a.value(i).bit_equal(b.value(i))) << what << " '" << a.name(i) << "' differs";
 }
 
 bool any_differs(const ArrayDict& a, const ArrayDict& b) {
@@ -112,7 +102,7 @@ TEST(LossScale, ForcedOverflowIsSkippedExactlyAndTheScaleHalves) {
   ASSERT_NE(t.loss_scale(), nullptr);
   t.loss_scale()->set_scale(256);
   EXPECT_FALSE(step(t).skipped);
-  const ArrayDict params = clone(t.params()), state = clone(t.optimizer_state());
+  const ArrayDict params = testing::deep_copy(t.params()), state = testing::deep_copy(t.optimizer_state());
   const int64_t raised = metrics().checks_raised.load();
   // 2^100 times any gradient above 2^-84 in magnitude is beyond f16's 65504: inf.
   t.loss_scale()->set_scale(std::ldexp(1.0, 100));
@@ -343,7 +333,7 @@ TEST(LossScale, LanguageModelTrainerSkipsAForcedOverflowExactly) {
   ASSERT_NE(t.loss_scale(), nullptr);
   t.loss_scale()->set_scale(64);
   ASSERT_TRUE(t.step().has_value());
-  const ArrayDict params = clone(t.trainable_params()), state = clone(t.optimizer_state());
+  const ArrayDict params = testing::deep_copy(t.trainable_params()), state = testing::deep_copy(t.optimizer_state());
   t.loss_scale()->set_scale(std::ldexp(1.0, 100));
   std::optional<StepStats> s = t.step();
   ASSERT_TRUE(s.has_value());

@@ -22,13 +22,9 @@
 namespace fjit {
 namespace {
 
-using testing::random_f32;
+using testing::expect_bit_equal;
 
-void expect_bit_equal(const ArrayDict& a, const ArrayDict& b, const std::string& what) {
-  ASSERT_EQ(a.names(), b.names()) << what;
-  for (size_t i = 0; i < a.size(); ++i)
-    EXPECT_TRUE(a.value(i).bit_equal(b.value(i))) << what << ": '" << a.name(i) << "' differs";
-}
+using testing::random_f32;
 
 // A three-layer tanh MLP's mean squared error; its check raises on a non-finite loss.
 Tensor mlp_loss(const Params& p, const Tensor& x, const Tensor& y) {

@@ -15,6 +15,7 @@
 
 #include "core/base/log.h"
 #include "core/ir/array.h"
+#include "core/trace/dict.h"
 #include "core/lib/initializers.h"
 
 namespace fjit::testing {
@@ -110,5 +111,20 @@ class ScopedTempDir {
  private:
   std::filesystem::path path_;
 };
+
+// Each entry of `a` and `b` bit for bit, with the same names in the same order; `what` says
+// which comparison failed.
+inline void expect_bit_equal(const ArrayDict& a, const ArrayDict& b, const std::string& what) {
+  ASSERT_EQ(a.names(), b.names()) << what;
+  for (size_t i = 0; i < a.size(); ++i)
+    EXPECT_TRUE(a.value(i).bit_equal(b.value(i))) << what << ": '" << a.name(i) << "' differs";
+}
+
+// A copy that shares no buffer with `d` (Arrays copy by reference).
+inline ArrayDict deep_copy(const ArrayDict& d) {
+  ArrayDict out;
+  for (const auto& [name, a] : d) out.set(name, a.clone());
+  return out;
+}
 
 }  // namespace fjit::testing

@@ -17,6 +17,8 @@
 namespace fjit::examples {
 namespace {
 
+using testing::expect_bit_equal;
+
 using namespace fjit::training;  // the trainer; Trainer itself is lib/trainer.h's
 
 using fjit::testing::error_of;
@@ -39,12 +41,6 @@ std::filesystem::path fresh_dir(const std::string& name) {
   auto dir = std::filesystem::temp_directory_path() / ("fjit_train_e2e_" + name + "_" + std::to_string(::getpid()));
   std::filesystem::remove_all(dir);
   return dir;
-}
-
-void expect_bit_equal(const ArrayDict& a, const ArrayDict& b, const char* what) {
-  ASSERT_EQ(a.names(), b.names()) << what;
-  for (size_t i = 0; i < a.size(); ++i)
-    EXPECT_TRUE(a.value(i).bit_equal(b.value(i))) << what << " '" << a.name(i) << "' differs";
 }
 
 // Trains `steps` steps, returning the losses.

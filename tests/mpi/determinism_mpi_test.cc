@@ -10,9 +10,12 @@
 
 #include "lib/trainer.h"
 #include "tests/mpi/mpi_test_main.h"
+#include "tests/test_util.h"
 
 namespace fjit::examples {
 namespace {
+
+using testing::expect_bit_equal;
 
 using namespace fjit::training;  // the trainer; Trainer itself is lib/trainer.h's
 
@@ -33,12 +36,6 @@ io::Dataset synthetic_images(int64_t n, uint32_t seed) {
   columns.set("images", images);
   columns.set("labels", labels);
   return io::Dataset(columns);
-}
-
-void expect_bit_equal(const ArrayDict& a, const ArrayDict& b, const std::string& what) {
-  ASSERT_EQ(a.names(), b.names()) << what;
-  for (size_t i = 0; i < a.size(); ++i)
-    EXPECT_TRUE(a.value(i).bit_equal(b.value(i))) << what << " '" << a.name(i) << "' differs";
 }
 
 class PlacementDeterminism : public ::testing::TestWithParam<const char*> {};

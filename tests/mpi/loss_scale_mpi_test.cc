@@ -11,9 +11,12 @@
 
 #include "lib/trainer.h"
 #include "tests/mpi/mpi_test_main.h"
+#include "tests/test_util.h"
 
 namespace fjit::examples {
 namespace {
+
+using testing::expect_bit_equal;
 
 using namespace fjit::training;
 
@@ -45,18 +48,6 @@ TrainOptions options() {
   return o;
 }
 
-ArrayDict clone(const ArrayDict& d) {
-  ArrayDict out;
-  for (const auto& [name, a] : d) out.set(name, a.clone());
-  return out;
-}
-
-void expect_bit_equal(const ArrayDict& a, const ArrayDict& b, const char* what) {
-  ASSERT_EQ(a.names(), b.names()) << what;
-  for (size_t i = 0; i < a.size(); ++i)
-    EXPECT_TRUE(a.value(i).bit_equal(b.value(i))) << what << " '" << a.name(i) << "' differs";
-}
-
 // Every rank's scale, gathered; expects them equal.
 void expect_same_scale_on_every_rank(const Trainer& t) {
   const float mine = t.loss_scale()->scale();
@@ -69,7 +60,7 @@ TEST(LossScaleMpi, ForcedOverflowIsSkippedOnEveryRank) {
   Trainer t(mesh(), options(), fixture());
   t.loss_scale()->set_scale(256);
   ASSERT_FALSE(t.step()->skipped);
-  const ArrayDict params = clone(t.params()), state = clone(t.optimizer_state());
+  const ArrayDict params = testing::deep_copy(t.params()), state = testing::deep_copy(t.optimizer_state());
   t.loss_scale()->set_scale(std::ldexp(1.0, 100));
   EXPECT_TRUE(t.step()->skipped);
   EXPECT_EQ(t.loss_scale()->scale(), static_cast<float>(std::ldexp(1.0, 99)));

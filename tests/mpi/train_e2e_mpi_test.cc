@@ -12,9 +12,12 @@
 
 #include "lib/trainer.h"
 #include "tests/mpi/mpi_test_main.h"
+#include "tests/test_util.h"
 
 namespace fjit::examples {
 namespace {
+
+using testing::expect_bit_equal;
 
 using namespace fjit::training;  // the trainer; Trainer itself is lib/trainer.h's
 
@@ -64,12 +67,6 @@ void expect_same_on_every_rank(const Trainer& t) {
   for (int r = 1; r < n; ++r)
     for (size_t k = 0; k < mine.size(); ++k)
       EXPECT_EQ(all[r * mine.size() + k], all[k]) << "tensor " << k << " differs on rank " << r;
-}
-
-void expect_bit_equal(const ArrayDict& a, const ArrayDict& b, const char* what) {
-  ASSERT_EQ(a.names(), b.names()) << what;
-  for (size_t i = 0; i < a.size(); ++i)
-    EXPECT_TRUE(a.value(i).bit_equal(b.value(i))) << what << " '" << a.name(i) << "' differs";
 }
 
 TEST(TrainE2eMpi, LossFallsAndRanksAgree) {
