@@ -12,6 +12,7 @@
 #include "lib/trainer.h"
 #include "parallel/join.h"
 #include "tests/mpi/mpi_test_main.h"
+#include "tests/fixture_data.h"
 
 namespace fjit::examples {
 namespace {
@@ -154,10 +155,7 @@ TEST(JoinMpi, StepByStepAgreementRunsUntilTheLastRankIsDone) {
 // of 3 (2 over 3 ranks). It ends after the longest part's steps, and equals one replica of the
 // same train step over the ranks' rows of each step.
 TEST(JoinMpi, TrainerWithUnequalPartsEqualsOneReplicaOverTheSameRows) {
-  const char* env = std::getenv("FJIT_TEST_DATA");
-  const std::string dir = env ? env : std::string(FJIT_SOURCE_DIR) + "/tests/data";
-  const io::Dataset data = io::load_dataset(dir + "/fmnist-16-images-idx3-ubyte.gz",
-                                            dir + "/fmnist-16-labels-idx1-ubyte.gz");
+  const io::Dataset& data = testing::fixture();  // tests/fixture_data.h
   const int ranks = mesh().size();
   TrainOptions o;
   o.batch_size = 6;

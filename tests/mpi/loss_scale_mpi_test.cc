@@ -12,6 +12,7 @@
 #include "lib/trainer.h"
 #include "tests/mpi/mpi_test_main.h"
 #include "tests/test_util.h"
+#include "tests/fixture_data.h"
 
 namespace fjit::examples {
 namespace {
@@ -25,13 +26,7 @@ Mesh& mesh() {
   return m;
 }
 
-const io::Dataset& fixture() {
-  const char* env = std::getenv("FJIT_TEST_DATA");
-  static const std::string dir = env ? env : std::string(FJIT_SOURCE_DIR) + "/tests/data";
-  static const io::Dataset d = io::load_dataset(dir + "/fmnist-16-images-idx3-ubyte.gz",
-                                                dir + "/fmnist-16-labels-idx1-ubyte.gz");
-  return d;
-}
+using testing::fixture;  // tests/fixture_data.h
 
 TrainOptions options() {
   TrainOptions o;
