@@ -22,3 +22,15 @@ if(FJIT_SANITIZER_FLAGS)
   # precise stack traces, and still fast enough for the suite's timeouts.
   set(CMAKE_CXX_FLAGS_RELEASE "-O1 -g -DNDEBUG")
 endif()
+if(FJIT_SANITIZE STREQUAL "thread")
+  # OpenMP's orderings, which TSan cannot see in Debian's uninstrumented libgomp, annotated
+  # around every parallel region and barrier fjit compiles (tests/sanitizers/tsan_openmp.cc).
+  add_link_options(-Wl,--wrap=GOMP_parallel -Wl,--wrap=GOMP_barrier)
+  add_library(fjit_tsan_openmp STATIC ${PROJECT_SOURCE_DIR}/tests/sanitizers/tsan_openmp.cc)
+  target_link_libraries(fjit_tsan_openmp PUBLIC OpenMP::OpenMP_CXX)
+  # The GEMM micro-kernels only read packed panels and write the output tile their caller
+  # owns; instrumenting their vector loads would make the TSan run many times slower while
+  # the drivers that hand out tiles and panels (instrumented) are where a race would be.
+  file(GLOB FJIT_TSAN_UNINSTRUMENTED ${PROJECT_SOURCE_DIR}/core/kernels/gemm/ukernel_*.cc)
+  set_source_files_properties(${FJIT_TSAN_UNINSTRUMENTED} PROPERTIES COMPILE_OPTIONS -fno-sanitize=thread)
+endif()
