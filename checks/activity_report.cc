@@ -49,9 +49,11 @@ std::string describe_replica_activity(int replica) {
   }
   if (depth > ReplicaActivity::kDepth) out += fmt::format("\n(and {} deeper levels)", depth - ReplicaActivity::kDepth);
   const char* collective = a->collective.load(std::memory_order_relaxed);
+  const char* axis = a->axis.load(std::memory_order_relaxed);
   if (a->waiting.load(std::memory_order_acquire) && collective)
-    out += fmt::format("\nwaiting in {} #{} ({} bytes) for the other replicas", collective,
-                       a->seq.load(std::memory_order_relaxed), a->bytes.load(std::memory_order_relaxed));
+    out += fmt::format("\nwaiting in {} #{} ({}{} bytes) for the other replicas", collective,
+                       a->seq.load(std::memory_order_relaxed), axis ? fmt::format("axis '{}', ", axis) : "",
+                       a->bytes.load(std::memory_order_relaxed));
   else if (collective)
     out += fmt::format("\nnot in a collective (the last one entered: {} #{})", collective,
                        a->seq.load(std::memory_order_relaxed));

@@ -11,7 +11,7 @@ namespace fjit {
 //   in instruction 7 of 12: log f32[8,3] <- f32[8,3], at tests/x.cc:40 in step_fn(...)
 //   user stack:
 //     at step_fn (tests/x.cc:40)
-//   waiting in all_reduce #3 (4 bytes) for the other replicas
+//   waiting in all_reduce #3 (axis 'batch', 4 bytes) for the other replicas
 // (a collective instruction adds "(axis 'batch')" to its line).
 // Nested plans (loop and branch bodies) add one "inside" line per level. "not running a plan"
 // when it is between steps; "" for a replica that is not tracked.

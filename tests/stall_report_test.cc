@@ -58,7 +58,7 @@ TEST(StallReport, AReplicaInALongKernelIsNamedWithItsInstruction) {
   EXPECT_TRUE(has(log, "replica 0: in instruction [0-9]+ of [0-9]+: all_reduce f32\\[\\] <- f32\\[\\], at "
                        "[^\\n]*tests/stall_report_test.cc:[0-9]+ in [^\\n]*\\(axis 'batch'\\)\\n    user stack:\\n      at step_fn"))
       << log;
-  EXPECT_TRUE(has(log, "waiting in all_reduce #[0-9]+ \\(4 bytes\\) for the other replicas")) << log;
+  EXPECT_TRUE(has(log, "waiting in all_reduce #[0-9]+ \\(axis 'batch', 4 bytes\\) for the other replicas")) << log;
   EXPECT_TRUE(has(log, "host stacks \\(pid [0-9]+\\):\\n  thread [0-9]+ ")) << log;
   EXPECT_TRUE(has(log, "\\(this thread\\)")) << log;
 }
@@ -69,7 +69,7 @@ TEST(StallReport, AReplicaStoppedBeforeACollectiveIsNamedWithIt) {
                        "[^\\n]*tests/stall_report_test.cc:[0-9]+ in [^\\n]*\\(axis 'batch'\\)\\n(    [^\\n]*\\n)*    not in a collective"))
       << log;
   EXPECT_TRUE(has(log, "replica 0: [^\\n]*all_reduce[^\\n]*\\n(    [^\\n]*\\n)*    waiting in all_reduce #[0-9]+ "
-                       "\\(4 bytes\\)"))
+                       "\\(axis 'batch', 4 bytes\\)"))
       << log;
 }
 

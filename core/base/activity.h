@@ -26,6 +26,8 @@ struct ReplicaActivity {
   std::atomic<const char*> collective{nullptr};  // the last collective entered (static string)
   std::atomic<uint64_t> seq{0};                  // its number among this replica's collectives
   std::atomic<uint64_t> bytes{0};                // the bytes it moves from this replica
+  std::atomic<const char*> axis{nullptr};        // the axis of the collective instruction
+                                                 // running (null: none, or fjit's own call)
   std::atomic<bool> waiting{false};              // waiting in it for the other replicas
   std::atomic<int> tid{0};                       // the OS thread running the replica's plan
 };
