@@ -12,7 +12,8 @@ namespace {
 
 std::string instruction_line(const Executable& exe, int32_t i, bool outer) {
   if (i < 0 || i >= static_cast<int32_t>(exe.instrs.size()))
-    return fmt::format("{}starting a plan of {} instructions", outer ? "" : "inside: ", exe.instrs.size());
+    return fmt::format("{}starting a plan of {} instructions",
+                       outer ? "" : "inside: ", exe.instrs.size());
   const Instr& in = exe.instrs[static_cast<size_t>(i)];
   std::vector<std::string> ins;
   for (const ValueType& t : in.ins) ins.push_back(type_str(t.dtype, t.shape));
@@ -42,17 +43,20 @@ std::string describe_replica_activity(int replica) {
   const int depth = a->depth.load(std::memory_order_acquire);
   if (depth == 0) out = "not running a plan (between steps, or in host code)";
   for (int level = 0; level < depth && level < ReplicaActivity::kDepth; ++level) {
-    const auto* exe = static_cast<const Executable*>(a->plan[level].load(std::memory_order_relaxed));
+    const auto* exe =
+        static_cast<const Executable*>(a->plan[level].load(std::memory_order_relaxed));
     if (!exe) continue;
     if (!out.empty()) out += "\n";
     out += instruction_line(*exe, a->instr[level].load(std::memory_order_relaxed), level == 0);
   }
-  if (depth > ReplicaActivity::kDepth) out += fmt::format("\n(and {} deeper levels)", depth - ReplicaActivity::kDepth);
+  if (depth > ReplicaActivity::kDepth)
+    out += fmt::format("\n(and {} deeper levels)", depth - ReplicaActivity::kDepth);
   const char* collective = a->collective.load(std::memory_order_relaxed);
   const char* axis = a->axis.load(std::memory_order_relaxed);
   if (a->waiting.load(std::memory_order_acquire) && collective)
     out += fmt::format("\nwaiting in {} #{} ({}{} bytes) for the other replicas", collective,
-                       a->seq.load(std::memory_order_relaxed), axis ? fmt::format("axis '{}', ", axis) : "",
+                       a->seq.load(std::memory_order_relaxed),
+                       axis ? fmt::format("axis '{}', ", axis) : "",
                        a->bytes.load(std::memory_order_relaxed));
   else if (collective)
     out += fmt::format("\nnot in a collective (the last one entered: {} #{})", collective,

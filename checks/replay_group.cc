@@ -1,25 +1,30 @@
 #include "checks/replay_group.h"
 
+#include <fmt/format.h>
+
 #include <condition_variable>
 #include <cstring>
 #include <mutex>
 #include <stdexcept>
 #include <vector>
 
-#include <fmt/format.h>
-
 namespace fjit {
 namespace {
 
-template <class T> T combine(T a, T b, ReduceOp op) {
+template <class T>
+T combine(T a, T b, ReduceOp op) {
   switch (op) {
     case ReduceOp::sum:
       if constexpr (std::is_same_v<T, int32_t>)
         return static_cast<int32_t>(static_cast<uint32_t>(a) + static_cast<uint32_t>(b));
-      else return a + b;
-    case ReduceOp::max: return (a > b || a != a) ? a : b;
-    case ReduceOp::min: return (a < b || a != a) ? a : b;
-    case ReduceOp::logical_or: return (a != T(0) || b != T(0)) ? T(1) : T(0);
+      else
+        return a + b;
+    case ReduceOp::max:
+      return (a > b || a != a) ? a : b;
+    case ReduceOp::min:
+      return (a < b || a != a) ? a : b;
+    case ReduceOp::logical_or:
+      return (a != T(0) || b != T(0)) ? T(1) : T(0);
   }
   return a;
 }
@@ -62,8 +67,10 @@ struct ReplayGroup::State {
     }
     if (!cv.wait_for(lock, timeout, [&] { return generation != gen || failed; })) {
       failed = true;
-      why = fmt::format("fjit::replay: replica {} waited {} ms in a collective that the other replicas "
-                        "never reached (they took different paths through the plan)", rank, timeout.count());
+      why = fmt::format(
+          "fjit::replay: replica {} waited {} ms in a collective that the other replicas "
+          "never reached (they took different paths through the plan)",
+          rank, timeout.count());
       cv.notify_all();
     }
     if (failed) throw std::runtime_error(why);
@@ -84,16 +91,28 @@ class Member final : public Communicator {
     s_.wait_all(rank_);
     std::vector<std::byte> tmp(static_cast<size_t>(count) * dtype_size(dtype));
     switch (dtype) {
-      case DType::f32: reduce_into<float>(s_.slots, tmp.data(), count, op); break;
-      case DType::f64: reduce_into<double>(s_.slots, tmp.data(), count, op); break;
-      case DType::i32: reduce_into<int32_t>(s_.slots, tmp.data(), count, op); break;
-      case DType::u32: reduce_into<uint32_t>(s_.slots, tmp.data(), count, op); break;
-      case DType::boolean:
-        reduce_into<uint8_t>(s_.slots, tmp.data(), count, op == ReduceOp::sum ? ReduceOp::logical_or : op);
+      case DType::f32:
+        reduce_into<float>(s_.slots, tmp.data(), count, op);
         break;
-      case DType::u8: reduce_into<uint8_t>(s_.slots, tmp.data(), count, op); break;
+      case DType::f64:
+        reduce_into<double>(s_.slots, tmp.data(), count, op);
+        break;
+      case DType::i32:
+        reduce_into<int32_t>(s_.slots, tmp.data(), count, op);
+        break;
+      case DType::u32:
+        reduce_into<uint32_t>(s_.slots, tmp.data(), count, op);
+        break;
+      case DType::boolean:
+        reduce_into<uint8_t>(s_.slots, tmp.data(), count,
+                             op == ReduceOp::sum ? ReduceOp::logical_or : op);
+        break;
+      case DType::u8:
+        reduce_into<uint8_t>(s_.slots, tmp.data(), count, op);
+        break;
       default: {
-        const std::string why = fmt::format("fjit::replay: an all_reduce of {} cannot be replayed", dtype_name(dtype));
+        const std::string why =
+            fmt::format("fjit::replay: an all_reduce of {} cannot be replayed", dtype_name(dtype));
         s_.wait_all(rank_);  // the others finish reading before anyone leaves
         throw std::runtime_error(why);
       }
@@ -111,7 +130,8 @@ class Member final : public Communicator {
     s_.slots[rank_] = send;
     s_.wait_all(rank_);
     for (int r = 0; r < s_.size; ++r)
-      std::memcpy(static_cast<std::byte*>(recv) + r * nbytes_per_rank, s_.slots[r], nbytes_per_rank);
+      std::memcpy(static_cast<std::byte*>(recv) + r * nbytes_per_rank, s_.slots[r],
+                  nbytes_per_rank);
     s_.wait_all(rank_);
   }
   void barrier() override { s_.wait_all(rank_); }
@@ -126,7 +146,8 @@ class Member final : public Communicator {
 
 }  // namespace
 
-ReplayGroup::ReplayGroup(int size, std::chrono::milliseconds timeout) : state_(std::make_unique<State>()) {
+ReplayGroup::ReplayGroup(int size, std::chrono::milliseconds timeout)
+    : state_(std::make_unique<State>()) {
   if (size < 1) throw std::invalid_argument("ReplayGroup: size must be at least 1");
   state_->size = size;
   state_->timeout = timeout;

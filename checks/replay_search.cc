@@ -57,8 +57,9 @@ std::string index_str(const std::vector<int64_t>& idx) {
 std::string value_str(double v) { return fmt::format("{:.6g}", v); }
 
 // Where a value comes from: an input leaf, or an op and its call site.
-std::string origin(const Graph& g, int id, const ReplayBundle& b) {
+std::string origin(const Graph& g, int id, const ReplayBundle& b, bool top) {
   const Node& n = g.node(id);
+  if (n.op == Op::Parameter && !top) return fmt::format("operand {} of the body", n.attrs.index);
   if (n.op == Op::Parameter) {
     const auto k = static_cast<size_t>(n.attrs.index);
     return fmt::format("input '{}'", k < b.inputs.size() ? b.inputs[k].first : n.attrs.name);
@@ -69,9 +70,9 @@ std::string origin(const Graph& g, int id, const ReplayBundle& b) {
 
 // One operand's line: origin, type, range, bad counts, and its value(s) at the offending
 // element `at` of the result's (or index operand's) index space `space`.
-std::string operand_line(int k, const Graph& g, int id, const Array& v, const Shape& space,
+std::string operand_line(int k, const Graph& g, bool top, int id, const Array& v, const Shape& space,
                          int64_t at, const ReplayBundle& b) {
-  std::string s = fmt::format("operand {}: {} {}", k, origin(g, id, b), type_str(v.dtype(), v.shape()));
+  std::string s = fmt::format("operand {}: {} {}", k, origin(g, id, b, top), type_str(v.dtype(), v.shape()));
   double lo = std::numeric_limits<double>::infinity(), hi = -lo;
   for (int64_t i = 0; i < v.size(); ++i) {
     const double x = v.at_as_double(i);
@@ -209,7 +210,7 @@ class Walker {
                                          describe_site(n.site));
         bad_input_node = -1;
       }
-      if (!r_.found) inspect(g, i, ins, values[i], bad, inputs_finite, after_collective[i]);
+      if (!r_.found) inspect(g, top, i, ins, values[i], bad, inputs_finite, after_collective[i]);
       for (int in : n.inputs)
         if (last_use[in] == i) values[in] = Array();
     }
@@ -225,7 +226,7 @@ class Walker {
   };
 
   // Whether node i is the first bad op; if so fills r_.
-  void inspect(const Graph& g, int i, const std::vector<Array>& ins, const Array& value, const Scan& bad,
+  void inspect(const Graph& g, bool top, int i, const std::vector<Array>& ins, const Array& value, const Scan& bad,
                bool inputs_finite, bool downstream_of_collective) {
     const Node& n = g.node(i);
     int64_t at = -1;
@@ -263,7 +264,7 @@ class Walker {
     r_.replica = ctx_.replica;
     r_.after_collective = downstream_of_collective;
     for (size_t k = 0; k < n.inputs.size(); ++k)
-      r_.operands.push_back(operand_line(static_cast<int>(k), g, n.inputs[k], ins[k], *space, at, b_));
+      r_.operands.push_back(operand_line(static_cast<int>(k), g, top, n.inputs[k], ins[k], *space, at, b_));
     std::vector<std::string> where;
     for (const Frame& f : frames_)
       where.push_back(f.iteration >= 0 ? fmt::format("iteration {} of {}", f.iteration, f.what) : f.what);

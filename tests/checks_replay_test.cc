@@ -221,6 +221,8 @@ TEST_F(ReplayTest, ANanInsideAScanBodyNamesTheIteration) {
   EXPECT_EQ(r.index, (std::vector<int64_t>{1})) << "element 1 of row 5\n" << r.text;
   EXPECT_NE(r.inside.find("iteration 5 of scan at"), std::string::npos) << r.text;
   EXPECT_NE(r.text.find("iteration 5 of scan"), std::string::npos) << r.text;
+  EXPECT_NE(r.text.find("operand 0: operand 1 of the body f32[3]"), std::string::npos) << "the row, not input 1\n"
+                                                                                   << r.text;
   EXPECT_TRUE(r.outputs_compared);
   EXPECT_TRUE(r.output_mismatches.empty()) << r.text;
 }

@@ -33,11 +33,13 @@ void set_activity_poll(ActivityPollFn fn, void* ctx) {
 
 void set_activity_poll_if(ActivityPollFn fn, void* ctx) {
   ActivityPollFn expected = fn;
-  if (g_poll_ctx.load(std::memory_order_relaxed) == ctx) g_poll.compare_exchange_strong(expected, nullptr);
+  if (g_poll_ctx.load(std::memory_order_relaxed) == ctx)
+    g_poll.compare_exchange_strong(expected, nullptr);
 }
 
 void activity_poll() {
-  if (ActivityPollFn fn = g_poll.load(std::memory_order_acquire)) fn(g_poll_ctx.load(std::memory_order_relaxed));
+  if (ActivityPollFn fn = g_poll.load(std::memory_order_acquire))
+    fn(g_poll_ctx.load(std::memory_order_relaxed));
 }
 
 }  // namespace fjit

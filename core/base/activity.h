@@ -21,8 +21,8 @@ namespace fjit {
 struct ReplicaActivity {
   static constexpr int kDepth = 4;  // nesting levels recorded (deeper ones are not)
   std::atomic<int> depth{0};        // plans running, nested; level depth-1 is the innermost
-  std::atomic<const void*> plan[kDepth] = {};  // the Executable of each level
-  std::atomic<int32_t> instr[kDepth] = {};     // its instruction running
+  std::atomic<const void*> plan[kDepth] = {};    // the Executable of each level
+  std::atomic<int32_t> instr[kDepth] = {};       // its instruction running
   std::atomic<const char*> collective{nullptr};  // the last collective entered (static string)
   std::atomic<uint64_t> seq{0};                  // its number among this replica's collectives
   std::atomic<uint64_t> bytes{0};                // the bytes it moves from this replica
@@ -59,7 +59,8 @@ class ActivityLevel {
   ActivityLevel(const ActivityLevel&) = delete;
   ActivityLevel& operator=(const ActivityLevel&) = delete;
   void at(int32_t instr) const {
-    if (a_ && level_ < ReplicaActivity::kDepth) a_->instr[level_].store(instr, std::memory_order_relaxed);
+    if (a_ && level_ < ReplicaActivity::kDepth)
+      a_->instr[level_].store(instr, std::memory_order_relaxed);
   }
 
  private:

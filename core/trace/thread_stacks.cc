@@ -2,6 +2,7 @@
 
 #include <dirent.h>
 #include <execinfo.h>
+#include <fmt/format.h>
 #include <signal.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -13,8 +14,6 @@
 #include <mutex>
 #include <thread>
 #include <vector>
-
-#include <fmt/format.h>
 
 #include "core/trace/stack_trace.h"
 
@@ -87,8 +86,10 @@ std::string frames_text(const std::vector<uintptr_t>& pcs, int skip, int max_fra
       out += fmt::format("    ... {} more frames\n", frames.size() - static_cast<size_t>(k));
       break;
     }
-    std::string where = f.file.empty() ? f.module : fmt::format("{}:{}", relative_to_source_dir(f.file), f.line);
-    out += fmt::format("    #{} {} ({})\n", k++, f.function.empty() ? fmt::format("{:#x}", f.pc) : f.function,
+    std::string where =
+        f.file.empty() ? f.module : fmt::format("{}:{}", relative_to_source_dir(f.file), f.line);
+    out += fmt::format("    #{} {} ({})\n", k++,
+                       f.function.empty() ? fmt::format("{:#x}", f.pc) : f.function,
                        where.empty() ? "?" : where);
   }
   return out;
@@ -103,7 +104,8 @@ std::string all_thread_stacks(int max_frames, std::chrono::milliseconds timeout)
   const int pid = static_cast<int>(::getpid());
   std::string out;
   for (int tid : thread_ids()) {
-    out += fmt::format("  thread {} ({}){}:\n", tid, thread_name(tid), tid == self ? " (this thread)" : "");
+    out += fmt::format("  thread {} ({}){}:\n", tid, thread_name(tid),
+                       tid == self ? " (this thread)" : "");
     if (tid == self) {
       out += frames_text(StackTrace::capture().pcs(), 0, max_frames);
       continue;
@@ -116,7 +118,8 @@ std::string all_thread_stacks(int max_frames, std::chrono::milliseconds timeout)
     }
     const auto deadline = std::chrono::steady_clock::now() + timeout;
     int n = -1;
-    while ((n = g_request.count.load(std::memory_order_acquire)) < 0 && std::chrono::steady_clock::now() < deadline)
+    while ((n = g_request.count.load(std::memory_order_acquire)) < 0 &&
+           std::chrono::steady_clock::now() < deadline)
       std::this_thread::sleep_for(std::chrono::microseconds(200));
     g_request.tid.store(0, std::memory_order_release);
     if (n < 0) {

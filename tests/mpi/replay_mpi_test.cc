@@ -49,12 +49,15 @@ TEST(ReplayMpi, ANanFromRankOneThroughAPsumIsTracedToRankOne) {
   PmapOptions o;
   o.jit.checks = CheckMode::user;
   o.jit.policy = CheckPolicy::log;
-  auto step = pmap(mesh(), "batch", [](const Params& p, const Tensor& x) { return std::tuple{step_fn(p, x)}; }, o);
+  auto step = pmap(
+      mesh(), "batch", [](const Params& p, const Tensor& x) { return std::tuple{step_fn(p, x)}; },
+      o);
   ArrayDict w;
   w.set("w", Array::from_vector(std::vector<float>{1.0f, 2.0f, 0.5f}));
   const ArrayDict p = mesh().replicate(w);
   std::vector<float> v(kRows * 3);
-  for (size_t i = 0; i < v.size(); ++i) v[i] = 0.5f + 0.25f * static_cast<float>((i + 3 * rank()) % 7);
+  for (size_t i = 0; i < v.size(); ++i)
+    v[i] = 0.5f + 0.25f * static_cast<float>((i + 3 * rank()) % 7);
   if (rank() == 1) v[2 * 3 + 1] = -3.0f;  // row 2, column 1
   auto [total] = step(p, Array::from_vector(v, {kRows, 3}));
   EXPECT_TRUE(std::isnan(total.item<float>())) << "the NaN reached rank " << rank();
@@ -68,7 +71,8 @@ TEST(ReplayMpi, ANanFromRankOneThroughAPsumIsTracedToRankOne) {
     std::printf("%s", r.text.c_str());
     EXPECT_EQ(r.replicas_replayed, n) << r.text;
     EXPECT_TRUE(r.outputs_compared);
-    EXPECT_TRUE(r.output_mismatches.empty()) << "MPI's psum and the replay's agree bit for bit\n" << r.text;
+    EXPECT_TRUE(r.output_mismatches.empty()) << "MPI's psum and the replay's agree bit for bit\n"
+                                             << r.text;
     ASSERT_TRUE(r.found) << r.text;
     EXPECT_EQ(r.op, "log") << r.text;
     EXPECT_EQ(r.replica, 1) << r.text;
