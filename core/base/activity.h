@@ -11,6 +11,9 @@
 //  - Cheap: a run binds its thread once (a thread_local store); each instruction costs one
 //    relaxed store; a collective, four.
 //  - Bounded: replicas 0 .. kMaxTrackedReplicas-1 are tracked; others are not (null slot).
+//  - One thread runs a replica's plans at a time (as pmap does). Plain jit calls made on
+//    several threads at once all run as replica 0 and share its slot, whose report is then
+//    only a rough guess.
 #pragma once
 
 #include <atomic>
