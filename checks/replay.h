@@ -6,26 +6,39 @@
 //
 // C++ cannot serialize a function, so the caller passes the same step function (a lambda, a
 // function object or a function pointer whose parameters are `const Tensor&` or
-// `const Params&`) that jit or pmap ran. replay
-//  1. loads the bundle (a corrupt one throws std::runtime_error naming the file at fault);
-//  2. traces the function on the bundle's input types as jit/pmap did (the same axis names,
+// `const Params&`) that jit or pmap ran. `bundle_dir` is any replica's part of the step
+// (checks/replay_bundle.h). replay
+//  1. loads the part, and the parts of every other replica of that step (its sibling
+//     directories step<N>_replica<R>) when they are all there: then the whole step is
+//     replayed, N thread replicas in this process whose collectives meet in memory and
+//     combine in rank order as the real backends do (checks/replay_group.h); otherwise the
+//     part's replica is replayed alone (below). A corrupt part throws std::runtime_error
+//     naming the file at fault;
+//  2. traces the function on the part's input types as jit/pmap did (the same axis names,
 //     replica count, replica weight) in the recorded check mode and compares the plan's
-//     fingerprint with the bundle's; a different function, model, shape or check mode throws
+//     fingerprint with the part's; a different function, model, shape or check mode throws
 //     ReplayMismatchError saying so;
-//  3. traces it again with every automatic check on (CheckMode::all) and runs that plan once
-//     on the bundle's inputs, giving the check report of the replayed step;
-//  4. evaluates the same graph op by op with the reference kernels, keeping values, and
-//     finds the first op in plan order that produced a non-finite value from finite operands
-//     or read an index outside its operand's extent; it reports that op with its operands
-//     (types, ranges, the values at the offending element) and the multi-index of the first
-//     bad element (its row: the row of this replica's shard), and its stack at trace time.
+//  3. runs that plan on every replayed replica and compares each replica's outputs with
+//     those the part recorded, bit for bit (output_mismatches lists the ones that differ);
+//  4. traces it again with every automatic check on (CheckMode::all) and runs that plan once
+//     on the inputs, giving the check report of the replayed step;
+//  5. evaluates the same graph op by op with the reference kernels on every replica at once,
+//     keeping values, walking into the graphs of scan, fori_loop, while_loop, cond, remat
+//     and custom_vjp (its forward) as the plan runs them, and finds the first op that
+//     produced a non-finite value from finite operands or read an index outside its
+//     operand's extent: the earliest in the walk, on the lowest-numbered replica among
+//     those that reached it first. A collective is never named when its peers are replayed
+//     (its bad value came from another replica, whose op is named). It reports that op with
+//     its replica, its operands (types, ranges, the values at the offending element), the
+//     multi-index of the first bad element (its row: the row of this replica's shard), the
+//     loops around it with their iterations, and its stack at trace time.
 //     When the bad values came with the inputs, it names the input leaf, its first bad
-//     element and the first op that reads it.
-// Limits: the replay runs one replica alone. A collective returns this replica's own value
-// (an all-reduce over one replica), so values downstream of one differ from the real step's,
-// and the result says when the op found is downstream of a collective. Ops inside loops and
-// branches (scan, cond) are not evaluated one by one: the search stops at the first such op
-// and the replayed check report (step 3) is what covers them.
+//     element and the first op the user wrote that reads it (the comparisons the automatic
+//     checks insert in front of an op are not named).
+// Limits: a part replayed alone (the other parts missing, or a bundle of an older format)
+// has its collectives return this replica's own value (an all-reduce over one replica), so
+// values downstream of one differ from the real step's; the result says when the op found
+// is downstream of a collective.
 #pragma once
 
 #include <cstdint>
@@ -58,6 +71,14 @@ struct ReplayResult {
   std::string problem;             // "produced 1 NaN and 0 Inf values from finite operands"
   std::vector<std::string> operands;  // one summary line per operand
   bool after_collective = false;   // it depends on a collective's (replayed) value
+  int replica = 0;                 // the replica it went bad on
+  std::string inside;              // the loops and branches around it, innermost first:
+                                   // "iteration 3 of scan at f.cc:12 (fn)"; "" at top level
+  int64_t iteration = -1;          // the innermost loop's iteration (-1: not in a loop)
+  int replicas_replayed = 1;       // the replicas replayed together (the step's, or 1)
+  bool outputs_compared = false;   // the parts held outputs and they were compared
+  std::vector<std::string> output_mismatches;  // "replica 1 out0": replayed != recorded
+  std::string note;                // why the parts were not replayed together, if they were not
   std::string bad_input;           // the input leaf holding non-finite values, if any
   std::vector<int64_t> bad_input_index;
   std::string bad_input_note;      // its bad values and the first op that reads it

@@ -6,8 +6,10 @@
 #include <filesystem>
 #include <fstream>
 #include <mutex>
+#include <set>
 #include <sstream>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "core/io/atomic_file.h"
@@ -21,6 +23,7 @@ using Json = nlohmann::ordered_json;
 
 constexpr const char* kFormat = "fjit-replay-1";
 constexpr const char* kInputsFile = "inputs.safetensors";
+constexpr const char* kOutputsFile = "outputs.safetensors";
 constexpr const char* kMetaFile = "meta.json";
 constexpr const char* kReportFile = "report.txt";
 
@@ -44,24 +47,34 @@ void write_text(const std::string& path, const std::string& text) {
   f.commit();
 }
 
-// Bundles already in `dir` (directories named step*_replica*).
-int count_bundles(const std::string& dir) {
-  int n = 0;
+std::string part_name(int64_t step, int replica) {
+  return "step" + std::to_string(step) + "_replica" + std::to_string(replica);
+}
+
+// Whether `dir` may take a part of step `step`: a part of that step is there already, or
+// fewer than `max_steps` steps have parts there.
+bool may_write(const std::string& dir, int64_t step, int max_steps) {
+  std::set<std::string> steps;
+  const std::string mine = "step" + std::to_string(step);
   std::error_code ec;
   for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
     const std::string name = it->path().filename().string();
-    if (name.rfind("step", 0) == 0 && name.find("_replica") != std::string::npos) ++n;
+    const size_t sep = name.find("_replica");
+    if (name.rfind("step", 0) != 0 || sep == std::string::npos) continue;
+    if (name.substr(0, sep) == mine) return true;
+    steps.insert(name.substr(0, sep));
   }
-  return n;
+  return static_cast<int>(steps.size()) < max_steps;
 }
 
-Json meta_json(const StepChecks& s) {
+Json meta_json(const StepChecks& s, bool raised) {
   Json m;
   m["format"] = kFormat;
   m["function"] = s.function;
   m["step"] = s.step;
   m["replica"] = s.replica;
   m["num_replicas"] = s.num_replicas;
+  m["raised"] = raised;
   m["axis_names"] = std::vector<std::string>(s.axis_names.begin(), s.axis_names.end());
   m["check_mode"] = check_mode_name(s.mode);
   m["fingerprint"] = hex(plan_fingerprint(*s.exe));
@@ -105,18 +118,22 @@ uint64_t plan_fingerprint(const Executable& exe) {
   return h;
 }
 
-std::string write_replay_bundle(const StepChecks& s, const std::string& report) {
+std::string replay_part_path(const std::string& dir, int64_t step, int replica) {
+  return (fs::path(dir).parent_path() / part_name(step, replica)).string();
+}
+
+std::string write_replay_bundle(const StepChecks& s, const std::string& report, bool raised) {
   const CheckDumpOptions opts = check_dump_options();
   if (opts.dir.empty()) return "";
-  const std::string name = "step" + std::to_string(s.step) + "_replica" + std::to_string(s.replica);
+  const std::string name = part_name(s.step, s.replica);
   const fs::path final_dir = fs::path(opts.dir) / name;
   const fs::path tmp_dir = fs::path(opts.dir) / ("." + name + ".tmp-" + std::to_string(::getpid()));
   std::lock_guard<std::mutex> lock(g_write_mu);
   try {
     fs::create_directories(opts.dir);
-    if (count_bundles(opts.dir) >= opts.max_bundles) {
+    if (!may_write(opts.dir, s.step, opts.max_bundles)) {
       if (g_skipped_logged++ == 0)
-        log().warn("fjit: {} holds {} replay bundles (the most FJIT_CHECK_DUMP_MAX allows): "
+        log().warn("fjit: {} holds replay bundles of {} steps (the most FJIT_CHECK_DUMP_MAX allows): "
                    "raising steps from now on write none", opts.dir, opts.max_bundles);
       return "";
     }
@@ -130,7 +147,12 @@ std::string write_replay_bundle(const StepChecks& s, const std::string& report) 
     for (size_t i = 0; i < s.inputs.size(); ++i) ckpt.tensors.emplace_back(s.input_paths[i], *s.inputs[i]);
     ckpt.metadata["fjit.replay"] = kFormat;
     io::save_checkpoint((tmp_dir / kInputsFile).string(), ckpt);
-    write_text((tmp_dir / kMetaFile).string(), meta_json(s).dump(2) + "\n");
+    io::Checkpoint outs;
+    for (size_t k = 0; k < s.outputs.size(); ++k)
+      if (s.outputs[k].valid()) outs.tensors.emplace_back(fmt::format("out{}", k), s.outputs[k]);
+    outs.metadata["fjit.replay"] = kFormat;
+    io::save_checkpoint((tmp_dir / kOutputsFile).string(), outs);
+    write_text((tmp_dir / kMetaFile).string(), meta_json(s, raised).dump(2) + "\n");
     write_text((tmp_dir / kReportFile).string(), report + "\n");
     fs::rename(tmp_dir, final_dir);
   } catch (const std::exception& e) {
@@ -162,6 +184,7 @@ ReplayBundle load_replay_bundle(const std::string& dir) {
     b.step = m.at("step").get<int64_t>();
     b.replica = m.at("replica").get<int>();
     b.num_replicas = m.at("num_replicas").get<int>();
+    b.raised = m.value("raised", true);
     b.axis_names = m.at("axis_names").get<std::vector<std::string>>();
     const std::string mode = m.at("check_mode").get<std::string>();
     if (mode == "all") b.mode = CheckMode::all;
@@ -191,6 +214,8 @@ ReplayBundle load_replay_bundle(const std::string& dir) {
                                meta_path + " lists '" + want + "'");
   }
   b.inputs = std::move(ckpt.tensors);
+  const std::string outputs_path = (fs::path(dir) / kOutputsFile).string();
+  if (fs::exists(outputs_path)) b.outputs = io::load_checkpoint(outputs_path).tensors;
   std::ifstream report((fs::path(dir) / kReportFile).string());
   if (report) {
     std::stringstream r;

@@ -9,9 +9,13 @@
 namespace fjit {
 
 // Evaluates `exe`'s graph node by node with the reference kernels on the bundle's inputs (as
-// replica b.replica alone) and fills r's op fields (found, op, type, site, stack, index,
-// problem, operands, after_collective) and bad-input fields, as checks/replay.h describes.
-void search_first_bad_op(const Executable& exe, const ReplayBundle& b, ReplayResult& r);
+// replica ctx.replica; its collectives go through ctx.comm when set, so every replica of
+// ctx.comm must walk at once), the graphs of loops and branches included, and fills r's op
+// fields (found, op, type, site, stack, index, problem, operands, after_collective, replica,
+// inside, iteration) and bad-input fields, as checks/replay.h describes. With other replicas
+// replayed alongside, a collective is never the op found (its bad value came from a peer).
+// Returns the position of the op found in the walk (ops walked before it), or -1.
+int64_t search_first_bad_op(const Executable& exe, const ReplayBundle& b, const RunContext& ctx, ReplayResult& r);
 
 // The whole replay result as text (ReplayResult::text).
 std::string format_replay(const ReplayResult& r);

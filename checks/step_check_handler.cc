@@ -112,8 +112,8 @@ bool handle_step_checks(const StepChecks& s) {
       report += "\n  (replicas run plans with different numbers of checks; site numbers are this replica's)";
       break;
     }
-  // Replay bundles (checks/replay_bundle.h): one per replica that raised, before the policy.
-  if (mine > 0 && check_dump_enabled()) write_replay_bundle(s, report);
+  // Replay bundles (checks/replay_bundle.h): every replica writes its part, before the policy.
+  if (check_dump_enabled()) write_replay_bundle(s, report, mine > 0);
   const bool reporter = !s.comm || s.comm->rank() == 0;  // one log entry per step, not one per replica
   switch (s.policy) {
     case CheckPolicy::throw_error:

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <thread>
 
+#include "core/base/activity.h"
 #include "core/base/log.h"
 #include "core/base/metrics.h"
 #include "core/base/timeline.h"
@@ -63,6 +64,8 @@ MpiCommunicator::MpiCommunicator(MPI_Comm comm, StallPolicy policy) : policy_(po
   MPI_Comm_size(local, &local_size_);
   MPI_Comm_free(&local);
   roll_call_ = std::make_unique<MpiRollCall>(comm_);
+  owner_ = std::this_thread::get_id();
+  if (comm == MPI_COMM_WORLD) set_activity_poll(&MpiCommunicator::poll_point, this);
   pacing_ = pacing_for(local_size_);
   requests_.assign(2 * static_cast<size_t>(size_), MPI_REQUEST_NULL);
   chunks_.assign(static_cast<size_t>(size_), ElementRange{});
@@ -70,6 +73,7 @@ MpiCommunicator::MpiCommunicator(MPI_Comm comm, StallPolicy policy) : policy_(po
 }
 
 MpiCommunicator::~MpiCommunicator() {
+  set_activity_poll_if(&MpiCommunicator::poll_point, this);
   // Freeing after MPI_Finalize is an error; at that point the handles are dead anyway.
   if (window_ != MPI_WIN_NULL && mpi_active()) {
     MPI_Win_unlock_all(window_);
@@ -79,9 +83,21 @@ MpiCommunicator::~MpiCommunicator() {
   if (comm_ != MPI_COMM_NULL && mpi_active()) MPI_Comm_free(&comm_);
 }
 
-void MpiCommunicator::enter(const char* name) {
+void MpiCommunicator::enter(const char* name, uint64_t bytes) {
   collective_ = name;
   ++calls_;
+  enter_collective(rank_, name, calls_, bytes);
+}
+
+void MpiCommunicator::poll_point(void* self) {
+  auto* c = static_cast<MpiCommunicator*>(self);
+  // MPI is called by the thread that made the communicator only (MPI_THREAD_FUNNELED), and
+  // at most every few milliseconds.
+  if (std::this_thread::get_id() != c->owner_) return;
+  const auto now = std::chrono::steady_clock::now();
+  if (now - c->last_poll_ < std::chrono::milliseconds(5)) return;
+  c->last_poll_ = now;
+  c->roll_call_->answer_busy(c->calls_);
 }
 
 unsigned char* MpiCommunicator::scratch(size_t nbytes) {
@@ -93,6 +109,7 @@ void MpiCommunicator::wait(int n, MPI_Request* requests) {
   int done = 0;
   MPI_Testall(n, requests, &done, MPI_STATUSES_IGNORE);
   if (done) return;
+  const WaitingInCollective waiting(rank_);  // for stall reports (core/base/activity.h)
   const int64_t wait_start = timeline::enabled() ? now_ns() : -1;  // the timeline's "wait"
   StallTimer timer(policy_, pacing_);
   for (;;) {
@@ -141,7 +158,7 @@ void MpiCommunicator::abort_stall(double waited) {
 void MpiCommunicator::all_reduce(void* data, int64_t count, DType dtype, ReduceOp op) {
   CollectiveRecord record(true, CollectiveKind::all_reduce,
                           count > 0 ? count * dtype_size(dtype) : 0);
-  enter("all_reduce");
+  enter("all_reduce", count > 0 ? count * dtype_size(dtype) : 0);
   if (count <= 0) return;
   if (size_ == 1) {
     if (single_contribution_changes(dtype, op)) {
@@ -236,7 +253,7 @@ void MpiCommunicator::all_reduce_segment(unsigned char* data, int count, DType d
 
 void MpiCommunicator::broadcast(void* data, size_t nbytes, int root) {
   CollectiveRecord record(true, CollectiveKind::other, static_cast<int64_t>(nbytes));
-  enter("broadcast");
+  enter("broadcast", nbytes);
   if (root < 0 || root >= size_) {
     abort_job(fmt::format("broadcast root {} is not a rank of a group of {}", root, size_));
   }
@@ -252,7 +269,7 @@ void MpiCommunicator::broadcast(void* data, size_t nbytes, int root) {
 
 void MpiCommunicator::all_gather(const void* send, void* recv, size_t nbytes_per_rank) {
   CollectiveRecord record(true, CollectiveKind::other, static_cast<int64_t>(nbytes_per_rank));
-  enter("all_gather");
+  enter("all_gather", nbytes_per_rank);
   auto* out = static_cast<unsigned char*>(recv);
   const auto* in = static_cast<const unsigned char*>(send);
   unsigned char* mine = out + static_cast<size_t>(rank_) * nbytes_per_rank;

@@ -44,10 +44,12 @@
 
 #include <mpi.h>
 
+#include <chrono>
 #include <cstdint>
 #include <limits>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "core/kernels/collective/communicator.h"
@@ -105,7 +107,9 @@ class MpiCommunicator final : public Communicator {
   MPI_Comm comm() const { return comm_; }
 
  private:
-  void enter(const char* name);
+  void enter(const char* name, uint64_t bytes = 0);
+  // The activity poll (core/base/activity.h): answers stall roll calls while computing.
+  static void poll_point(void* self);
   // Polls `n` requests to completion under the stall policy.
   void wait(int n, MPI_Request* requests);
   // The stall policy's messages for this rank, having waited `waited` seconds in the current
@@ -145,6 +149,8 @@ class MpiCommunicator final : public Communicator {
   WaitPacing pacing_;  // spins less when more ranks share this machine than it has cores
   const char* collective_ = "(none)";
   uint64_t calls_ = 0;
+  std::thread::id owner_;  // the thread that may call MPI (and answers at poll points)
+  std::chrono::steady_clock::time_point last_poll_{};
   std::unique_ptr<MpiRollCall> roll_call_;  // who is where, asked only when a wait stalls
   size_t segment_bytes_ = kDefaultSegmentBytes;
   // Kept across calls so that the hot path does not allocate.

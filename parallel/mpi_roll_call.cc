@@ -8,6 +8,8 @@
 
 #include <fmt/format.h>
 
+#include "checks/activity_report.h"
+#include "core/trace/thread_stacks.h"
 #include "parallel/mpi_runtime.h"
 
 namespace fjit {
@@ -15,7 +17,8 @@ namespace {
 
 constexpr int kTag = 1;  // the roll call's communicator carries nothing else
 constexpr int kQuery = 1;
-constexpr int kAnswer = 2;
+constexpr int kAnswer = 2;  // from a rank waiting in a collective
+constexpr int kBusy = 3;    // from a rank computing (a poll point: core/base/activity.h)
 constexpr size_t kHostBytes = 256;
 // How often a surveying rank looks for answers.
 constexpr auto kPollEvery = std::chrono::milliseconds(1);
@@ -43,10 +46,12 @@ struct MpiRollCall::Heard {
   bool any = false;
   Note note;
   uint64_t at_seq = 0;  // the surveyor's collective number when the note came
+  std::string doing;    // an answer's account of what its rank is doing
 };
 
+// A note, then (answers only) the text saying what the rank is doing.
 struct MpiRollCall::Outgoing {
-  Note note;
+  std::vector<char> bytes;
   MPI_Request request = MPI_REQUEST_NULL;
 };
 
@@ -84,44 +89,73 @@ void MpiRollCall::send(int to, int kind, const char* collective, uint64_t seq) {
     if (!done) break;
     outbox_->pop_front();
   }
+  Note note;
+  note.kind = kind;
+  note.rank = rank_;
+  note.seq = seq;
+  std::snprintf(note.collective, sizeof note.collective, "%s", collective);
+  // What this rank is doing: built once per roll call that reaches it (symbolizing stacks
+  // is slow), and only for answers.
+  const auto now = std::chrono::steady_clock::now();
+  if (kind != kQuery && (doing_.empty() || now - doing_at_ > std::chrono::seconds(1))) {
+    doing_ = doing();
+    doing_at_ = now;
+  }
   Outgoing& o = outbox_->emplace_back();  // a deque: earlier notes do not move
-  o.note.kind = kind;
-  o.note.rank = rank_;
-  o.note.seq = seq;
-  std::snprintf(o.note.collective, sizeof o.note.collective, "%s", collective);
-  MPI_Isend(&o.note, sizeof(Note), MPI_BYTE, to, kTag, comm_, &o.request);
+  o.bytes.resize(sizeof(Note) + (kind == kQuery ? 0 : doing_.size()));
+  std::memcpy(o.bytes.data(), &note, sizeof(Note));
+  if (kind != kQuery) std::memcpy(o.bytes.data() + sizeof(Note), doing_.data(), doing_.size());
+  MPI_Isend(o.bytes.data(), static_cast<int>(o.bytes.size()), MPI_BYTE, to, kTag, comm_, &o.request);
 }
 
-void MpiRollCall::drain(const char* collective, uint64_t seq) {
+std::string MpiRollCall::doing() const {
+  std::string lines = fmt::format("{}\nhost stacks (pid {}):\n{}", describe_replica_activity(rank_),
+                                  static_cast<long>(::getpid()), all_thread_stacks());
+  while (!lines.empty() && lines.back() == '\n') lines.pop_back();
+  for (size_t at = lines.find('\n'); at != std::string::npos; at = lines.find('\n', at + 1)) lines.replace(at, 1, "\n    ");
+  return lines;
+}
+
+void MpiRollCall::drain(const char* collective, uint64_t seq, int reply) {
   for (;;) {
     int flag = 0;
     MPI_Message message;
     MPI_Status status;
     MPI_Improbe(MPI_ANY_SOURCE, kTag, comm_, &flag, &message, &status);
     if (!flag) return;
+    int count = 0;
+    MPI_Get_count(&status, MPI_BYTE, &count);
+    std::vector<char> bytes(std::max<size_t>(static_cast<size_t>(count), sizeof(Note)));
+    MPI_Mrecv(bytes.data(), count, MPI_BYTE, &message, MPI_STATUS_IGNORE);
     Note note;
-    MPI_Mrecv(&note, sizeof(Note), MPI_BYTE, &message, MPI_STATUS_IGNORE);
+    std::memcpy(&note, bytes.data(), sizeof(Note));
     note.collective[sizeof note.collective - 1] = '\0';
     const int from = status.MPI_SOURCE;
     // A note about a collective more than one call away from this rank's is left over from
     // a stall that resolved itself (every collective needs every rank).
     if (note.seq + 1 < seq || note.seq > seq + 1) continue;
-    heard_[from] = Heard{true, note, seq};
-    if (note.kind == kQuery) send(from, kAnswer, collective, seq);
+    heard_[from] = Heard{true, note, seq,
+                         count > static_cast<int>(sizeof(Note))
+                             ? std::string(bytes.data() + sizeof(Note), bytes.data() + count)
+                             : std::string()};
+    if (note.kind == kQuery) send(from, reply, collective, seq);
   }
 }
 
-void MpiRollCall::answer(const char* collective, uint64_t seq) { drain(collective, seq); }
+void MpiRollCall::answer(const char* collective, uint64_t seq) { drain(collective, seq, kAnswer); }
+
+void MpiRollCall::answer_busy(uint64_t seq) { drain("(computing)", seq, kBusy); }
 
 std::string MpiRollCall::survey(const char* collective, uint64_t seq,
                                 std::chrono::milliseconds grace) {
   std::fill(heard_.begin(), heard_.end(), Heard{});
-  drain(collective, seq);  // queries that came first are answers too: their senders wait
+  doing_.clear();
+  drain(collective, seq, kAnswer);  // queries that came first are answers too: their senders wait
   for (int r = 0; r < size_; ++r)
     if (r != rank_) send(r, kQuery, collective, seq);
   const auto deadline = std::chrono::steady_clock::now() + grace;
   for (;;) {
-    drain(collective, seq);
+    drain(collective, seq, kAnswer);
     int heard = 0;
     for (int r = 0; r < size_; ++r) heard += r != rank_ && heard_[r].any && heard_[r].at_seq == seq;
     if (heard == size_ - 1 || std::chrono::steady_clock::now() >= deadline) break;
@@ -137,7 +171,7 @@ std::string MpiRollCall::describe(const char* collective, uint64_t seq) const {
     const Heard& h = heard_[r];
     if (r == rank_) {
       waiting.push_back(r);
-    } else if (!h.any || h.at_seq != seq) {
+    } else if (!h.any || h.at_seq != seq || h.note.kind == kBusy) {
       missing.push_back(r);
     } else if (h.note.seq == seq && std::strcmp(h.note.collective, collective) == 0) {
       waiting.push_back(r);
@@ -168,6 +202,22 @@ std::string MpiRollCall::describe(const char* collective, uint64_t seq) const {
   out += missing.empty() ? "none (every rank answered)" : by_host(missing);
   out += "; waiting in it: " + by_host(waiting);
   if (!elsewhere.empty()) out += "; in other collectives: " + elsewhere;
+  out += "\nwhat each rank is doing:";
+  for (int r = 0; r < size_; ++r) {
+    const Heard& h = heard_[r];
+    if (r == rank_)
+      out += fmt::format("\n  rank {} (on {}, this rank): {}", r, hosts_[r], doing_.empty() ? doing() : doing_);
+    else if (h.any && h.at_seq == seq && h.note.kind == kQuery)
+      out += fmt::format("\n  rank {} (on {}): waiting in {} #{} (it asked the others; its account did not come)",
+                         r, hosts_[r], h.note.collective, h.note.seq);
+    else if (!h.any || h.at_seq != seq)
+      out += fmt::format("\n  rank {} (on {}): cannot answer (it is neither waiting in a collective nor at a "
+                         "poll point: computing in a kernel that does not poll, in host code, stopped, or dead)",
+                         r, hosts_[r]);
+    else
+      out += fmt::format("\n  rank {} (on {}){}: {}", r, hosts_[r],
+                         h.note.kind == kBusy ? " answered while computing" : "", h.doing);
+  }
   return out;
 }
 

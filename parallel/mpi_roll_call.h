@@ -39,14 +39,20 @@ class MpiRollCall {
   MpiRollCall& operator=(const MpiRollCall&) = delete;
   ~MpiRollCall();
 
-  // Answers the queries that have come, saying this rank waits in `collective` #`seq`.
+  // Answers the queries that have come, saying this rank waits in `collective` #`seq`, and
+  // what it is doing (checks/activity_report.h) with its host stacks (all threads).
   // Called by a waiting rank on its slow path.
   void answer(const char* collective, uint64_t seq);
+  // The same from a rank that is computing (at a poll point of a long kernel, having made
+  // `seq` collective calls): it has not arrived, but says what it is doing.
+  void answer_busy(uint64_t seq);
 
   // Asks every other rank where it is and waits up to `grace` for the answers (answering
   // others meanwhile), this rank being in `collective` #`seq`. Returns what it learned:
   //   "not arrived: rank 3 (on node2); waiting in it: ranks 0,1 (on node1), rank 2 (on node2)"
-  // followed by "; in other collectives: rank 4 (on node2) in barrier #58" when some are.
+  // followed by "; in other collectives: rank 4 (on node2) in barrier #58" when some are,
+  // then "\nwhat each rank is doing:" and one entry per rank: its instruction, its
+  // collective and its host stacks as it answered, or that it cannot answer.
   std::string survey(const char* collective, uint64_t seq, std::chrono::milliseconds grace);
 
   const std::string& host(int rank) const { return hosts_.at(rank); }
@@ -56,15 +62,18 @@ class MpiRollCall {
   struct Heard;
   struct Outgoing;
   void send(int to, int kind, const char* collective, uint64_t seq);
-  // Receives every note that has come; answers queries; keeps the current ones.
-  void drain(const char* collective, uint64_t seq);
+  // Receives every note that has come; answers queries (as `reply`); keeps the current ones.
+  void drain(const char* collective, uint64_t seq, int reply);
+  std::string doing() const;  // this rank's activity and host stacks
   std::string describe(const char* collective, uint64_t seq) const;
 
   MPI_Comm comm_ = MPI_COMM_NULL;
   int rank_ = 0;
   int size_ = 1;
   std::vector<std::string> hosts_;
-  std::vector<Heard> heard_;  // per rank: the latest note, and this rank's call when it came
+  std::vector<Heard> heard_;
+  std::string doing_;  // this rank's answer text, reused for a second
+  std::chrono::steady_clock::time_point doing_at_{};  // per rank: the latest note, and this rank's call when it came
   // Notes being sent: their buffers must outlive their requests.
   std::unique_ptr<std::deque<Outgoing>> outbox_;
 };

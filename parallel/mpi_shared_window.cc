@@ -34,6 +34,7 @@
 #include <string>
 #include <vector>
 
+#include "core/base/activity.h"
 #include "core/base/config.h"
 #include "core/base/log.h"
 #include "core/base/metrics.h"
@@ -181,7 +182,7 @@ void MpiCommunicator::all_reduce_apply(const void* src, void* scratch_buffer, in
     return;
   }
   CollectiveRecord record(true, CollectiveKind::all_reduce, count * dtype_size(dtype));
-  enter("all_reduce");
+  enter("all_reduce", count * dtype_size(dtype));
   metrics().allreduce_shared_window.fetch_add(1, std::memory_order_relaxed);
   window_reduce(src, count, dtype, ReduceOp::sum, ctx, apply);
 }
@@ -193,6 +194,7 @@ void MpiCommunicator::window_reduce(const void* src, int64_t count, DType dtype,
   WindowWaiter waiter(*this);
   auto meet = [&] {
     MPI_Win_sync(window_);  // this rank's stores before the barrier, others' after it
+    const WaitingInCollective waiting(rank_);  // for stall reports (core/base/activity.h)
     window_barrier_->arrive_and_wait(&window_sense_, policy_, waiter);
     MPI_Win_sync(window_);
   };

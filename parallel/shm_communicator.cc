@@ -1,5 +1,7 @@
 #include "parallel/shm_communicator.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstddef>
 #include <cstdlib>
@@ -8,7 +10,10 @@
 #include <thread>
 #include <vector>
 
+#include "checks/activity_report.h"
+#include "core/base/activity.h"
 #include "core/base/log.h"
+#include "core/trace/thread_stacks.h"
 #include "parallel/collective_metrics.h"
 #include "parallel/communicator_reduce.h"
 
@@ -29,7 +34,7 @@ class ShmCommunicator final : public Communicator {
   void all_reduce(void* data, int64_t count, DType dtype, ReduceOp op) override {
     CollectiveRecord record(rank_ == 0, CollectiveKind::all_reduce,
                             count > 0 ? count * dtype_size(dtype) : 0);
-    enter("all_reduce");
+    enter("all_reduce", count > 0 ? count * dtype_size(dtype) : 0);
     const int n = group_->size_;
     if (count <= 0) return;
     if (n == 1) {
@@ -59,7 +64,7 @@ class ShmCommunicator final : public Communicator {
     }
     CollectiveRecord record(rank_ == 0, CollectiveKind::all_reduce,
                             count > 0 ? count * dtype_size(dtype) : 0);
-    enter("all_reduce");
+    enter("all_reduce", count > 0 ? count * dtype_size(dtype) : 0);
     const int n = group_->size_;
     if (count <= 0) return;
     if (n == 1) {
@@ -87,7 +92,7 @@ class ShmCommunicator final : public Communicator {
 
   void broadcast(void* data, size_t nbytes, int root) override {
     CollectiveRecord record(rank_ == 0, CollectiveKind::other, static_cast<int64_t>(nbytes));
-    enter("broadcast");
+    enter("broadcast", nbytes);
     check_root(root);
     if (nbytes == 0 || group_->size_ == 1) return;
     me().data = data;
@@ -100,7 +105,7 @@ class ShmCommunicator final : public Communicator {
   void all_gather(const void* send, void* recv, size_t nbytes_per_rank) override {
     CollectiveRecord record(rank_ == 0, CollectiveKind::other,
                             static_cast<int64_t>(nbytes_per_rank));
-    enter("all_gather");
+    enter("all_gather", nbytes_per_rank);
     if (nbytes_per_rank == 0) return;
     auto* out = static_cast<unsigned char*>(recv);
     const int n = group_->size_;
@@ -120,7 +125,7 @@ class ShmCommunicator final : public Communicator {
 
   void barrier() override {
     CollectiveRecord record(rank_ == 0, CollectiveKind::other, 0);
-    enter("barrier");
+    enter("barrier", 0);
     if (group_->size_ > 1) group_->arrive_and_wait(rank_);
   }
 
@@ -132,9 +137,10 @@ class ShmCommunicator final : public Communicator {
   ShmGroup::Slot& me() { return group_->slots_[rank_]; }
 
   // Records which collective this replica is in, for the stall reports of the others.
-  void enter(const char* name) {
+  void enter(const char* name, uint64_t bytes) {
     me().collective.store(name, std::memory_order_relaxed);
-    me().calls.fetch_add(1, std::memory_order_relaxed);
+    const uint64_t seq = me().calls.fetch_add(1, std::memory_order_relaxed) + 1;
+    enter_collective(rank_, name, seq, bytes);
     if (group_->cancelled()) group_->throw_cancelled(rank_);
   }
 
@@ -184,6 +190,7 @@ void ShmGroup::arrive_and_wait(int rank) {
   me.arrivals.fetch_add(1, std::memory_order_relaxed);
   if (cancelled()) throw_cancelled(rank);
   StallReporter reporter(*this, rank);
+  const WaitingInCollective waiting(rank);
   if (!barrier_.arrive_and_wait(&me.local_sense, policy_, reporter)) throw_cancelled(rank);
 }
 
@@ -206,10 +213,18 @@ std::string ShmGroup::describe_stall(int rank, double waited_seconds) const {
                            s.calls.load(std::memory_order_relaxed));
   }
   if (missing.empty()) missing = "none (all arrived; the barrier is being released)";
+  std::string doing;
+  for (int r = 0; r < size_; ++r) {
+    std::string lines = describe_replica_activity(r);
+    for (size_t at = lines.find('\n'); at != std::string::npos; at = lines.find('\n', at + 1))
+      lines.replace(at, 1, "\n    ");
+    doing += fmt::format("\n  replica {}: {}", r, lines);
+  }
   return fmt::format("stall: replica {} of {} (threads) has waited {:.2f} s in {} #{}; "
-                     "not arrived: {}",
+                     "not arrived: {}\nwhat each replica is doing:{}\nhost stacks (pid {}):\n{}",
                      rank, size_, waited_seconds, me.collective.load(),
-                     me.calls.load(std::memory_order_relaxed), missing);
+                     me.calls.load(std::memory_order_relaxed), missing, doing, static_cast<long>(::getpid()),
+                     all_thread_stacks());
 }
 
 void ShmGroup::abort_job(int rank, const std::string& message) const {

@@ -142,13 +142,125 @@ TEST_F(ReplayTest, PmapWritesABundlePerRaisingReplicaAndReplaysIt) {
   auto step = pmap(mesh, "batch", step_fn, o);
   const ArrayDict p = mesh.replicate(weights());
   step(p, batch(8, 6, -3.0f));
-  ASSERT_EQ(entries(), std::vector<std::string>{"step0_replica1"}) << "only replica 1 raised";
+  ASSERT_EQ(entries(), (std::vector<std::string>{"step0_replica0", "step0_replica1"})) << "every replica's part";
+  EXPECT_FALSE(load_replay_bundle(dir_ + "/step0_replica0").raised);
+  EXPECT_TRUE(load_replay_bundle(dir_ + "/step0_replica1").raised);
   const ReplayResult r = replay(dir_ + "/step0_replica1", step.function());
   ASSERT_TRUE(r.found) << r.text;
   EXPECT_EQ(r.op, "log");
+  EXPECT_EQ(r.replica, 1);
+  EXPECT_EQ(r.replicas_replayed, 2);
   EXPECT_EQ(r.index, (std::vector<int64_t>{2, 1})) << "row 6 of the batch is row 2 of replica 1's shard\n" << r.text;
   EXPECT_EQ(r.bundle.num_replicas, 2);
   EXPECT_EQ(r.bundle.axis_names, std::vector<std::string>{"batch"});
+}
+
+// Three thread replicas; only replica 1's shard (rows 4..7 of 12) holds a negative value, so
+// its log makes a NaN that reaches replicas 0 and 2 through the psum. The oracle: the test
+// put the value there.
+TEST_F(ReplayTest, ANanFromReplicaOneThroughAPsumIsTracedToReplicaOne) {
+  Mesh mesh = Mesh::threads(3);
+  auto step_fn = [](const Params& p, const Tensor& x) {
+    Tensor local = sum(log(x * p["w"]));
+    Tensor total = psum(local, "batch");
+    check(isfinite(total), "total {} is not finite", total);
+    return std::tuple{total, local};
+  };
+  PmapOptions o;
+  o.jit.checks = CheckMode::user;
+  o.jit.policy = CheckPolicy::log;
+  auto step = pmap(mesh, "batch", step_fn, o);
+  const ArrayDict p = mesh.replicate(weights());
+  step(p, batch(12, 6, -3.0f));  // row 6: replica 1's row 2
+  ASSERT_EQ(entries(), (std::vector<std::string>{"step0_replica0", "step0_replica1", "step0_replica2"}));
+  const ReplayBundle b0 = load_replay_bundle(dir_ + "/step0_replica0");
+  ASSERT_EQ(b0.outputs.size(), 2u);
+  EXPECT_TRUE(std::isnan(b0.outputs[0].second.item<float>())) << "replica 0 recorded the psum's NaN";
+  EXPECT_TRUE(std::isfinite(b0.outputs[1].second.item<float>())) << "its own data is fine";
+
+  const ReplayResult r = replay(dir_ + "/step0_replica0", step.function());  // any part will do
+  std::printf("%s", r.text.c_str());
+  EXPECT_EQ(r.replicas_replayed, 3) << r.text;
+  EXPECT_TRUE(r.outputs_compared);
+  EXPECT_TRUE(r.output_mismatches.empty()) << r.text;
+  ASSERT_TRUE(r.found) << r.text;
+  EXPECT_EQ(r.op, "log") << r.text;
+  EXPECT_EQ(r.replica, 1) << r.text;
+  EXPECT_EQ(r.index, (std::vector<int64_t>{2, 1})) << r.text;
+  EXPECT_NE(r.text.find("all 3 replicas together"), std::string::npos) << r.text;
+  EXPECT_NE(r.text.find("first bad op in plan order: log f32[4,3]"), std::string::npos) << r.text;
+  EXPECT_NE(r.text.find(", on replica 1\n"), std::string::npos) << r.text;
+  EXPECT_NE(r.text.find("bit-identical"), std::string::npos) << r.text;
+
+  // Replica 0's part alone: its collective gives its own value and nothing goes bad.
+  fs::remove_all(dir_ + "/step0_replica1");
+  const ReplayResult alone = replay(dir_ + "/step0_replica0", step.function());
+  EXPECT_EQ(alone.replicas_replayed, 1);
+  EXPECT_FALSE(alone.found) << alone.text;
+  EXPECT_NE(alone.text.find("replica 0 of 3 alone"), std::string::npos) << alone.text;
+}
+
+// A scan over the rows: the body's log of row 5 makes the NaN; the replay names the op in
+// the body and the iteration (the oracle: the row the test poisoned).
+TEST_F(ReplayTest, ANanInsideAScanBodyNamesTheIteration) {
+  auto fn = [](const Tensor& x) {
+    auto [total, ys] = scan([](const Tensor& c, const Tensor& row) {
+      Tensor v = sum(log(row));
+      return std::pair{c + v, v};
+    }, scalar(DType::f32, 0.0), x);
+    check(isfinite(total), "total {} is not finite", total);
+    return total;
+  };
+  auto f = jit(fn, throwing());
+  EXPECT_THROW(f(batch(8, 5, -1.0f)), CheckError);
+  const ReplayResult r = replay(dir_ + "/step0_replica0", fn);
+  std::printf("%s", r.text.c_str());
+  ASSERT_TRUE(r.found) << r.text;
+  EXPECT_EQ(r.op, "log") << r.text;
+  EXPECT_EQ(r.iteration, 5) << r.text;
+  EXPECT_EQ(r.index, (std::vector<int64_t>{1})) << "element 1 of row 5\n" << r.text;
+  EXPECT_NE(r.inside.find("iteration 5 of scan at"), std::string::npos) << r.text;
+  EXPECT_NE(r.text.find("iteration 5 of scan"), std::string::npos) << r.text;
+  EXPECT_NE(r.text.find("operand 0: operand 1 of the body f32[3]"), std::string::npos) << "the row, not input 1\n"
+                                                                                   << r.text;
+  EXPECT_TRUE(r.outputs_compared);
+  EXPECT_TRUE(r.output_mismatches.empty()) << r.text;
+}
+
+// The same inside a fori_loop nested in a cond: the loops around the op are named.
+TEST_F(ReplayTest, ANanInsideAForiLoopInACondNamesTheIteration) {
+  auto fn = [](const Tensor& x) {
+    Tensor out = cond(sum(x) > 0.0, [](const Tensor& v) {
+      return fori_loop(0, 8, [&v](const Tensor& i, const Tensor& c) {
+        return c + sum(sqrt(take(v, reshape(i, {1}), 0)));
+      }, scalar(DType::f32, 0.0));
+    }, [](const Tensor& v) { return sum(v); }, x);
+    check(isfinite(out), "out {} is not finite", out);
+    return out;
+  };
+  auto f = jit(fn, throwing());
+  EXPECT_THROW(f(batch(8, 3, -4.0f)), CheckError);
+  const ReplayResult r = replay(dir_ + "/step0_replica0", fn);
+  ASSERT_TRUE(r.found) << r.text;
+  EXPECT_EQ(r.op, "sqrt") << r.text;
+  EXPECT_EQ(r.iteration, 3) << r.text;
+  EXPECT_NE(r.inside.find("iteration 3 of fori_loop"), std::string::npos) << r.text;
+  EXPECT_NE(r.inside.find("true branch of cond"), std::string::npos) << r.text;
+}
+
+// Bad data with every check on: the first reader named is the user's log, not the
+// comparison the automatic domain check put in front of it.
+TEST_F(ReplayTest, BadDataNamesTheUsersOpNotTheInsertedCheck) {
+  auto fn = [](const Tensor& x) { return sum(log(x)); };
+  JitOptions o = throwing();
+  o.checks = CheckMode::all;
+  auto f = jit(fn, o);
+  EXPECT_THROW(f(batch(8, 6, std::numeric_limits<float>::quiet_NaN())), CheckError);
+  const ReplayResult r = replay(dir_ + "/step0_replica0", fn);
+  std::printf("%s", r.text.c_str());
+  EXPECT_EQ(r.bad_input, "arg0") << r.text;
+  EXPECT_NE(r.bad_input_note.find("first read by log f32[8,3]"), std::string::npos) << r.text;
+  EXPECT_EQ(r.bad_input_note.find("first read by lt"), std::string::npos) << r.text;
 }
 
 TEST_F(ReplayTest, ADifferentFunctionIsAClearError) {
@@ -193,6 +305,7 @@ TEST_F(ReplayTest, BundlesAreBoundedAndNeverHalfWritten) {
   for (int i = 0; i < 5; ++i) f(weights(), batch(8, i, -1.0f));
   EXPECT_EQ(entries(), (std::vector<std::string>{"step0_replica0", "step1_replica0"}))
       << "the first two, and no temporary directory left";
+  EXPECT_TRUE(fs::exists(dir_ + "/step0_replica0/outputs.safetensors"));
 }
 
 TEST_F(ReplayTest, DonatedInputsSurviveARaisingStepWhileDumping) {

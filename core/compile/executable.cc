@@ -1,12 +1,49 @@
 #include "core/compile/executable.h"
 
+#include <atomic>
+#include <chrono>
 #include <sstream>
+#include <thread>
 
+#include "core/base/activity.h"
+#include "core/compile/kernel_sleep_testing.h"
 #include "core/compile/collective_worker.h"
 #include "core/base/metrics.h"
 #include "core/base/timeline.h"
 
 namespace fjit {
+
+namespace {
+
+// The test seam of core/compile/kernel_sleep_testing.h.
+std::atomic<bool> g_sleep_armed{false};
+std::atomic<int> g_sleep_replica{-1};
+std::atomic<int> g_sleep_op{-1};
+std::atomic<int64_t> g_sleep_ms{0};
+
+void maybe_sleep_in(const Instr& instr, int replica) {
+  if (!g_sleep_armed.load(std::memory_order_acquire) || g_sleep_replica.load() != replica ||
+      g_sleep_op.load() != static_cast<int>(instr.op))
+    return;
+  bool armed = true;
+  if (!g_sleep_armed.compare_exchange_strong(armed, false)) return;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(g_sleep_ms.load());
+  while (std::chrono::steady_clock::now() < until) {
+    activity_poll();
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+}
+
+}  // namespace
+
+namespace testing {
+void sleep_in_kernel(int replica, Op op, double seconds) {
+  g_sleep_replica.store(replica);
+  g_sleep_op.store(static_cast<int>(op));
+  g_sleep_ms.store(static_cast<int64_t>(seconds * 1000));
+  g_sleep_armed.store(true, std::memory_order_release);
+}
+}  // namespace testing
 
 const char* overlap_name(Overlap mode) {
   switch (mode) {
@@ -43,15 +80,23 @@ void Executable::run(const void* const* inputs, void* const* outputs, RunContext
     }
   }
   const Frame frame{table, &ctx};
+  // The instruction running, for stall reports (core/base/activity.h).
+  const ActivityLevel level(current_activity(), this);
   if (num_overlapped > 0 && ctx.worker != nullptr && ctx.comm != nullptr) {
-    run_overlapped(frame);
+    run_overlapped(frame, level);
     return;
   }
   if (timeline::enabled()) {
-    run_recorded(frame);
+    run_recorded(frame, level);
     return;
   }
-  for (const Instr& instr : instrs) instr.fn(instr, frame);
+  const int32_t n_instrs = static_cast<int32_t>(instrs.size());
+  const bool seam = g_sleep_armed.load(std::memory_order_relaxed);
+  for (int32_t i = 0; i < n_instrs; ++i) {
+    level.at(i);
+    if (seam) maybe_sleep_in(instrs[i], ctx.replica);
+    instrs[i].fn(instrs[i], frame);
+  }
 }
 
 namespace {
@@ -68,11 +113,15 @@ void run_and_record(const Instr& instr, const Frame& frame) {
 
 }  // namespace
 
-void Executable::run_recorded(const Frame& frame) const {
-  for (const Instr& instr : instrs) run_and_record(instr, frame);
+void Executable::run_recorded(const Frame& frame, const ActivityLevel& level) const {
+  for (size_t i = 0; i < instrs.size(); ++i) {
+    level.at(static_cast<int32_t>(i));
+    if (g_sleep_armed.load(std::memory_order_relaxed)) maybe_sleep_in(instrs[i], frame.ctx->replica);
+    run_and_record(instrs[i], frame);
+  }
 }
 
-void Executable::run_overlapped(const Frame& frame) const {
+void Executable::run_overlapped(const Frame& frame, const ActivityLevel& level) const {
   CollectiveWorker& worker = *frame.ctx->worker;
   worker.begin(num_overlapped);
   // Leaving by an exception: nothing the worker runs may outlive this run's frame.
@@ -83,8 +132,10 @@ void Executable::run_overlapped(const Frame& frame) const {
   const bool recorded = timeline::enabled();
   const size_t n = instrs.size();
   for (size_t i = 0; i < n; ++i) {
+    level.at(static_cast<int32_t>(i));
     if (await_before[i] > 0) worker.wait(await_before[i]);
     const Instr& instr = instrs[i];
+    if (g_sleep_armed.load(std::memory_order_relaxed)) maybe_sleep_in(instr, frame.ctx->replica);
     if (overlapped[i]) {
       worker.submit(instr, frame, recorded);
       continue;

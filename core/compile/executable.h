@@ -17,6 +17,8 @@
 
 namespace fjit {
 
+class ActivityLevel;
+
 // How a step's all-reduces overlap the rest of its plan (core/compile/schedule.h).
 enum class Overlap : uint8_t {
   off,       // graph order: the gradients are reduced after the backward pass
@@ -98,9 +100,9 @@ class Executable {
 
  private:
   // run()'s loop while the timeline records: one event per instruction.
-  void run_recorded(const Frame& frame) const;
+  void run_recorded(const Frame& frame, const ActivityLevel& level) const;
   // run()'s loop with overlapped collectives on frame.ctx->worker.
-  void run_overlapped(const Frame& frame) const;
+  void run_overlapped(const Frame& frame, const ActivityLevel& level) const;
   friend class Compiler;
   size_t table_bytes_ = 0;
 };

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 
+#include "core/base/activity.h"
 #include "core/base/cpu_support.h"
 #include "core/base/log.h"
 #include "core/base/metrics.h"
@@ -242,6 +243,7 @@ StepResult JitCore::run(const CompiledEntry& entry, const FlatArgs& args, std::s
     if (fresh) outputs[k] = Array(exe.output_types[k].dtype, exe.output_types[k].shape);
     s.outs[k] = outputs[k].raw();
   }
+  bind_activity(replica);  // stall reports name the instruction this replica runs
   RunContext ctx;
   ctx.comm = comm;
   ctx.replica = replica;
@@ -294,6 +296,7 @@ StepResult JitCore::run(const CompiledEntry& entry, const FlatArgs& args, std::s
     sc.function = options_.name.c_str();
     sc.inputs = args.leaves;
     sc.input_paths = entry.leaf_paths;
+    sc.outputs = outputs;
     sc.mode = entry.mode;
     sc.axis_names = options_.axis_names;
     sc.num_replicas = options_.num_replicas;

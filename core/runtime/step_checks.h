@@ -46,6 +46,9 @@ struct StepChecks {
   // written), their paths ("arg0.w1", "arg2"), and how the step was traced.
   std::span<const Array* const> inputs;
   std::span<const std::string> input_paths;
+  // This replica's outputs as the step computed them (before a skip restores any): a
+  // multi-replica replay compares its replicas' outputs with them.
+  std::span<const Array> outputs;
   CheckMode mode = CheckMode::user;
   std::span<const std::string> axis_names;
   int num_replicas = 1;

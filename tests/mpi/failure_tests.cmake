@@ -36,3 +36,11 @@ fjit_mpi_failure_test(mpi_rank_stalls_in_reduce_np3 3 "reduce-hang|1"
 # Nobody is missing, but one rank waits in another collective: the report says which.
 fjit_mpi_failure_test(mpi_rank_mismatch_np3 3 "mismatch|2"
   "stall: rank 0 of 3 \\(mpi, on @HOST@\\) has waited [0-9.]+ s in barrier #1. not arrived: none \\(every rank answered\\). waiting in it: ranks 0,1 ${on}. in other collectives: rank 2 ${on} in all_gather #1|stall: rank 2 of 3 \\(mpi, on @HOST@\\) has waited [0-9.]+ s in all_gather #1. not arrived: none \\(every rank answered\\). waiting in it: rank 2 ${on}. in other collectives: rank 0 ${on} in barrier #1, rank 1 ${on} in barrier #1")
+
+# Stuck ranks say what they are doing: rank 1 asleep inside its matmul (a long kernel that
+# polls) or just before its psum answers the roll call with its instruction; the waiting rank
+# gives its collective; both list their host stacks.
+fjit_mpi_failure_test(mpi_rank_in_long_kernel_np2 2 "kernel-sleep|1"
+  "rank 1 ${on} answered while computing: in instruction [0-9]+ of [0-9]+: matmul f32\\[2,5\\] <- f32\\[2,3\\], f32\\[3,5\\], at [^ ]*tests/mpi/rank_failure_main.cc:[0-9]+ in |rank 0 \\(on @HOST@, this rank\\): .*waiting in all_reduce #[0-9]+ \\(axis 'batch', 4 bytes\\) for the other replicas|host stacks \\(pid [0-9]+\\):.  +thread [0-9]+|aborting the job \\(rank 0 of 2, mpi\\): stall: .*answered while computing: in instruction")
+fjit_mpi_failure_test(mpi_rank_before_collective_np3 3 "collective-sleep|2"
+  "rank 2 ${on} answered while computing: in instruction [0-9]+ of [0-9]+: all_reduce f32\\[\\] <- f32\\[\\], at [^ ]*tests/mpi/rank_failure_main.cc:[0-9]+ in (.*)\\(axis 'batch'\\).*not in a collective|rank [01] \\(on @HOST@\\): .*waiting in all_reduce #[0-9]+ \\(axis 'batch', 4 bytes\\)|aborting the job \\(rank [01] of 3, mpi\\): stall: ")

@@ -7,19 +7,39 @@
 // including zero-size ones, because every replica runs the same plan.
 #include <cassert>
 
+#include "core/base/activity.h"
 #include "core/kernels/structural/structural.h"
 #include "core/kernels/collective/communicator.h"
 
 namespace fjit::kernels::st {
 namespace {
 
+// Names the axis of the collective instruction a replica runs, for stall reports
+// (core/base/activity.h), while it runs.
+class AxisNote {
+ public:
+  AxisNote(const Instr& in, const Frame& f) : a_(replica_activity(f.ctx->replica)) {
+    if (a_) a_->axis.store(in.attrs.name.c_str(), std::memory_order_relaxed);
+  }
+  ~AxisNote() {
+    if (a_) a_->axis.store(nullptr, std::memory_order_relaxed);
+  }
+  AxisNote(const AxisNote&) = delete;
+  AxisNote& operator=(const AxisNote&) = delete;
+
+ private:
+  ReplicaActivity* a_;
+};
+
 // p: [0]=elements [1]=bytes
 void all_reduce_kernel(const Instr& in, const Frame& f) {
   const void* src = in.in<void>(f, 0);
   void* dst = in.output<void>(f);
   if (src != dst && in.p[1] > 0) std::memcpy(dst, src, in.p[1]);
-  if (f.ctx && f.ctx->comm)
+  if (f.ctx && f.ctx->comm) {
+    const AxisNote axis(in, f);
     f.ctx->comm->all_reduce(dst, in.p[0], in.out.dtype, static_cast<ReduceOp>(in.attrs.reduce));
+  }
 }
 
 // p: [0]=input bytes [1]=output bytes
@@ -28,6 +48,7 @@ void all_gather_kernel(const Instr& in, const Frame& f) {
   char* dst = in.output<char>(f);
   const int64_t block = in.p[0], total = in.p[1];
   if (f.ctx && f.ctx->comm) {
+    const AxisNote axis(in, f);
     f.ctx->comm->all_gather(src, dst, static_cast<size_t>(block));
     return;
   }
