@@ -43,6 +43,10 @@ void Executable::run(const void* const* inputs, void* const* outputs, RunContext
     }
   }
   const Frame frame{table, &ctx};
+  if (fpe_site >= 0 && ctx.flags != nullptr) {
+    run_fpe(frame, outputs);
+    return;
+  }
   if (num_overlapped > 0 && ctx.worker != nullptr && ctx.comm != nullptr) {
     run_overlapped(frame);
     return;
