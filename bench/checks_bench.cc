@@ -3,6 +3,7 @@
 //   off   CheckMode::off: check() records nothing (the baseline)
 //   prod  CheckMode::user: the checks below, no automatic ones
 //   all   CheckMode::all: the same plus automatic NaN/Inf, division, index and domain checks
+//   fpe   CheckMode::fpe: prod plus the CPU's exception flags around every instruction
 // Production checks: loss finite and below a bound, global gradient norm finite (so no
 // gradient holds a NaN or Inf: the norm is non-finite iff one does, or the squares overflow)
 // and below a bound. Three step shapes:
@@ -162,10 +163,10 @@ double median(std::vector<double> v) {
 // Each round runs `batch` steps of every mode in turn, so all modes see the same background
 // load; the result is the median per-step time over rounds.
 void interleaved(const Config& c, StepShape shape, int rounds, int batch) {
-  const CheckMode modes[] = {CheckMode::off, CheckMode::user, CheckMode::all};
+  const CheckMode modes[] = {CheckMode::off, CheckMode::user, CheckMode::all, CheckMode::fpe};
   std::vector<Runner> runners;
   for (CheckMode m : modes) runners.push_back(make_runner(c, m, shape));
-  std::vector<std::vector<double>> times(3);
+  std::vector<std::vector<double>> times(4);
   // The order of the modes turns every round, so none always follows the same other one
   // (whose working set it would find in the caches, or not).
   for (int round = 0; round < rounds; ++round)
@@ -183,9 +184,11 @@ void interleaved(const Config& c, StepShape shape, int rounds, int batch) {
     for (size_t i = 0; i < times[0].size(); ++i) r.push_back(times[m][i] / times[0][i]);
     return 100 * (median(r) - 1);
   };
-  std::printf("%-31s %-9s off %8.1f us | prod %8.1f us %+6.2f%% (%d checks) | all %8.1f us %+6.2f%% (%d checks)\n",
+  const double fpe = median(times[3]) / 1e3;
+  std::printf("%-31s %-9s off %8.1f us | prod %8.1f us %+6.2f%% (%d checks) | all %8.1f us %+6.2f%% (%d checks)"
+              " | fpe %8.1f us %+6.2f%%\n",
               c.title, shape_name(shape), off, prod, overhead(1), runners[1].sites, all, overhead(2),
-              runners[2].sites);
+              runners[2].sites, fpe, overhead(3));
 }
 
 // What a gradient norm adds inside the GEMM update of the largest layer (the weight gradient

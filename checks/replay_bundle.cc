@@ -189,7 +189,8 @@ ReplayBundle load_replay_bundle(const std::string& dir) {
     const std::string mode = m.at("check_mode").get<std::string>();
     if (mode == "all") b.mode = CheckMode::all;
     else if (mode == "user") b.mode = CheckMode::user;
-    else fail("check_mode '" + mode + "' is not user or all");
+    else if (mode == "fpe") b.mode = CheckMode::fpe;
+    else fail("check_mode '" + mode + "' is not user, all or fpe");
     const std::string fp = m.at("fingerprint").get<std::string>();
     char* end = nullptr;
     b.fingerprint = std::strtoull(fp.c_str(), &end, 16);

@@ -1,5 +1,7 @@
 #include "checks/report.h"
 
+#include "checks/fpe_report.h"
+
 #include <fmt/args.h>
 #include <fmt/format.h>
 
@@ -154,13 +156,16 @@ std::string format_check_report(const Executable& exe, const RaisedChecks& raise
       for (size_t k = 1; k < check_node[id]->inputs.size(); ++k)
         types.push_back(check_graph[id]->node(check_node[id]->inputs[k]).dtype);
     const bool root = raised.root_cause(site, id);
+    const Site* where = &site.site;
+    const std::span<const double> values = std::span<const double>(raised.values[id]).first(kMaxCheckValues);
     out += fmt::format("\n  #{}{}{} {}", id, first ? " [first]" : "", root ? " [root cause]" : "",
-                       check_message(site, std::span<const double>(raised.values[id]).first(kMaxCheckValues), types));
+                       site.kind == CheckKind::fpe ? fpe_message(exe, values, &where) : check_message(site, values, types));
     if (const double it = raised.values[id][kIterationSlot]; !site.loop.empty() && it > 0)
       out += fmt::format(" (in {} iteration {}, the {} at {})", site.loop, static_cast<int64_t>(it) - 1,
                          site.loop, site.loop_site.str());
     first = false;
-    out += fmt::format("\n      {} at {}", check_kind_info(site.kind).reads == CheckReads::kNothing ? "check" : "op", describe_site(site.site));
+    const bool op = check_kind_info(site.kind).reads != CheckReads::kNothing || site.kind == CheckKind::fpe;
+    out += fmt::format("\n      {} at {}", op ? "op" : "check", describe_site(*where));
     if (raised.num_replicas > 1) out += "; raised on " + replica_list(raised.replicas[id], raised.num_replicas);
     if (!root) {
       std::string causes;
@@ -168,8 +173,8 @@ std::string format_check_report(const Executable& exe, const RaisedChecks& raise
         if (u < static_cast<int>(raised.replicas.size()) && raised.raised(u)) causes += " #" + std::to_string(u);
       out += "\n      downstream of raised check" + causes;
     }
-    if (site.site.stack) {
-      const std::string stack = site.site.stack->to_string(8);
+    if (where->stack) {
+      const std::string stack = where->stack->to_string(8);
       if (!stack.empty()) out += "\n      stack at trace time:\n" + indent(stack, "      ");
     }
   }

@@ -114,7 +114,7 @@ TEST(Config, ChoicesTakeEverySpellingAndReportTheRest) {
     EnvVar set("FJIT_CHECKS", "most");
     testing::LogCapture logs;
     EXPECT_EQ(config::checks(), static_cast<int>(CheckMode::user));
-    EXPECT_TRUE(logs.contains("FJIT_CHECKS='most' is not one of off, user, all; using user"))
+    EXPECT_TRUE(logs.contains("FJIT_CHECKS='most' is not one of off, user, all, fpe; using user"))
         << logs.text();
   }
   {

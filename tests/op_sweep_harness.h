@@ -10,6 +10,7 @@
 #include <random>
 #include <set>
 
+#include "core/base/fpe_flags.h"
 #include "core/ir/convert.h"
 #include "core/kernels/kernel.h"
 
@@ -68,6 +69,14 @@ inline Array random_array(const ValueType& t, Domain d, std::mt19937& rng) {
   return a;
 }
 
+inline bool all_finite(const std::vector<Array>& arrays) {
+  for (const Array& a : arrays)
+    if (a.dtype() == DType::f32 || a.dtype() == DType::f64)
+      for (int64_t i = 0; i < a.size(); ++i)
+        if (!std::isfinite(a.at_as_double(i))) return false;
+  return true;
+}
+
 // Runs the case; returns the fast kernel's result after asserting it matches the reference.
 inline Array run_case(const Case& c, uint32_t seed = 1) {
   std::mt19937 rng(seed);
@@ -94,7 +103,16 @@ inline Array run_case(const Case& c, uint32_t seed = 1) {
   select_kernel(instr);
   RunContext default_ctx;
   Frame frame{bufs.data(), c.ctx ? c.ctx : &default_ctx};
-  instr.fn(instr, frame);
+  // Under the fpe check mode's eyes (checks/fpe_report.h): the CPU's exception flags of the
+  // fast kernel, on this thread and fjit's intra-op workers.
+  uint32_t flags = 0;
+  {
+    const fpe::ActiveRun active;
+    (void)fpe::take_thread_flags();
+    (void)fpe::take_worker_flags();
+    instr.fn(instr, frame);
+    flags = fpe::take_thread_flags() | fpe::take_worker_flags();
+  }
 
   const std::string what = std::string(op_name(c.op)) + " " + type_str(c.out.dtype, c.out.shape);
   EXPECT_EQ(got.shape(), expect.shape()) << what;
@@ -109,6 +127,12 @@ inline Array run_case(const Case& c, uint32_t seed = 1) {
       ADD_FAILURE() << what << " element " << i << ": fast " << g << " vs reference " << e;
       ++reported;
     }
+  }
+  // The fpe mode's first rule: a flag counts only with a non-finite value in the result. With
+  // finite inputs and a finite reference result, that would be a false alarm.
+  if (flags != 0 && all_finite(ins) && all_finite({expect})) {
+    EXPECT_TRUE(all_finite({got})) << what << ": the fpe mode would report " << fpe::flag_names(flags)
+                                   << " for finite inputs and a finite reference result";
   }
   return got;
 }

@@ -334,7 +334,7 @@ TEST(TrainOptionsParser, ParsesEveryKindOfValue) {
 TEST(TrainOptionsParser, RejectsBadInput) {
   EXPECT_NE(parse({"--epochs", "0"}).error.find("--epochs"), std::string::npos);
   EXPECT_NE(parse({"--lr", "fast"}).error.find("'fast'"), std::string::npos);
-  EXPECT_NE(parse({"--checks", "some"}).error.find("off, user or all"), std::string::npos);
+  EXPECT_NE(parse({"--checks", "some"}).error.find("off, user, all or fpe"), std::string::npos);
   EXPECT_NE(parse({"--on-check-failure", "retry"}).error.find("throw, skip_step or log"),
             std::string::npos);
   EXPECT_NE(parse({"--batch-size", "-4"}).error.find("--batch-size"), std::string::npos);

@@ -285,6 +285,12 @@ std::shared_ptr<const Executable> compile(const Graph& traced, std::vector<Check
       optimize(traced, options.verify, options.automatic_checks ? &sites : nullptr));
   std::shared_ptr<Executable> exe =
       Compiler::lower(optimized, std::move(sites), options.fusion, options.overlap);
+  if (options.fpe_checks) {
+    CheckSite site;
+    site.kind = CheckKind::fpe;
+    exe->fpe_site = static_cast<int>(exe->check_sites.size());
+    exe->check_sites.push_back(std::move(site));
+  }
   if (!dir.empty()) {
     dump(dir, stem, ".after.txt", optimized->to_string(true));
     dump(dir, stem, ".after.dot", optimized->to_dot(options.name + " (optimized)"));

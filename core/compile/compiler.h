@@ -25,6 +25,9 @@ struct CompileOptions {
   // The automatic-checks pass first in the pipeline (CheckMode::all): checks for NaN/Inf,
   // division by zero, indices and domains, with their sites appended to the plan's.
   bool automatic_checks = false;
+  // The fpe check mode (CheckMode::fpe, checks/fpe_report.h): one site of kind fpe appended
+  // to the plan's (Executable::fpe_site), raised by the run from the CPU's exception flags.
+  bool fpe_checks = false;
   // Not off: each all-reduce is placed as soon as its operands exist and marked for the
   // collective worker (core/compile/schedule.h). Values do not change, only when they are
   // computed. Recorded in Executable::overlap, which tells the runner whether to give the

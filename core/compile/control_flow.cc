@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "core/compile/loop_guard.h"
 #include "core/ir/region.h"
 
 namespace fjit {
@@ -77,6 +78,7 @@ void while_kernel(const Instr& in, const Frame& f) {
   for (int j = 0; j < nc; ++j) std::memcpy(s.base + p.carry[0][j], operand(in, f, j), p.out_bytes[j]);
   for (int k = nc; k < p.num_inputs; ++k) s.ins[k] = operand(in, f, k);
   auto* flag = reinterpret_cast<uint8_t*>(s.base + p.flag);
+  const bool guarded = p.region->trip_site >= 0 || p.region->timeout_site >= 0;
   const int64_t saved = f.ctx->iteration;
   int cur = 0;
   for (int64_t i = 0;; ++i) {
@@ -85,6 +87,10 @@ void while_kernel(const Instr& in, const Frame& f) {
     s.outs[0] = flag;
     p.plans[0]->run(s.ins, s.outs, *f.ctx, s.workspace);
     if (!*flag) break;
+    if (guarded && while_guard_stops(*p.region, *f.ctx, i, {reinterpret_cast<const std::byte* const*>(s.ins),
+                                                           static_cast<size_t>(nc)},
+                                     p.plans[1]->output_types))
+      break;
     for (int j = 0; j < nc; ++j) s.outs[j] = s.base + p.carry[1 - cur][j];
     p.plans[1]->run(s.ins, s.outs, *f.ctx, s.workspace);
     cur = 1 - cur;

@@ -82,6 +82,10 @@ void Executable::run(const void* const* inputs, void* const* outputs, RunContext
   const Frame frame{table, &ctx};
   // The instruction running, for stall reports (core/base/activity.h).
   const ActivityLevel level(current_activity(), this);
+  if (fpe_site >= 0 && ctx.flags != nullptr) {
+    run_fpe(frame, outputs, level);
+    return;
+  }
   if (num_overlapped > 0 && ctx.worker != nullptr && ctx.comm != nullptr) {
     run_overlapped(frame, level);
     return;

@@ -97,8 +97,14 @@ class Executable {
   // which fusion formed its instructions.
   Overlap overlap = Overlap::off;
   Fusion fusion = Fusion::all;
+  // The fpe check mode's site (CompileOptions::fpe_checks), or -1: run() then reads the CPU's
+  // exception flags around every instruction (run_fpe, checks/fpe_report.h), all of them in
+  // plan order on the calling thread.
+  int fpe_site = -1;
 
  private:
+  // run()'s loop in the fpe check mode (core/compile/fpe_run.cc).
+  void run_fpe(const Frame& frame, void* const* outputs, const ActivityLevel& level) const;
   // run()'s loop while the timeline records: one event per instruction.
   void run_recorded(const Frame& frame, const ActivityLevel& level) const;
   // run()'s loop with overlapped collectives on frame.ctx->worker.

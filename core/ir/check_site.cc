@@ -7,6 +7,7 @@ const char* check_mode_name(CheckMode m) {
     case CheckMode::off: return "off";
     case CheckMode::user: return "user";
     case CheckMode::all: return "all";
+    case CheckMode::fpe: return "fpe";
   }
   return "?";
 }

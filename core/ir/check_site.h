@@ -18,7 +18,9 @@ inline constexpr int kMaxCheckValues = 4;
 inline constexpr int kCheckPayloadSlots = kMaxCheckValues + 1;
 inline constexpr int kIterationSlot = kMaxCheckValues;
 
-enum class CheckMode : uint8_t { off = 0, user = 1, all = 2 };
+// fpe: user checks plus the CPU's floating-point exception flags around every instruction
+// (checks/fpe_report.h).
+enum class CheckMode : uint8_t { off = 0, user = 1, all = 2, fpe = 3 };
 const char* check_mode_name(CheckMode m);
 
 // What the host does when a step raised a check (FJIT_ON_CHECK_FAILURE=throw|skip_step|log).

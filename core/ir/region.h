@@ -45,6 +45,11 @@ struct Region {
   std::string loop;
   Site site;
   bool has_effects = false;  // some graph holds a check or collective (set by finish())
+  // while_loop's guards (core/compile/loop_guard.h): the trip limit (0: none) and the check
+  // sites raised when the limit is reached or the step's deadline passes (-1: none).
+  int64_t max_trips = 0;
+  int trip_site = -1;
+  int timeout_site = -1;
 
   // Sets has_effects from the graphs. Call once the graphs are final.
   void finish();

@@ -38,6 +38,10 @@ struct RunContext {
   // Where the plan's overlapped collectives run (core/compile/collective_worker.h); null:
   // every instruction runs on the calling thread, in plan order.
   CollectiveWorker* worker = nullptr;
+  // The step's deadline on now_ns()'s clock (core/base/metrics.h); 0: none. A while_loop
+  // polls it once per iteration (core/compile/loop_guard.h).
+  int64_t deadline_ns = 0;
+  int64_t timeout_ns = 0;  // the step's time limit the deadline was set from (for reports)
 };
 
 struct Instr;

@@ -145,6 +145,8 @@ std::shared_ptr<const CompiledEntry> JitCore::compile_locked(const FlatArgs& arg
   topts.overlap_collectives = overlap != Overlap::off;
   topts.fusion_bytes = options_.fusion_bytes;
   topts.strict_unused = strict_unused_parameters();
+  topts.while_max_trips = options_.while_max_trips;
+  topts.step_deadline = options_.step_timeout_s > 0;
   TraceContext ctx(topts);
   ctx.axis_names = options_.axis_names;
   ctx.num_replicas = options_.num_replicas;
@@ -169,6 +171,7 @@ std::shared_ptr<const CompiledEntry> JitCore::compile_locked(const FlatArgs& arg
   CompileOptions copts;
   copts.name = options_.name;
   copts.automatic_checks = mode == CheckMode::all;
+  copts.fpe_checks = mode == CheckMode::fpe;
   copts.overlap = overlap;
   copts.fusion = options_.fusion.value_or(Fusion::all);
   copts.dump_dir = options_.dump_dir.value_or("");
@@ -264,6 +267,10 @@ StepResult JitCore::run(const CompiledEntry& entry, const FlatArgs& args, std::s
     ctx.worker = &collective_worker(replica);
   const bool recorded = timeline::enabled();
   const int64_t t0 = now_ns();
+  if (options_.step_timeout_s > 0) {
+    ctx.timeout_ns = static_cast<int64_t>(options_.step_timeout_s * 1e9);
+    ctx.deadline_ns = t0 + ctx.timeout_ns;
+  }
   if (recorded) {
     timeline::set_track(replica);
     timeline::begin_step(step >= 0 ? step : steps_.load(), t0);

@@ -52,6 +52,14 @@ struct JitOptions {
   // Set by pmap: the named axis collectives may use, and the number of replicas on it.
   std::vector<std::string> axis_names;
   int num_replicas = 1;
+  // A step that never ends (core/compile/loop_guard.h). With checks on, every while_loop of
+  // the step stops once the step has run this long (seconds; 0: no deadline) and raises a
+  // step_timeout check. Unset (negative): FJIT_STEP_TIMEOUT, else 0.
+  double step_timeout_s = -1;
+  // With checks on, the trip limit of a while_loop that sets none (WhileOptions::max_trips):
+  // it stops there and raises a loop_trip_limit check (0: no limit). Unset (negative):
+  // FJIT_WHILE_MAX_TRIPS, else 0.
+  int64_t while_max_trips = -1;
   // Resolves every unset field but checks and policy (the process defaults below stand in
   // for those) from the environment (JitCore's constructor calls it). The integer variables
   // are read strictly (core/base/config.def): an integer from 1 to 2^30, unset or empty for

@@ -31,7 +31,7 @@ constexpr bool fills(Id id, std::initializer_list<std::pair<std::string_view, E>
   return true;
 }
 static_assert(fills<CheckMode>(Id::checks, {{"off", CheckMode::off}, {"user", CheckMode::user},
-                                            {"all", CheckMode::all}}));
+                                            {"all", CheckMode::all}, {"fpe", CheckMode::fpe}}));
 static_assert(fills<CheckPolicy>(Id::on_check_failure, {{"throw", CheckPolicy::throw_error},
                                                         {"skip_step", CheckPolicy::skip_step},
                                                         {"log", CheckPolicy::log}}));
@@ -105,6 +105,8 @@ JitOptions JitOptions::resolved() const {
   o.fusion_bytes = std::max<int64_t>(1024, o.fusion_bytes);
   if (!o.fusion) o.fusion = static_cast<Fusion>(config::fusion());
   if (!o.dump_dir) o.dump_dir = config::dump_dir();
+  if (o.step_timeout_s < 0) o.step_timeout_s = static_cast<double>(config::step_timeout().count()) / 1000.0;
+  if (o.while_max_trips < 0) o.while_max_trips = config::while_max_trips();
   return o;
 }
 

@@ -102,8 +102,43 @@ ScanLeaves scan_leaves(const char* api, const ScanBody& body, const std::vector<
   return {outputs_of(node, 0, nc), outputs_of(node, nc, ny)};
 }
 
+namespace {
+
+// The guard sites of a while_loop about to be built (none with checks off): sets the region's
+// trip limit and site ids (the next ids of the trace), and returns the sites to record once the
+// node exists.
+std::vector<CheckSite> while_guard_sites(const TraceContext& ctx, Region& region, int64_t max_trips) {
+  std::vector<CheckSite> out;
+  if (ctx.options.checks == CheckMode::off) return out;
+  const int64_t limit = max_trips >= 0 ? max_trips : ctx.options.while_max_trips;
+  auto add = [&](CheckKind kind, const char* format) {
+    CheckSite site;
+    site.kind = kind;
+    site.format = format;
+    site.num_values = 2;
+    site.loop = "while_loop";
+    site.loop_site = region.site;
+    out.push_back(std::move(site));
+    return static_cast<int>(ctx.check_sites.size() + out.size() - 1);
+  };
+  if (limit > 0) {
+    region.max_trips = limit;
+    region.trip_site = add(CheckKind::loop_trip_limit,
+                           "while_loop stopped at its trip limit of {:.0f} iterations; its carry "
+                           "then held {:.0f} non-finite values");
+  }
+  if (ctx.options.step_deadline)
+    region.timeout_site = add(CheckKind::step_timeout,
+                              "while_loop stopped: the step ran past its deadline of {:g} s; its "
+                              "carry then held {:.0f} non-finite values");
+  return out;
+}
+
+}  // namespace
+
 std::vector<Tensor> while_loop_leaves(const LeafFn& cond_fn, const LeafFn& body_fn,
-                                      const std::vector<Tensor>& init, const Loc& loc) {
+                                      const std::vector<Tensor>& init, const Loc& loc,
+                                      int64_t max_trips) {
   const char* api = "while_loop";
   require_leaves(api, init, loc);
   if (init.empty()) fail(api, init, "needs at least one carry leaf", &loc);
@@ -138,10 +173,17 @@ std::vector<Tensor> while_loop_leaves(const LeafFn& cond_fn, const LeafFn& body_
   std::vector<int> sites = c.sites;
   sites.insert(sites.end(), b.sites.begin(), b.sites.end());
   tag_loop_sites(sites, api, region->site);
+  TraceContext* ctx = TraceContext::current();
+  const std::vector<CheckSite> guards = while_guard_sites(*ctx, *region, max_trips);
+  if (!guards.empty()) region->has_effects = true;  // a guarded loop is never merged with another
   Attrs a;
   a.region = region;
-  if (region->has_effects) a.index = TraceContext::current()->next_effect_id();
+  if (region->has_effects) a.index = ctx->next_effect_id();
   const Tensor node = build(api, Op::WhileLoop, inputs, std::move(a), {}, &loc);
+  for (CheckSite site : guards) {
+    site.site = node.node().site;  // the loop's call site and, with checks on, its stack
+    ctx->check_sites.push_back(std::move(site));
+  }
   return outputs_of(node, 0, static_cast<int>(n));
 }
 

@@ -134,8 +134,10 @@ ScanLeaves scan_leaves(const char* api, const ScanBody& body, const std::vector<
                        const std::vector<Tensor>& xs, const Loc& loc, bool reverse = false,
                        const Site* site = nullptr);
 // cond_fn returns one bool scalar leaf; body_fn the carry's leaves.
+// max_trips: the trip limit (0: none; negative: the trace's default, TraceOptions).
 std::vector<Tensor> while_loop_leaves(const LeafFn& cond_fn, const LeafFn& body_fn,
-                                      const std::vector<Tensor>& init, const Loc& loc);
+                                      const std::vector<Tensor>& init, const Loc& loc,
+                                      int64_t max_trips = -1);
 std::vector<Tensor> cond_leaves(const Tensor& pred, const LeafFn& true_fn, const LeafFn& false_fn,
                                 const std::vector<Tensor>& operands, const Loc& loc);
 // fwd returns [out..., residuals...] and sets *num_out; bwd takes [residuals..., cts of out...].
@@ -198,8 +200,20 @@ C fori_loop(int64_t lo, int64_t hi, F body, const C& init, Loc loc = Loc::curren
   return detail::unflatten(init, leaves.carry, pc);
 }
 
+// while_loop's guard against a loop that never ends. With checks on (JitOptions::checks),
+// the loop stops after max_trips iterations (the carry is then the one body_fn returned last)
+// and raises a check of kind loop_trip_limit naming the loop's call site, the iteration
+// reached and how many carry values are not finite; under the throw or skip_step policy the
+// step's outputs are discarded as for any check. 0: no limit; negative: the jit's or pmap's
+// JitOptions::while_max_trips (FJIT_WHILE_MAX_TRIPS). With checks off there is no guard.
+// The step's deadline (JitOptions::step_timeout_s, FJIT_STEP_TIMEOUT) stops it the same way,
+// with a check of kind step_timeout.
+struct WhileOptions {
+  int64_t max_trips = -1;
+};
+
 template <class C, class B, class T>
-T while_loop(C cond_fn, B body_fn, const T& init, Loc loc = Loc::current()) {
+T while_loop(C cond_fn, B body_fn, const T& init, WhileOptions options, Loc loc = Loc::current()) {
   auto c = [&](const std::vector<Tensor>& l) {
     size_t p = 0;
     const T carry = detail::unflatten(init, l, p);
@@ -210,9 +224,15 @@ T while_loop(C cond_fn, B body_fn, const T& init, Loc loc = Loc::current()) {
     const T carry = detail::unflatten(init, l, p);
     return detail::leaves_of(T(body_fn(carry)));
   };
-  const std::vector<Tensor> leaves = detail::while_loop_leaves(c, b, detail::leaves_of(init), loc);
+  const std::vector<Tensor> leaves =
+      detail::while_loop_leaves(c, b, detail::leaves_of(init), loc, options.max_trips);
   size_t p = 0;
   return detail::unflatten(init, leaves, p);
+}
+
+template <class C, class B, class T>
+T while_loop(C cond_fn, B body_fn, const T& init, Loc loc = Loc::current()) {
+  return while_loop(std::move(cond_fn), std::move(body_fn), init, WhileOptions{}, loc);
 }
 
 template <class T, class F, class... A>

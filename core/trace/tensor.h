@@ -42,6 +42,11 @@ struct TraceOptions {
   // A differentiated parameter that never reaches the output is a TraceError, not a warning
   // (core/autodiff/autodiff.h; FJIT_STRICT_UNUSED).
   bool strict_unused = false;
+  // while_loop's guards, recorded when checks are on (core/trace/control_flow.h): the default
+  // trip limit of a while_loop that sets none (0: none; FJIT_WHILE_MAX_TRIPS), and whether
+  // steps run under a deadline (FJIT_STEP_TIMEOUT), so each while_loop gets a step_timeout site.
+  int64_t while_max_trips = 0;
+  bool step_deadline = false;
 };
 
 class Tensor;

@@ -68,16 +68,17 @@ class OptionAdder {
     value(name, type, help, [&field](const std::string& v) { field = v; return !v.empty(); },
           "a non-empty value");
   }
-  // --checks off|user|all and --on-check-failure throw|skip_step|log.
+  // --checks off|user|all|fpe and --on-check-failure throw|skip_step|log.
   void check_options(std::optional<CheckMode>& mode, std::optional<CheckPolicy>& policy) {
-    value("--checks", "off|user|all", "checks compiled into the step (FJIT_CHECKS, else user)",
+    value("--checks", "off|user|all|fpe", "checks compiled into the step (FJIT_CHECKS, else user)",
           [&mode](const std::string& v) {
             if (v == "off") mode = CheckMode::off;
             else if (v == "user") mode = CheckMode::user;
             else if (v == "all") mode = CheckMode::all;
+            else if (v == "fpe") mode = CheckMode::fpe;
             else return false;
             return true;
-          }, "off, user or all");
+          }, "off, user, all or fpe");
     value("--on-check-failure", "throw|skip_step|log",
           "what a failed check does (FJIT_ON_CHECK_FAILURE, else throw)",
           [&policy](const std::string& v) {

@@ -160,6 +160,15 @@ class AutomaticChecks {
       }));
     }
     out->finish();
+    // A guarded while_loop's guard sites (core/compile/loop_guard.h) have no check node: they
+    // follow the sites of its sub-graphs, renumbered with the rest.
+    for (int* guard : {&out->trip_site, &out->timeout_site}) {
+      if (*guard < 0) continue;
+      const int id = static_cast<int>(sites.size());
+      sites.push_back(user_[*guard]);
+      *guard = id;
+    }
+    if (out->trip_site >= 0 || out->timeout_site >= 0) out->has_effects = true;
     return out;
   }
 

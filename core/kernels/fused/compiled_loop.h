@@ -17,6 +17,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "core/base/fpe_flags.h"
 #include "core/base/threads.h"
 #include "core/kernels/elementwise/elementwise_sqrt.h"
 #include "core/kernels/fused/compiled_program.h"
@@ -117,9 +118,11 @@ struct Loop {
                             : 1;
     if (threads <= 1) return range(x.data(), outs.data(), 0, n);
 #pragma omp parallel for num_threads(threads) schedule(static)
-    for (int t = 0; t < threads; ++t)
+    for (int t = 0; t < threads; ++t) {
       range(x.data(), outs.data(), units * t / threads * kRangeAlign,
             t + 1 == threads ? n : units * (t + 1) / threads * kRangeAlign);
+      fpe::collect_worker_flags();
+    }
   }
 };
 

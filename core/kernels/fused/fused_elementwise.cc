@@ -19,6 +19,7 @@
 #include "core/kernels/fused/fused.h"
 #include "core/kernels/fused/fused_compiled.h"
 #include "core/kernels/fused/fused_streams.h"
+#include "core/base/fpe_flags.h"
 #include "core/base/threads.h"
 
 namespace fjit {
@@ -137,8 +138,10 @@ void run_fused(const Instr& in, const Frame& f) {
   const int threads = work >= kParallelWork ? static_cast<int>(std::min<int64_t>(blocks, intra_op_threads())) : 1;
   if (threads <= 1) return run_blocks(P, in, f, 0, blocks, direct);
 #pragma omp parallel for num_threads(threads) schedule(static)
-  for (int t = 0; t < threads; ++t)
+  for (int t = 0; t < threads; ++t) {
     run_blocks(P, in, f, blocks * t / threads, blocks * (t + 1) / threads, direct);
+    fpe::collect_worker_flags();
+  }
 }
 
 // The fused full sum: the program's values are summed leaf by leaf in the very tree of the

@@ -33,6 +33,7 @@
 #include "core/kernels/gemm/affine_update.h"
 #include "core/kernels/fused/fused.h"
 #include "core/kernels/gemm/gemm_epilogue.h"
+#include "core/base/fpe_flags.h"
 #include "core/base/threads.h"
 
 namespace fjit {
@@ -195,7 +196,10 @@ struct GemmUpdate {
     const int threads = std::min<int64_t>(blocks, intra_op_threads());
     if (threads > 1 && 2 * m * n * k >= (int64_t{1} << 22)) {
 #pragma omp parallel for num_threads(threads) schedule(static)
-      for (int64_t blk = 0; blk < blocks; ++blk) do_block(blk);
+      for (int64_t blk = 0; blk < blocks; ++blk) {
+        do_block(blk);
+        fpe::collect_worker_flags();
+      }
     } else {
       for (int64_t blk = 0; blk < blocks; ++blk) do_block(blk);
     }

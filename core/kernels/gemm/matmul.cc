@@ -30,6 +30,7 @@
 #include "core/kernels/gemm/gemm_library.h"
 #include "core/kernels/gemm/packed_gemm.h"
 #include "core/kernels/structural/structural.h"
+#include "core/base/fpe_flags.h"
 #include "core/base/threads.h"
 
 namespace fjit::kernels::st {
@@ -74,8 +75,10 @@ void batched_kernel(const Instr& in, const Frame& f) {
   const int threads = static_cast<int>(std::min<int64_t>(batch, intra_op_threads()));
   if (threads > 1 && 2 * batch * m * n * k >= (int64_t{1} << 22)) {
 #pragma omp parallel for num_threads(threads) schedule(static)
-    for (int64_t i = 0; i < batch; ++i)
+    for (int64_t i = 0; i < batch; ++i) {
       row_major_gemm<T, TA, TB>(m, k, n, a + i * sa, b + i * sb, c + i * m * n);
+      fpe::collect_worker_flags();
+    }
   } else {
     for (int64_t i = 0; i < batch; ++i)
       row_major_gemm<T, TA, TB>(m, k, n, a + i * sa, b + i * sb, c + i * m * n);

@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "core/base/fpe_flags.h"
 #include "core/base/threads.h"
 #include "core/kernels/gemm/ukernel.h"
 
@@ -269,6 +270,7 @@ void packed_sgemm(Isa isa, bool ta, bool tb, int64_t m, int64_t n, int64_t k, co
     // (the loop's barrier: B is packed before any unit reads it)
 #pragma omp for schedule(static)
     for (int64_t u = 0; u < units; ++u) run_unit(pl, ta, a, bp, c, accumulate, u);
+    fpe::collect_worker_flags();
   }
 }
 

@@ -22,6 +22,7 @@
 #include <cmath>
 #include <limits>
 
+#include "core/base/fpe_flags.h"
 #include "core/base/threads.h"
 #include "core/kernels/structural/structural.h"
 
@@ -201,7 +202,10 @@ template <class T> void attention_kernel(const Instr& in, const Frame& f) {
     return;
   }
 #pragma omp parallel for num_threads(threads) schedule(dynamic, 1)
-  for (int64_t t = 0; t < tasks; ++t) run(t);
+  for (int64_t t = 0; t < tasks; ++t) {
+    run(t);
+    fpe::collect_worker_flags();
+  }
 }
 
 }  // namespace

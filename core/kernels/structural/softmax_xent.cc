@@ -17,6 +17,7 @@
 #include <limits>
 
 #include "core/base/eigen.h"
+#include "core/base/fpe_flags.h"
 #include "core/base/threads.h"
 #include "core/kernels/structural/structural.h"
 
@@ -129,7 +130,10 @@ template <class T, bool Grad> void run(const Instr& in, const Frame& f) {
                           : 1;
   if (threads <= 1) return part(0, rows);
 #pragma omp parallel for num_threads(threads) schedule(static)
-  for (int t = 0; t < threads; ++t) part(rows * t / threads, rows * (t + 1) / threads);
+  for (int t = 0; t < threads; ++t) {
+    part(rows * t / threads, rows * (t + 1) / threads);
+    fpe::collect_worker_flags();
+  }
 }
 
 void noop(const Instr&, const Frame&) {}

@@ -1,0 +1,31 @@
+// Internal: how a running while_loop stops when it would never end (core/trace/control_flow.h,
+// WhileOptions). The while_loop's kernel asks once per iteration, after cond_fn said go on and
+// before body_fn runs: one compare with the trip limit, and, when the step has a deadline
+// (RunContext::deadline_ns), one read of the monotonic clock. When the answer is stop, the
+// guard raises the loop's check site (Region::trip_site or timeout_site) with the iteration
+// reached and the number of non-finite values in the carry, and the loop ends there with that
+// carry: the step then finishes and reports it like any other check, on every replica, through
+// the step-check handler's all-reduce of the flags (checks/step_check_handler.h).
+//
+// Replicas: each replica's loop stops by its own trip count or clock, so a replica waiting in a
+// collective for one stuck in a loop is released once that loop stops. A while_loop whose body
+// itself holds a collective must stop at the same iteration on every replica: a trip limit
+// does that (the trip count is the same); a deadline alone does not promise it.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+
+#include "core/ir/region.h"
+#include "core/kernels/kernel.h"
+
+namespace fjit {
+
+// Whether the while_loop of `region` must stop before running body_fn for iteration `i` (the
+// body has run i times). When it must and the plan records checks, raises the guard's site in
+// ctx (trip limit first). `carry` holds the carry leaves of `types`.
+bool while_guard_stops(const Region& region, RunContext& ctx, int64_t i,
+                       std::span<const std::byte* const> carry, std::span<const ValueType> types);
+
+}  // namespace fjit
