@@ -42,6 +42,18 @@ void bf16_gemm_native(int64_t m, int64_t n, int64_t k, const uint16_t* a, const 
     const int64_t np = std::min(kPairs, pairs - q0);
     for (int64_t j = 0; j < ns; ++j) {
       uint16_t* d = bp + j * np * kNr * 2;
+      if ((j + 1) * kNr <= n && 2 * (q0 + np) <= k) {  // inside B: two rows interleaved
+        for (int64_t q = 0; q < np; ++q) {
+          const uint16_t* r0 = b + 2 * (q0 + q) * n + j * kNr;
+          const uint16_t* r1 = r0 + n;
+          uint16_t* dq = d + q * kNr * 2;
+          for (int64_t col = 0; col < kNr; ++col) {
+            dq[2 * col] = r0[col];
+            dq[2 * col + 1] = r1[col];
+          }
+        }
+        continue;
+      }
       for (int64_t q = 0; q < np; ++q)
         for (int64_t col = 0; col < kNr; ++col) {
           const int64_t p = 2 * (q0 + q), cc = j * kNr + col;
@@ -52,12 +64,19 @@ void bf16_gemm_native(int64_t m, int64_t n, int64_t k, const uint16_t* a, const 
     const bool add = accumulate || q0 > 0;
     for (int64_t s = 0; s < ms; ++s) {
       const int64_t row0 = s * kMr, rows = std::min(kMr, m - row0);
-      for (int64_t q = 0; q < np; ++q)
+      if (rows == kMr && 2 * (q0 + np) <= k) {  // inside A: each row's pairs read in place
         for (int64_t i = 0; i < kMr; ++i) {
-          const int64_t p = 2 * (q0 + q);
-          ap[q * kMr + i] = uint32_t{at(a, m, k, row0 + i, p)} |
-                            (uint32_t{at(a, m, k, row0 + i, p + 1)} << 16);
+          const uint16_t* src = a + (row0 + i) * k + 2 * q0;
+          for (int64_t q = 0; q < np; ++q) std::memcpy(&ap[q * kMr + i], src + 2 * q, sizeof(uint32_t));
         }
+      } else {
+        for (int64_t q = 0; q < np; ++q)
+          for (int64_t i = 0; i < kMr; ++i) {
+            const int64_t p = 2 * (q0 + q);
+            ap[q * kMr + i] = uint32_t{at(a, m, k, row0 + i, p)} |
+                              (uint32_t{at(a, m, k, row0 + i, p + 1)} << 16);
+          }
+      }
       for (int64_t j = 0; j < ns; ++j) {
         const int64_t col0 = j * kNr, cols = std::min(kNr, n - col0);
         const uint16_t* bs = bp + j * np * kNr * 2;
