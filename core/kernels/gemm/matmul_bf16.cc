@@ -20,13 +20,13 @@ int64_t block_rows(int64_t m) {
   return (per + kTileRows - 1) / kTileRows * kTileRows;
 }
 
-// dst [cols, rows] row-major = src [rows, cols] row-major, transposed.
-void transpose_into(const uint16_t* src, int64_t rows, int64_t cols, uint16_t* dst) {
+// dst [cols, rows] row-major = src [rows, cols] (row stride ld) transposed, in 32 x 32 blocks.
+void transpose_into(const uint16_t* src, int64_t rows, int64_t cols, int64_t ld, uint16_t* dst) {
   constexpr int64_t kB = 32;
   for (int64_t r0 = 0; r0 < rows; r0 += kB)
     for (int64_t c0 = 0; c0 < cols; c0 += kB)
-      for (int64_t r = r0; r < std::min(rows, r0 + kB); ++r)
-        for (int64_t c = c0; c < std::min(cols, c0 + kB); ++c) dst[c * rows + r] = src[r * cols + c];
+      for (int64_t c = c0; c < std::min(cols, c0 + kB); ++c)
+        for (int64_t r = r0; r < std::min(rows, r0 + kB); ++r) dst[c * rows + r] = src[r * ld + c];
 }
 
 // p: [0]=M [1]=K [2]=N [3]=batch [4]=a batch stride [5]=b batch stride (matmul.cc's plan).
@@ -40,23 +40,16 @@ void bf16_kernel(const Instr& in, const Frame& f) {
   const int64_t items = batch * blocks;
   auto run = [&](int64_t item) {
     const int64_t i = item / blocks, r0 = (item % blocks) * rows, mr = std::min(rows, m - r0);
-    const uint16_t* ai = a + i * sa;
+    // Rows r0..r0+mr of op(A): of A [M, K], or columns of A stored [K, M] (read in place).
+    const uint16_t* ai = a + i * sa + (TA ? r0 : r0 * k);
     const uint16_t* bi = b + i * sb;
-    thread_local std::vector<uint16_t> at_buf, bt_buf;
-    if constexpr (TA) {  // A stored [K, M]: rows r0..r0+mr of op(A) = columns of A
-      at_buf.resize(mr * k);
-      for (int64_t p = 0; p < k; ++p)
-        for (int64_t r = 0; r < mr; ++r) at_buf[r * k + p] = ai[p * m + r0 + r];
-      ai = at_buf.data();
-    } else {
-      ai += r0 * k;
-    }
+    thread_local std::vector<uint16_t> bt_buf;
     if constexpr (TB) {  // B stored [N, K]
       bt_buf.resize(k * n);
-      transpose_into(bi, n, k, bt_buf.data());
+      transpose_into(bi, n, k, k, bt_buf.data());
       bi = bt_buf.data();
     }
-    bf16_gemm(mr, n, k, ai, bi, c + i * m * n + r0 * n, false);
+    bf16_gemm_ex(mr, n, k, ai, TA ? m : k, TA, bi, c + i * m * n + r0 * n, false);
   };
   const int threads = static_cast<int>(std::min<int64_t>(items, intra_op_threads()));
   if (threads > 1 && 2 * batch * m * n * k >= (int64_t{1} << 21)) {

@@ -2,7 +2,7 @@
 //
 // Every product of two bf16 values is exact in f32; the sums are f32 (bf16_gemm.h: AVX512_BF16
 // dot products where the CPU has them, the widening path otherwise, FJIT_ISA=avx2 included).
-// A transposed operand is copied into row-major order first. The work is cut into batch
+// A transposed A is read in place; a transposed B is copied into row-major order first. The work is cut into batch
 // entries and blocks of output rows whose size depends on the shape only (a multiple of the
 // micro-kernel's rows); intra-op threads take whole blocks, so the bits do not depend on the
 // thread count.
