@@ -23,7 +23,8 @@
 // batch 1 with a KV cache of the whole context, sampling with temperature 0.8 and top-k 40.
 // One intra-op thread unless FJIT_INTRA_OP_THREADS says otherwise. Times: the stepping
 // thread's CPU time (one core) and the wall time (the figure with more intra-op threads).
-// --serve and --check are bench/model_step's (read there): one process timing many rounds,
+// --compute-dtype bf16 traces the step under the layers' bf16 policy (core/nn/precision.h), as
+// train_lm --compute-dtype bf16 does. --serve and --check are bench/model_step's (read there): one process timing many rounds,
 // and the start bench/libtorch_step --check reproduces.
 #include <algorithm>
 #include <cstdio>
@@ -65,6 +66,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> frozen_patterns;
   std::string check_file;
   bool serve = false;
+  DType compute = DType::f32;  // --compute-dtype: the layers' policy (core/nn/precision.h)
   for (int i = 1; i < argc; ++i) {
     if (std::string(argv[i]) == "--remat") c.remat = true;
     if (std::string(argv[i]) == "--serve") serve = true;
@@ -77,6 +79,7 @@ int main(int argc, char** argv) {
     }
     const int v = std::atoi(argv[i + 1]);
     if (a == "--check") check_file = argv[i + 1];
+    else if (a == "--compute-dtype" && compute_dtype_from_name(argv[i + 1], &compute)) continue;
     else if (a == "--frozen") {
       for (std::string rest = argv[i + 1]; !rest.empty();) {
         const size_t comma = std::min(rest.find(','), rest.size());
@@ -95,7 +98,7 @@ int main(int argc, char** argv) {
     else {
       std::fprintf(stderr, "usage: %s [--steps N] [--warmup N] [--batch N] [--layers N] [--dim N] "
                            "[--heads N] [--context N] [--remat] [--generate TOKENS] [--lora RANK] "
-                           "[--frozen PATTERNS] [--serve] [--check FILE]\n", argv[0]);
+                           "[--frozen PATTERNS] [--serve] [--check FILE] [--compute-dtype f32|bf16]\n", argv[0]);
       return 2;
     }
   }
@@ -123,7 +126,8 @@ int main(int argc, char** argv) {
     params = trainable;
     for (const auto& [name, a] : more_frozen) frozen.set(name, a);
   }
-  auto step = jit([c](const Params& p, const Params& f, const Params& s, const Tensor& x, const Tensor& y) {
+  auto step = jit([c, compute](const Params& p, const Params& f, const Params& s, const Tensor& x, const Tensor& y) {
+    PrecisionScope precision({.compute = compute});
     auto loss_fn = [&](const Params& q) {
       Params all = f;
       for (const auto& [name, t] : q) all.set(name, t);

@@ -23,6 +23,7 @@
 // thread leaves the other threads out). --serve keeps one process for many timings (the
 // comparison scripts' long-lived workers): each line on stdin is a number of steps to time
 // after --warmup more, answered by one STEP_US line; an empty line or end of input ends it.
+// --compute-dtype bf16 traces the step under the layers' bf16 policy (core/nn/precision.h).
 // --check turns dropout off and prints the losses of the first three steps, for
 // bench/libtorch_step --check to reproduce from the same file.
 #include <algorithm>
@@ -82,6 +83,7 @@ int main(int argc, char** argv) {
   std::string check_file;
   int steps = 30, warmup = 5;
   bool serve = false;
+  DType compute = DType::f32;  // --compute-dtype: the layers' policy (core/nn/precision.h)
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--serve")) serve = true;
     else if (i + 1 >= argc) steps = 0;  // a flag without its value: the usage below
@@ -89,20 +91,23 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--steps")) steps = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--warmup")) warmup = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--check")) check_file = argv[++i];
-    else steps = 0;
+    else if (!std::strcmp(argv[i], "--compute-dtype")) {
+      if (!compute_dtype_from_name(argv[++i], &compute)) steps = 0;
+    } else steps = 0;
   }
   Bench b;
   if (!configure(model, &b) || steps < 1) {
     std::fprintf(stderr, "usage: %s --model mlp-sgd|mlp-adam|mlp-small|cnn|vit [--steps N] "
-                         "[--warmup N] [--serve] [--check FILE]\n", argv[0]);
+                         "[--warmup N] [--serve] [--check FILE] [--compute-dtype f32|bf16]\n", argv[0]);
     return 2;
   }
   if (!check_file.empty()) b.spec.dropout = 0.0;
   if (!config::is_set(config::Id::intra_op_threads)) set_intra_op_threads(1);
   const ModelSpec spec = b.spec;
   const std::string opt_name = b.optimizer;
-  auto step = jit([spec, opt_name](const Params& p, const Params& s, const Tensor& x,
-                                   const Tensor& y, const Tensor& key) {
+  auto step = jit([spec, opt_name, compute](const Params& p, const Params& s, const Tensor& x,
+                                            const Tensor& y, const Tensor& key) {
+    PrecisionScope precision({.compute = compute});
     auto loss_fn = [&](const Params& q) {
       return mean(softmax_cross_entropy(model_logits(spec, q, x, true, key), y));
     };
@@ -151,8 +156,8 @@ int main(int argc, char** argv) {
     }
     std::sort(us.begin(), us.end());
     std::sort(wall.begin(), wall.end());
-    std::printf("STEP_US %.1f %.1f %.1f WALL_US %.1f  (%s, %zu steps, loss %.4f)\n", us[us.size() / 2],
-                us.front(), us.back(), wall[wall.size() / 2], model.c_str(), us.size(),
+    std::printf("STEP_US %.1f %.1f %.1f WALL_US %.1f  (%s %s, %zu steps, loss %.4f)\n", us[us.size() / 2],
+                us.front(), us.back(), wall[wall.size() / 2], model.c_str(), dtype_name(compute), us.size(),
                 std::get<2>(out[done % 2]).item<double>());
     std::fflush(stdout);
   };

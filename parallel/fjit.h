@@ -41,6 +41,7 @@
 #include "core/nn/losses.h"
 #include "core/nn/mlp.h"
 #include "core/nn/normalization.h"
+#include "core/nn/precision.h"
 #include "core/nn/rotary.h"
 #include "core/nn/transformer.h"
 #include "core/runtime/jit.h"

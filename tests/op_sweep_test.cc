@@ -20,6 +20,9 @@
 #if __has_include("tests/op_sweep_check.inc")
 #include "tests/op_sweep_check.inc"
 #endif
+#if __has_include("tests/op_sweep_bf16.inc")
+#include "tests/op_sweep_bf16.inc"
+#endif
 #if __has_include("tests/op_sweep_control.inc")
 #include "tests/op_sweep_control.inc"
 #endif

@@ -11,6 +11,17 @@
 namespace fjit {
 namespace {
 
+// bf16 values (a cast to bf16 and the layout between it and a bf16 matmul: the mixed-precision
+// policy of core/nn/precision.h) carry a cotangent, in f32: the cotangents of a bf16 product
+// are f32 products, and sums of cotangents need arithmetic, which bf16 has none of. A bf16
+// value made by any other op carries none (as integers and bools), as before.
+bool carries_bf16_cotangent(Op op) {
+  return op == Op::Cast || op == Op::Reshape || op == Op::Transpose || op == Op::Patches;
+}
+
+// The dtype of a value's cotangent.
+DType cotangent_dtype(DType t) { return t == DType::bf16 ? DType::f32 : t; }
+
 // Nodes that depend on some leaf (forward reach), restricted to floating-point values:
 // integer and bool values carry no cotangent.
 std::vector<bool> depends_on_leaves(const Graph& g, const std::vector<int>& leaves, int last) {
@@ -20,7 +31,8 @@ std::vector<bool> depends_on_leaves(const Graph& g, const std::vector<int>& leav
   for (int id = 0; id <= last; ++id) {
     const Node& n = g.node(id);
     // A control-flow op's own value is a placeholder: its results (outputs) carry the types.
-    if (!is_floating(n.dtype) && !(op_kind(n.op) == OpKind::kControl && n.op != Op::Output)) {
+    if (!is_floating(n.dtype) && !(n.dtype == DType::bf16 && carries_bf16_cotangent(n.op)) &&
+        !(op_kind(n.op) == OpKind::kControl && n.op != Op::Output)) {
       dep[id] = false;
       continue;
     }
@@ -115,7 +127,7 @@ std::vector<Tensor> walk(TraceContext& tc, const std::vector<Tensor>& ys, const 
     for (size_t k = 0; k < node.inputs.size() && k < in_ct.size(); ++k) {
       const int in = node.inputs[k];
       if (!need[k] || !in_ct[k].defined()) continue;
-      if (in_ct[k].shape() != ins[k].shape() || in_ct[k].dtype() != ins[k].dtype())
+      if (in_ct[k].shape() != ins[k].shape() || in_ct[k].dtype() != cotangent_dtype(ins[k].dtype()))
         throw std::logic_error(std::string("vjp rule for ") + op_name(node.op) + " returned " +
                                in_ct[k].type_string() + " for input " + ins[k].type_string());
       ct[in] = ct[in].defined() ? add(ct[in], in_ct[k], loc) : in_ct[k];

@@ -63,9 +63,13 @@ Cts rule_sigmoid(const VjpArgs& a) { return {mul(a.ct, a.out * (1.0 - a.out))}; 
 // the pre-activation need not stay alive for the backward pass and relu can run in place.
 Cts rule_relu(const VjpArgs& a) { return {where(a.out > 0.0, a.ct, zero(a.ct))}; }
 // Float-to-float casts cast the cotangent back; casts to or from integers carry none.
+// A bf16 operand or result (the mixed-precision policy's casts) has an f32 cotangent
+// (autodiff.cc): the cast to or from bf16 passes it on as it is.
 Cts rule_cast(const VjpArgs& a) {
-  if (!is_floating(a.ins[0].dtype()) || !is_floating(a.out.dtype())) return {Tensor()};
-  return {cast(a.ct, a.ins[0].dtype())};
+  auto carries = [](DType t) { return is_floating(t) || t == DType::bf16; };
+  if (!carries(a.ins[0].dtype()) || !carries(a.out.dtype())) return {Tensor()};
+  const DType ct = a.ins[0].dtype() == DType::bf16 ? DType::f32 : a.ins[0].dtype();
+  return {a.ct.dtype() == ct ? a.ct : cast(a.ct, ct)};
 }
 
 Cts rule_add(const VjpArgs& a) {
@@ -125,9 +129,16 @@ Cts rule_select(const VjpArgs& a) {
 // and a transposed operand takes the transpose of that, folded into the flags again.
 // A rank-2 operand broadcast over the other's batch receives the batch-summed gradient; for
 // the common x[..., M, K] @ w[K, N] that is one GEMM over the flattened batch rows.
+// bf16 operands (an f32 result): the cotangent is rounded to bf16 and both products run on
+// bf16 operands too, with f32 results, the operands' f32 cotangents (autodiff.cc).
 Cts rule_matmul(const VjpArgs& a) {
-  const Tensor &A = a.ins[0], &B = a.ins[1], &G = a.ct;
+  const Tensor &A = a.ins[0], &B = a.ins[1];
+  const Tensor G = A.dtype() == DType::bf16 ? cast(a.ct, DType::bf16) : a.ct;
   const bool ta = a.node.attrs.trans_a, tb = a.node.attrs.trans_b;
+  const bool bf16 = A.dtype() == DType::bf16;
+  auto matmul = [bf16](const Tensor& x, const Tensor& y, bool tx, bool ty) {
+    return bf16 ? fjit::matmul(x, y, DType::f32, tx, ty) : fjit::matmul(x, y, tx, ty);
+  };
   Cts r(2);
   if (a.need[0]) {
     Tensor dA = ta ? matmul(B, G, tb, true) : matmul(G, B, false, !tb);

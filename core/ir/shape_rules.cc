@@ -28,7 +28,8 @@ void require_dtype(const ValueType& t, bool ok, const char* what) {
 ValueType matmul_type(const Attrs& a, std::span<const ValueType> ins) {
   const ValueType &x = ins[0], &y = ins[1];
   require_same_dtype(ins);
-  require_dtype(x, is_arithmetic(x.dtype), "numeric operands");
+  // bf16 operands: products accumulated in f32, result f32 (JAX's preferred_element_type=f32).
+  require_dtype(x, is_arithmetic(x.dtype) || x.dtype == DType::bf16, "numeric or bf16 operands");
   if (x.shape.size() < 2 || y.shape.size() < 2)
     fail("operands must have rank >= 2, got " + types(ins));
   const size_t rx = x.shape.size(), ry = y.shape.size();
@@ -45,7 +46,7 @@ ValueType matmul_type(const Attrs& a, std::span<const ValueType> ins) {
   Shape out = bx.empty() ? by : bx;
   out.push_back(m);
   out.push_back(n);
-  return {x.dtype, out};
+  return {x.dtype == DType::bf16 ? DType::f32 : x.dtype, out};
 }
 
 // attention(q [B,H,Tq,dh], k [B,H,Tk,dh], v [B,H,Tk,dv] [, key_lengths i32 [B]]) ->

@@ -5,6 +5,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "core/nn/precision.h"
+
 namespace fjit {
 namespace {
 
@@ -35,7 +37,7 @@ Tensor conv2d(const Tensor& x, const Tensor& w, const ConvOptions& o, Loc loc) {
   const int64_t n = cols.shape()[0], oh = cols.shape()[1], ow = cols.shape()[2];
   const int64_t m = n * oh * ow, k = kh * kw;
   if (g == 1) {
-    Tensor y = matmul(reshape(cols, {m, k * c}, loc), reshape(w, {k * c, out_c}, loc), false,
+    Tensor y = policy_matmul(reshape(cols, {m, k * c}, loc), reshape(w, {k * c, out_c}, loc), false,
                       false, loc);
     return reshape(y, {n, oh, ow, out_c}, loc);
   }
@@ -43,7 +45,7 @@ Tensor conv2d(const Tensor& x, const Tensor& w, const ConvOptions& o, Loc loc) {
   const int64_t og = out_c / g;
   Tensor xg = transpose(reshape(cols, {m, k, g, cg}, loc), {2, 0, 1, 3}, loc);
   Tensor wg = transpose(reshape(w, {k, cg, g, og}, loc), {2, 0, 1, 3}, loc);
-  Tensor y = matmul(reshape(xg, {g, m, k * cg}, loc), reshape(wg, {g, k * cg, og}, loc), false,
+  Tensor y = policy_matmul(reshape(xg, {g, m, k * cg}, loc), reshape(wg, {g, k * cg, og}, loc), false,
                     false, loc);  // [G, M, O/G]
   return reshape(transpose(y, {1, 0, 2}, loc), {n, oh, ow, out_c}, loc);
 }

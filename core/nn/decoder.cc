@@ -10,6 +10,7 @@
 #include "core/nn/embedding.h"
 #include "core/nn/linear.h"
 #include "core/nn/normalization.h"
+#include "core/nn/precision.h"
 
 namespace fjit {
 namespace {
@@ -29,7 +30,7 @@ Tensor final_norm(const Params& p, const DecoderConfig& c, const Tensor& x, Loc 
 // [N, dim] -> [N, vocab] through the tied token table or the head (a linear layer without a
 // bias, so that a LoRA adapter on "head" applies).
 Tensor project_to_vocab(const Params& p, const DecoderConfig& c, const Tensor& h, Loc loc) {
-  return c.tied_embeddings ? matmul(h, weight(p, "tok/table", h.dtype(), loc), false, true, loc)
+  return c.tied_embeddings ? policy_matmul(h, weight(p, "tok/table", h.dtype(), loc), false, true, loc)
                            : linear(p, "head", h, false, loc);
 }
 

@@ -5,6 +5,8 @@
 
 #include <fmt/format.h>
 
+#include "core/nn/precision.h"
+
 namespace fjit {
 namespace {
 
@@ -57,10 +59,10 @@ Tensor affine(const char* name, const Tensor& x, const Tensor& w, const Tensor& 
     detail::fail(name, {x}, "expects an operand of rank >= 1", &loc);
   // b undefined: no bias.
   auto product = [&](const Tensor& rows) {
-    Tensor y = matmul(rows, w, false, false, loc);
+    Tensor y = policy_matmul(rows, w, false, false, loc);
     if (b.defined()) y = add(y, b, loc);
     if (lora.a.defined()) {
-      Tensor low = matmul(matmul(rows, lora.a, false, false, loc), lora.b, false, false, loc);
+      Tensor low = policy_matmul(policy_matmul(rows, lora.a, false, false, loc), lora.b, false, false, loc);
       y = add(y, mul(low, lora.scale, loc), loc);
     }
     return y;

@@ -82,8 +82,16 @@ Tensor operator!(const Tensor& a);
 // Linear algebra. a: [..., M, K] (or [..., K, M] with trans_a), b: [..., K, N] (or [..., N, K]
 // with trans_b); a rank-2 operand broadcasts over the other's batch dimensions. f16 and bf16
 // operands (both of one dtype) are multiplied in f32 and the result rounded once to theirs.
+// bf16 operands run on bf16 products (the matmul op on two bf16 operands has an f32 result:
+// exact products, f32 sums; AVX512_BF16 dot products where the CPU has them).
 Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a = false, bool trans_b = false,
               Loc loc = Loc::current());
+// The same product with the result's dtype given, as JAX's preferred_element_type: f32 for
+// bf16 or f16 operands (the f32 accumulator, not rounded back), or the operands' own dtype
+// (as above). Any other `result` is a TraceError. Its VJP gives f32 cotangents for bf16
+// operands (a bf16 value's cotangent is carried in f32: core/autodiff/autodiff.cc).
+Tensor matmul(const Tensor& a, const Tensor& b, DType result, bool trans_a = false,
+              bool trans_b = false, Loc loc = Loc::current());
 
 // Reductions. Empty `axes` reduces over every axis. sum, mean, max and min of f16 and bf16
 // accumulate in f32 and round the result once. Over zero elements (a zero-row batch) sum and

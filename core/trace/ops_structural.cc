@@ -47,16 +47,39 @@ Tensor reduce(const char* name, Op op, const Tensor& x, Axes axes, bool keepdims
 }  // namespace
 
 Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b, Loc loc) {
-  if (is_half(a) && b.defined() && a.dtype() == b.dtype()) {
-    // Half-precision storage: the product accumulates in f32 and is rounded once.
-    detail::CompositeScope scope("matmul", {a, b});
-    Tensor p = matmul(cast(a, DType::f32, loc), cast(b, DType::f32, loc), trans_a, trans_b, loc);
-    return cast(p, a.dtype(), loc);
-  }
+  if (is_half(a) && b.defined() && a.dtype() == b.dtype())
+    return matmul(a, b, a.dtype(), trans_a, trans_b, loc);
   Attrs at;
   at.trans_a = trans_a;
   at.trans_b = trans_b;
   return detail::build("matmul", Op::MatMul, {a, b}, std::move(at), no_hint(), &loc);
+}
+
+Tensor matmul(const Tensor& a, const Tensor& b, DType result, bool trans_a, bool trans_b, Loc loc) {
+  if (!is_half(a) || !b.defined() || a.dtype() != b.dtype()) {
+    Tensor p = matmul(a, b, trans_a, trans_b, loc);
+    if (p.dtype() != result)
+      detail::fail("matmul", {a, b},
+                   std::string("a result of dtype ") + dtype_name(result) + " needs f16 or bf16 operands",
+                   &loc);
+    return p;
+  }
+  if (result != DType::f32 && result != a.dtype())
+    detail::fail("matmul", {a, b},
+                 std::string("the result of a half-precision product is f32 or the operands' dtype, not ") +
+                     dtype_name(result),
+                 &loc);
+  detail::CompositeScope scope("matmul", {a, b});
+  Tensor p;
+  if (a.dtype() == DType::bf16) {  // the op itself: bf16 products, f32 result
+    Attrs at;
+    at.trans_a = trans_a;
+    at.trans_b = trans_b;
+    p = detail::build("matmul", Op::MatMul, {a, b}, std::move(at), no_hint(), &loc);
+  } else {  // f16: widened to f32 (exact), an f32 product
+    p = matmul(cast(a, DType::f32, loc), cast(b, DType::f32, loc), trans_a, trans_b, loc);
+  }
+  return result == DType::f32 ? p : cast(p, result, loc);
 }
 
 Tensor sum(const Tensor& x, Axes axes, bool keepdims, Loc loc) {

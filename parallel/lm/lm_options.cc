@@ -107,6 +107,7 @@ void add_training_options(CLI::App& app, LmOptions& o) {
                "resume even if the model, optimizer or schedule differ from the checkpoint's");
   add.check_options(o.checks, o.on_check_failure);
   add.loss_scale_options(o.grad_dtype, o.loss_scale, o.loss_scale_growth_interval);
+  add.compute_dtype_option(o.compute_dtype);
   add.integer("--log-every", o.log_every, 0, "steps between progress lines");
   add.text("--export-hf", "DIR", o.export_hf,
            "at the end, write the model in Hugging Face's layout (config.json, model.safetensors) "
@@ -145,7 +146,8 @@ std::string describe(const LmOptions& o) {
          (o.trainable.empty() ? "" : fmt::format(" | trained: {}", fmt::join(o.trainable, ","))) +
          (loss_scaling_on(o) ? fmt::format(" | gradients {} loss scale {}", o.grad_dtype,
                                            o.loss_scale.empty() ? "dynamic" : o.loss_scale)
-                             : "");
+                             : "") +
+         (o.compute_dtype == "f32" ? "" : " | compute " + o.compute_dtype);
 }
 
 std::vector<std::string> split_patterns(const std::string& list) {

@@ -53,6 +53,7 @@ struct LmOptions {
   // With a loss scale the run needs checks on and the skip_step policy (its default then).
   std::string grad_dtype = "f32";
   std::string loss_scale;
+  std::string compute_dtype = "f32";  // the layers' policy (core/nn/precision.h): f32 or bf16
   int64_t loss_scale_growth_interval = 2000;
   int64_t log_every = 20;
   int replicas = 1;                  // informational: Mesh::from_environment reads --replicas

@@ -5,6 +5,7 @@
 #include "checks/check.h"
 #include "core/autodiff/autodiff.h"
 #include "core/nn/losses.h"
+#include "core/nn/precision.h"
 #include "core/trace/collectives.h"
 #include "parallel/train/averaged_update.h"
 
@@ -43,6 +44,7 @@ std::tuple<TensorDict, TensorDict, Tensor, Tensor> LmStepFn::train(
     names.push_back(name);
   }
   auto loss_fn = [&](const Params& t) {
+    PrecisionScope precision({.compute = compute_dtype});
     Params all = frozen;
     for (const auto& [name, p] : t) all.set(name, p);
     Tensor loss = mean(softmax_cross_entropy(decoder_logits(all, model, inputs), targets));
@@ -68,6 +70,7 @@ Tensor LmLossSumFn::operator()(const Params& params, const Tensor& inputs,
                                const Tensor& targets) const {
   check_token_ids(inputs, model.vocab, "input");
   check_token_ids(targets, model.vocab, "target");
+  PrecisionScope precision({.compute = compute_dtype});
   return psum(sum(softmax_cross_entropy(decoder_logits(params, model, inputs), targets)), axis);
 }
 
@@ -83,9 +86,9 @@ LmSplitStep make_lm_split_step(const Mesh& mesh, LmStepFn fn, PmapOptions option
   return pmap(mesh, axis, LmSplitStepFn{std::move(fn)}, std::move(options), PmapArgOptions{{5, 6}});
 }
 
-LmEval make_lm_eval(const Mesh& mesh, DecoderConfig model, PmapOptions options) {
+LmEval make_lm_eval(const Mesh& mesh, DecoderConfig model, PmapOptions options, DType compute_dtype) {
   if (options.jit.name == "fn") options.jit.name = "lm_eval";
-  return pmap(mesh, "batch", LmLossSumFn{std::move(model)}, std::move(options));
+  return pmap(mesh, "batch", LmLossSumFn{std::move(model), "batch", compute_dtype}, std::move(options));
 }
 
 }  // namespace fjit::lm

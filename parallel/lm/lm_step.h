@@ -46,6 +46,7 @@ struct LmStepFn {
   // checked against the trainable and frozen names. Empty: AdamW's settings for every one.
   std::vector<ParamGroup> groups;
   training::GradScaling scaling;
+  DType compute_dtype = DType::f32;  // the layers' policy while tracing (core/nn/precision.h)
   // The step without a loss scale (scaling must be off).
   std::tuple<TensorDict, TensorDict, Tensor, Tensor> operator()(
       const Params& params, const Params& state, const Tensor& inputs, const Tensor& targets,
@@ -75,6 +76,7 @@ using LmSplitStep = Pmapped<LmSplitStepFn>;
 struct LmLossSumFn {
   DecoderConfig model;
   std::string axis = "batch";
+  DType compute_dtype = DType::f32;
   Tensor operator()(const Params& params, const Tensor& inputs, const Tensor& targets) const;
 };
 using LmEval = Pmapped<LmLossSumFn>;
@@ -84,6 +86,7 @@ void check_token_ids(const Tensor& ids, int64_t vocab, const char* what);
 
 LmStep make_lm_step(const Mesh& mesh, LmStepFn fn, PmapOptions options);
 LmSplitStep make_lm_split_step(const Mesh& mesh, LmStepFn fn, PmapOptions options);
-LmEval make_lm_eval(const Mesh& mesh, DecoderConfig model, PmapOptions options);
+LmEval make_lm_eval(const Mesh& mesh, DecoderConfig model, PmapOptions options,
+                    DType compute_dtype = DType::f32);
 
 }  // namespace fjit::lm

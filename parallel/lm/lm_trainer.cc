@@ -74,9 +74,12 @@ LmTrainer::LmTrainer(Mesh mesh, LmOptions options, ArrayDict initial)
                                            .groups = lm_param_groups(options_),
                                            .scaling = {.on = loss_scaling_on(options_),
                                                        .grad_dtype = options_.grad_dtype == "f16" ? DType::f16
-                                                                                                  : DType::f32}},
+                                                                                                  : DType::f32},
+                                           .compute_dtype = options_.compute_dtype == "bf16" ? DType::bf16
+                                                                                            : DType::f32},
                                   pmap_options("lm_step"))),
-      eval_fn_(make_lm_eval(mesh_, options_.model, pmap_options("lm_eval"))) {
+      eval_fn_(make_lm_eval(mesh_, options_.model, pmap_options("lm_eval"),
+                            options_.compute_dtype == "bf16" ? DType::bf16 : DType::f32)) {
   validate(options_.model);
   const std::string path = token_file_path(options_);
   training::run_on_primary(mesh_, "tokenizing " + options_.corpus, [&] {

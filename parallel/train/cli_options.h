@@ -90,6 +90,16 @@ class OptionAdder {
           }, "throw, skip_step or log");
   }
 
+  // --compute-dtype f32|bf16: the layers' mixed-precision policy (core/nn/precision.h).
+  void compute_dtype_option(std::string& compute_dtype) {
+    value("--compute-dtype", "T", "f32, or bf16: the layers' products on bf16 operands with f32 "
+          "results; parameters, optimizer state and everything else stay f32 (f32)",
+          [&compute_dtype](const std::string& v) {
+            compute_dtype = v;
+            return v == "f32" || v == "bf16";
+          }, "f32 or bf16");
+  }
+
   // --grad-dtype f32|f16, --loss-scale dynamic|N and --loss-scale-growth-interval N
   // (parallel/train/loss_scaling.h).
   void loss_scale_options(std::string& grad_dtype, std::string& loss_scale, int64_t& growth_interval) {

@@ -31,7 +31,8 @@ std::string describe(const TrainOptions& o) {
                      check_policy_name(o.on_check_failure.value_or(default_check_policy()))) +
          (loss_scaling_on(o) ? fmt::format(" | gradients {} loss scale {}", o.grad_dtype,
                                            o.loss_scale.empty() ? "dynamic" : o.loss_scale)
-                             : "");
+                             : "") +
+         (o.compute_dtype == "f32" ? "" : " | compute " + o.compute_dtype);
 }
 
 Schedule learning_rate_schedule(const TrainOptions& o, int64_t total_steps) {

@@ -93,6 +93,7 @@ void add_options(CLI::App& app, TrainOptions& o, const std::vector<std::string>&
   integer("--max-steps", o.max_steps, 0, "stop after N steps in all");
   integer("--eval-batch-size", o.eval_batch_size, 1, "test-set evaluation batch");
   add.loss_scale_options(o.grad_dtype, o.loss_scale, o.loss_scale_growth_interval);
+  add.compute_dtype_option(o.compute_dtype);
   integer("--divergence-check-every", o.divergence_check_every, 0,
           "compare replicas' parameters every K steps (0 = off)");
 }

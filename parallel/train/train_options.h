@@ -64,6 +64,8 @@ struct TrainOptions {
   // needs checks on and the skip_step policy (the default it then gets).
   std::string grad_dtype = "f32";
   std::string loss_scale;
+  // The layers' compute dtype (core/nn/precision.h): "f32" or "bf16".
+  std::string compute_dtype = "f32";
   int64_t loss_scale_growth_interval = 2000;  // good steps before a dynamic scale doubles
 };
 

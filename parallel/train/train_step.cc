@@ -4,6 +4,7 @@
 #include "core/autodiff/autodiff.h"
 #include "core/lib/accumulate.h"
 #include "core/nn/losses.h"
+#include "core/nn/precision.h"
 #include "core/trace/collectives.h"
 #include "core/trace/random.h"
 #include "parallel/train/averaged_update.h"
@@ -27,6 +28,7 @@ std::tuple<TensorDict, TensorDict, Tensor, Tensor, Tensor> TrainStepFn::operator
   if (model.uses_key)
     key = fold_in(fold_in(PRNGKey(seed), step), axis_index(axis));
   auto loss_fn = [&](const Params& p, const Tensor& xs, const Tensor& ys) {
+    PrecisionScope precision({.compute = compute_dtype});
     auto [loss, logits] = model_loss(model, p, xs, ys, true, key);
     return std::tuple{scaling.on ? loss * loss_scale : loss, logits};
   };
@@ -74,6 +76,7 @@ std::tuple<TensorDict, TensorDict, Tensor> adamw_update_of_mean(
 }
 
 Tensor CorrectCountFn::operator()(const Params& params, const Tensor& x, const Tensor& y) const {
+  PrecisionScope precision({.compute = compute_dtype});
   Tensor correct = sum(cast(eq(argmax(model.logits(params, x, false, Tensor()), -1), y), DType::f32));
   return psum(correct, axis);
 }
@@ -85,9 +88,9 @@ TrainStep make_train_step(const Mesh& mesh, TrainStepFn fn, PmapOptions options)
   return pmap(mesh, axis, std::move(fn), std::move(options), PmapArgOptions{{4, 5}});
 }
 
-EvalStep make_eval_step(const Mesh& mesh, PmapOptions options, Model model) {
+EvalStep make_eval_step(const Mesh& mesh, PmapOptions options, Model model, DType compute_dtype) {
   if (options.jit.name == "fn") options.jit.name = "eval_step";
-  return pmap(mesh, "batch", CorrectCountFn{"batch", std::move(model)}, std::move(options));
+  return pmap(mesh, "batch", CorrectCountFn{"batch", std::move(model), compute_dtype}, std::move(options));
 }
 
 double evaluate_accuracy(EvalStep& eval, const Mesh& mesh, const ArrayDict& params,

@@ -51,6 +51,7 @@ struct TrainStepFn {
   Model model;
   uint64_t seed = 0;  // of the dropout keys
   GradScaling scaling;
+  DType compute_dtype = DType::f32;  // the layers' policy while tracing (core/nn/precision.h)
   std::tuple<TensorDict, TensorDict, Tensor, Tensor, Tensor> operator()(
       const Params& params, const Params& state, const Tensor& x, const Tensor& y,
       const Tensor& step, const Tensor& loss_scale) const;
@@ -64,12 +65,14 @@ using TrainStepOut = std::tuple<ArrayDict, ArrayDict, Array, Array, Array>;
 struct CorrectCountFn {
   std::string axis = "batch";
   Model model;
+  DType compute_dtype = DType::f32;
   Tensor operator()(const Params& params, const Tensor& x, const Tensor& y) const;
 };
 using EvalStep = Pmapped<CorrectCountFn>;
 
 TrainStep make_train_step(const Mesh& mesh, TrainStepFn fn, PmapOptions options);
-EvalStep make_eval_step(const Mesh& mesh, PmapOptions options, Model model);
+EvalStep make_eval_step(const Mesh& mesh, PmapOptions options, Model model,
+                        DType compute_dtype = DType::f32);
 
 // Fraction of `data`'s examples ("images", "labels") the model classifies correctly,
 // evaluated data-parallel in batches of `batch_size` (the last one may be smaller: at most

@@ -102,13 +102,14 @@ Trainer::Trainer(Mesh mesh, TrainOptions options, Model model, io::Dataset train
                       .model = model_,
                       .seed = options_.seed,
                       .scaling = {.on = loss_scaling_on(options_),
-                                  .grad_dtype = options_.grad_dtype == "f16" ? DType::f16 : DType::f32}},
+                                  .grad_dtype = options_.grad_dtype == "f16" ? DType::f16 : DType::f32},
+                      .compute_dtype = options_.compute_dtype == "bf16" ? DType::bf16 : DType::f32},
           pmap_options("train_step"))),
       eval_step_(make_eval_step(mesh_, [this] {
         PmapOptions o = pmap_options("eval_step");
         o.divergence_check_every = 0;
         return o;
-      }(), model_)) {
+      }(), model_, options_.compute_dtype == "bf16" ? DType::bf16 : DType::f32)) {
   const Array& images = train_["images"];
   const int64_t features = images.rank() == 2 ? images.shape()[1] : -1;
   if (features != model_.inputs)

@@ -23,8 +23,10 @@ float widen(uint16_t x) {
   return f;
 }
 
-void bf16_gemm_native(int64_t m, int64_t n, int64_t k, const uint16_t* a, const uint16_t* b,
-                      float* c, bool accumulate) {
+// op(A) [m, k]: A row-major with row stride lda, or with trans_a A^T for A stored [k, m] with
+// row stride lda.
+void bf16_gemm_native(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda, bool trans_a,
+                      const uint16_t* b, float* c, bool accumulate) {
   const gemm::Bf16TileFn tile = gemm::bf16_tile_avx512();
   const int64_t pairs = (k + 1) / 2, ns = (n + kNr - 1) / kNr, ms = (m + kMr - 1) / kMr;
   thread_local std::vector<uint16_t> bp_buf;
@@ -34,14 +36,32 @@ void bf16_gemm_native(int64_t m, int64_t n, int64_t k, const uint16_t* a, const 
   // 64-byte alignment for the kernel's aligned loads of B.
   uint16_t* bp = bp_buf.data() + ((64 - reinterpret_cast<uintptr_t>(bp_buf.data()) % 64) % 64) / 2;
   uint32_t* ap = ap_buf.data();
+  const auto* ap16 = reinterpret_cast<const uint16_t*>(ap);
   alignas(64) float tmp[kMr * kNr];
   auto at = [&](const uint16_t* x, int64_t rows, int64_t cols, int64_t r, int64_t col) -> uint16_t {
     return r < rows && col < cols ? x[r * cols + col] : uint16_t{0};
   };
+  auto a_at = [&](int64_t r, int64_t p) -> uint16_t {
+    if (r >= m || p >= k) return 0;
+    return trans_a ? a[p * lda + r] : a[r * lda + p];
+  };
   for (int64_t q0 = 0; q0 < pairs; q0 += kPairs) {
     const int64_t np = std::min(kPairs, pairs - q0);
+    const bool whole_pairs = 2 * (q0 + np) <= k;
     for (int64_t j = 0; j < ns; ++j) {
       uint16_t* d = bp + j * np * kNr * 2;
+      if ((j + 1) * kNr <= n && whole_pairs) {  // inside B: two rows interleaved
+        for (int64_t q = 0; q < np; ++q) {
+          const uint16_t* r0 = b + 2 * (q0 + q) * n + j * kNr;
+          const uint16_t* r1 = r0 + n;
+          uint16_t* dq = d + q * kNr * 2;
+          for (int64_t col = 0; col < kNr; ++col) {
+            dq[2 * col] = r0[col];
+            dq[2 * col + 1] = r1[col];
+          }
+        }
+        continue;
+      }
       for (int64_t q = 0; q < np; ++q)
         for (int64_t col = 0; col < kNr; ++col) {
           const int64_t p = 2 * (q0 + q), cc = j * kNr + col;
@@ -52,21 +72,35 @@ void bf16_gemm_native(int64_t m, int64_t n, int64_t k, const uint16_t* a, const 
     const bool add = accumulate || q0 > 0;
     for (int64_t s = 0; s < ms; ++s) {
       const int64_t row0 = s * kMr, rows = std::min(kMr, m - row0);
-      for (int64_t q = 0; q < np; ++q)
-        for (int64_t i = 0; i < kMr; ++i) {
-          const int64_t p = 2 * (q0 + q);
-          ap[q * kMr + i] = uint32_t{at(a, m, k, row0 + i, p)} |
-                            (uint32_t{at(a, m, k, row0 + i, p + 1)} << 16);
+      // The sliver's A: read in place (row-major, whole rows and pairs), or packed.
+      const uint16_t* as = ap16;
+      int64_t a_row = 2, a_pair = 2 * kMr;
+      if (!trans_a && rows == kMr && whole_pairs) {
+        as = a + row0 * lda + 2 * q0;
+        a_row = lda;
+        a_pair = 2;
+      } else if (trans_a && rows == kMr && whole_pairs) {  // two rows of A^T's storage per pair
+        for (int64_t q = 0; q < np; ++q) {
+          const uint16_t* r0 = a + 2 * (q0 + q) * lda + row0;
+          const uint16_t* r1 = r0 + lda;
+          for (int64_t i = 0; i < kMr; ++i) ap[q * kMr + i] = uint32_t{r0[i]} | (uint32_t{r1[i]} << 16);
         }
+      } else {
+        for (int64_t q = 0; q < np; ++q)
+          for (int64_t i = 0; i < kMr; ++i) {
+            const int64_t p = 2 * (q0 + q);
+            ap[q * kMr + i] = uint32_t{a_at(row0 + i, p)} | (uint32_t{a_at(row0 + i, p + 1)} << 16);
+          }
+      }
       for (int64_t j = 0; j < ns; ++j) {
         const int64_t col0 = j * kNr, cols = std::min(kNr, n - col0);
         const uint16_t* bs = bp + j * np * kNr * 2;
         float* ct = c + row0 * n + col0;
         if (rows == kMr && cols == kNr) {
-          tile(np, ap, bs, ct, n, add);
+          tile(np, as, a_row, a_pair, bs, ct, n, add);
           continue;
         }
-        tile(np, ap, bs, tmp, kNr, false);
+        tile(np, as, a_row, a_pair, bs, tmp, kNr, false);
         for (int64_t r = 0; r < rows; ++r)
           for (int64_t col = 0; col < cols; ++col)
             ct[r * n + col] = add ? ct[r * n + col] + tmp[r * kNr + col] : tmp[r * kNr + col];
@@ -79,21 +113,34 @@ void bf16_gemm_native(int64_t m, int64_t n, int64_t k, const uint16_t* a, const 
 
 void bf16_gemm_widened(int64_t m, int64_t n, int64_t k, const uint16_t* a, const uint16_t* b,
                        float* c, bool accumulate) {
+  bf16_gemm_widened_ex(m, n, k, a, k, false, b, c, accumulate);
+}
+
+void bf16_gemm_widened_ex(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda,
+                          bool trans_a, const uint16_t* b, float* c, bool accumulate) {
+  // op(A) widened in the layout it is stored in ([m, k] or, transposed, [k, m]), packed.
+  const int64_t ra = trans_a ? k : m, ca = trans_a ? m : k;
   std::vector<float> a32(m * k), b32(k * n);
-  std::transform(a, a + m * k, a32.begin(), widen);
+  for (int64_t r = 0; r < ra; ++r)
+    for (int64_t col = 0; col < ca; ++col) a32[r * ca + col] = widen(a[r * lda + col]);
   std::transform(b, b + k * n, b32.begin(), widen);
-  packed_sgemm(active_isa(), false, false, m, n, k, a32.data(), b32.data(), c, accumulate, 1);
+  packed_sgemm(active_isa(), trans_a, false, m, n, k, a32.data(), b32.data(), c, accumulate, 1);
 }
 
 void bf16_gemm(int64_t m, int64_t n, int64_t k, const uint16_t* a, const uint16_t* b, float* c,
                bool accumulate) {
+  bf16_gemm_ex(m, n, k, a, k, false, b, c, accumulate);
+}
+
+void bf16_gemm_ex(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda, bool trans_a,
+                  const uint16_t* b, float* c, bool accumulate) {
   if (m <= 0 || n <= 0) return;
   if (k <= 0) {
     if (!accumulate) std::fill(c, c + m * n, 0.f);
     return;
   }
-  if (active_avx512_bf16()) bf16_gemm_native(m, n, k, a, b, c, accumulate);
-  else bf16_gemm_widened(m, n, k, a, b, c, accumulate);
+  if (active_avx512_bf16()) bf16_gemm_native(m, n, k, a, lda, trans_a, b, c, accumulate);
+  else bf16_gemm_widened_ex(m, n, k, a, lda, trans_a, b, c, accumulate);
 }
 
 }  // namespace fjit

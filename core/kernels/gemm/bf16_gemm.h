@@ -6,7 +6,7 @@
 //   otherwise: each operand widened to f32 (exact: every bf16 is an f32) and fjit's packed
 //            f32 GEMM (packed_gemm.h): every product exact, each added with one rounding.
 // The two agree to f32 accumulation error, not bit for bit (the dot-product instruction also
-// treats subnormal inputs and results as zero). Not yet wired into the matmul op; one thread. Depth blocks are fixed by K, and
+// treats subnormal inputs and results as zero). One thread (the matmul op, core/kernels/gemm/matmul_bf16.h, splits the rows). Depth blocks are fixed by K, and
 // one call runs on the calling thread: bits depend on the shapes, the data and the path only.
 #pragma once
 
@@ -16,8 +16,15 @@ namespace fjit {
 
 void bf16_gemm(int64_t m, int64_t n, int64_t k, const uint16_t* a, const uint16_t* b, float* c,
                bool accumulate);
+// The same with op(A) [m, k] read from A row-major with row stride lda, or with trans_a from
+// A^T, A stored [k, m] with row stride lda (a block of a matmul's rows, a transposed operand).
+// Bits as bf16_gemm's on the same values.
+void bf16_gemm_ex(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda, bool trans_a,
+                  const uint16_t* b, float* c, bool accumulate);
 // The same product forced onto the widening path (tests compare the two).
 void bf16_gemm_widened(int64_t m, int64_t n, int64_t k, const uint16_t* a, const uint16_t* b,
                        float* c, bool accumulate);
+void bf16_gemm_widened_ex(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda,
+                          bool trans_a, const uint16_t* b, float* c, bool accumulate);
 
 }  // namespace fjit

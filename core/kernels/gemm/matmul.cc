@@ -28,6 +28,7 @@
 
 #include "core/kernels/fused/fused.h"
 #include "core/kernels/gemm/gemm_library.h"
+#include "core/kernels/gemm/matmul_bf16.h"
 #include "core/kernels/gemm/packed_gemm.h"
 #include "core/kernels/structural/structural.h"
 #include "core/base/fpe_flags.h"
@@ -183,6 +184,7 @@ bool select_matmul(Instr& instr) {
     instr.fn = noop_kernel;
     return true;
   }
+  if (instr.ins[0].dtype == DType::bf16) return select_bf16_matmul(instr);  // matmul_bf16.h
   const DType t = instr.out.dtype;
   const int64_t esize = static_cast<int64_t>(dtype_size(t));
   if ((t == DType::f32 || t == DType::f64) && narrow(instr, esize)) {

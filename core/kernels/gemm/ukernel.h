@@ -32,10 +32,12 @@ struct UKernel {
   RowsTileFn tile_rows;
 };
 
-// The bf16 kernel (bf16_gemm.h), AVX512_BF16 only: a 12 x 32 f32 tile from a (per depth pair,
-// 12 uint32 holding row i's two bf16) and b (per depth pair, 32 columns of two bf16 each).
-using Bf16TileFn = void (*)(int64_t pairs, const uint32_t* a, const uint16_t* b, float* c,
-                            int64_t ldc, bool add);
+// The bf16 kernel (bf16_gemm.h), AVX512_BF16 only: a 12 x 32 f32 tile from a and b (per depth
+// pair, 32 columns of two bf16 each). Row i's bf16 pair q is the 32 bits at
+// a + i * a_row + q * a_pair (uint16 units): packed (a_row 2, a_pair 24) or A read in place
+// (a_row = its row stride, a_pair 2).
+using Bf16TileFn = void (*)(int64_t pairs, const uint16_t* a, int64_t a_row, int64_t a_pair,
+                            const uint16_t* b, float* c, int64_t ldc, bool add);
 Bf16TileFn bf16_tile_avx512();
 
 // f32 kernels: AVX2 + FMA (every CPU fjit runs on), AVX-512 F/BW/VL/DQ.

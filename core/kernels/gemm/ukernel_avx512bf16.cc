@@ -12,20 +12,20 @@ namespace {
 
 #define FJIT_BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,fma")))
 
-// a: per depth pair q, 12 uint32 (row i's bf16 pair); b: per pair q, 32 columns x 2 bf16.
-FJIT_BF16 void tile_bf16_12x32(int64_t pairs, const uint32_t* a, const uint16_t* b, float* c,
-                               int64_t ldc, bool add) {
+// a: row i's bf16 pair q at a + i * a_row + q * a_pair; b: per pair q, 32 columns x 2 bf16.
+FJIT_BF16 void tile_bf16_12x32(int64_t pairs, const uint16_t* a, int64_t a_row, int64_t a_pair,
+                               const uint16_t* b, float* c, int64_t ldc, bool add) {
   __m512 acc[12][2];
   for (int i = 0; i < 12; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
   for (int64_t q = 0; q < pairs; ++q) {
     const __m512bh b0 = (__m512bh)_mm512_load_si512(b), b1 = (__m512bh)_mm512_load_si512(b + 32);
 #pragma GCC unroll 12
     for (int i = 0; i < 12; ++i) {
-      const __m512bh x = (__m512bh)_mm512_set1_epi32(static_cast<int>(a[i]));
+      const __m512bh x = (__m512bh)_mm512_set1_epi32(_mm_cvtsi128_si32(_mm_loadu_si32(a + i * a_row)));
       acc[i][0] = _mm512_dpbf16_ps(acc[i][0], x, b0);
       acc[i][1] = _mm512_dpbf16_ps(acc[i][1], x, b1);
     }
-    a += 12;
+    a += a_pair;
     b += 64;
   }
   for (int i = 0; i < 12; ++i) {
