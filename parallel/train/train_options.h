@@ -65,6 +65,9 @@ struct TrainOptions {
   std::string grad_dtype = "f32";
   std::string loss_scale;
   int64_t loss_scale_growth_interval = 2000;  // good steps before a dynamic scale doubles
+  // Not an option: the program's arguments (argv[1..]), which train_main sets so that
+  // checkpoints record them (for fjit_verify).
+  std::vector<std::string> command_line;
 };
 
 struct ParsedOptions {
