@@ -84,7 +84,7 @@ if [ "$mode" = threads ]; then
     "$bin" "${small[@]}" --replicas 2 $opt "$work/plain/out" > "$work/badpath.out" 2>&1
     rc=$?
     [ $rc -eq 1 ] || fail "$opt under a regular file exited $rc, not 1"
-    grep -q "$opt $work/plain/out: $work/plain is a regular file" "$work/badpath.out" ||
+    grep -qF -- "$opt $work/plain/out: $work/plain is a regular file" "$work/badpath.out" ||
       { cat "$work/badpath.out"; fail "$opt under a regular file: no clear error"; }
     ! grep -q '^fjit train_lm:' "$work/badpath.out" || fail "$opt under a regular file: the run started"
   done

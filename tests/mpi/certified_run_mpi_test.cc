@@ -20,6 +20,7 @@
 namespace fjit::examples {
 namespace {
 
+using fjit::testing::fixture;
 using training::TrainOptions;
 
 Mesh& mesh() {
