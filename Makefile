@@ -2,7 +2,7 @@
 BUILD ?= build
 JOBS ?= 2
 DEBIAN_PACKAGES := cmake g++ make pkg-config libeigen3-dev libabsl-dev libspdlog-dev libfmt-dev \
-  libopenmpi-dev openmpi-bin libblis-dev libgtest-dev libbenchmark-dev zlib1g-dev libdw-dev nlohmann-json3-dev libcli11-dev \
+  libopenmpi-dev openmpi-bin libblis-dev libgtest-dev libbenchmark-dev zlib1g-dev libssl-dev libdw-dev nlohmann-json3-dev libcli11-dev \
   dataset-fashion-mnist fortunes
 # The fuzzers need clang 16 or later with its libFuzzer runtime (Debian 12's clang 14 lacks the
 # C++20 fjit uses); the sanitized builds use g++'s own ASan/UBSan/TSan runtimes.

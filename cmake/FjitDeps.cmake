@@ -8,6 +8,8 @@ find_package(spdlog REQUIRED)
 find_package(nlohmann_json 3 REQUIRED)
 find_package(MPI REQUIRED COMPONENTS CXX)
 find_package(ZLIB REQUIRED)
+# SHA-256 of checkpointed state for the hash chain of certified runs (core/io/state_hash.h).
+find_package(OpenSSL REQUIRED COMPONENTS Crypto)
 # The trainer's command line (parallel/train/train_options.cc); header-only.
 find_package(CLI11 REQUIRED)
 find_package(Threads REQUIRED)

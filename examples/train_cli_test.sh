@@ -3,7 +3,7 @@
 # examples/CMakeLists.txt), on the committed 16-example fixture posing as both splits:
 #   threads      2 thread replicas: exit 0, the epoch loss falls, a final accuracy is printed;
 #                a run stopped by --max-steps and continued with --resume writes a final
-#                checkpoint byte-identical to the uninterrupted run's; bad data files and bad
+#                checkpoint with the same state (SHA-256) as the uninterrupted run's; bad data files and bad
 #                options fail with exit 1 / 2 and a message naming the file and what was
 #                expected.
 #   mpi          the same small run under `MPIEXEC -n 2`: its epoch lines equal the thread run's;
@@ -22,6 +22,14 @@ data=$work/data
 . "$(dirname "$0")/fixture_data.sh"
 fixture_data "$fixture" "$data"
 small=(--data-dir "$data" --epochs 3 --batch-size 8 --log-every 0 --seed 5)
+
+# Whether two checkpoints hold the same state at the same position: their state hashes (SHA-256
+# of every tensor's bits) and position entries agree. Their provenance (command line, hash
+# chain, step records) differs between a resumed run and an uninterrupted one.
+state_of() {
+  grep -ao '"\(fjit\.state_sha256\|step\|epoch\|batch_in_epoch\|seed\|skipped_steps\)":"[^"]*"' "$1" | sort
+}
+same_state() { [ -n "$(state_of "$1")" ] && diff <(state_of "$1") <(state_of "$2") > /dev/null; }
 
 # Prints the run's epoch lines without their timings.
 epoch_lines() { grep '^== epoch' "$1" | sed -e 's/ (eval.*//'; }
@@ -44,7 +52,7 @@ if [ "$mode" = mpi ]; then
     : -n 1 "$bin" "${small[@]}" --checkpoint-dir "$work/nowhere" --resume > "$work/second.out" 2>&1 ||
     { rc=$?; cat "$work/second.out"; fail "resumed MPI run exited $rc"; }
   grep -q 'resumed from .*ckpt-3.safetensors' "$work/second.out" || fail "the MPI run did not resume from step 3"
-  cmp -s "$work/full/ckpt-6.safetensors" "$work/split/ckpt-6.safetensors" ||
+  same_state "$work/full/ckpt-6.safetensors" "$work/split/ckpt-6.safetensors" ||
     fail "the resumed MPI run's final checkpoint differs from the uninterrupted thread run's"
   [ ! -e "$work/nowhere" ] || fail "rank 1 wrote into its checkpoint directory"
   [ "$failures" -eq 0 ] && echo "train_cli_test mpi: OK"
@@ -74,7 +82,7 @@ done
 [ -f "$work/split/ckpt-3.safetensors" ] || fail "no checkpoint at step 3: $(ls "$work/split")"
 "$bin" "${small[@]}" --replicas 2 --checkpoint-dir "$work/split" --resume > "$work/second.out" 2>&1 ||
   fail "resumed run exited $?"
-cmp -s "$work/full/ckpt-6.safetensors" "$work/split/ckpt-6.safetensors" ||
+same_state "$work/full/ckpt-6.safetensors" "$work/split/ckpt-6.safetensors" ||
   fail "the resumed run's final checkpoint differs from the uninterrupted run's"
 
 # Expects exit code $1 and every other argument as a fixed string in the output.
@@ -105,6 +113,17 @@ expect_error 1 "$bad/train-images-idx3-ubyte.gz: truncated" "the gzip stream end
 rm "$bad/train-images-idx3-ubyte.gz"
 gzip -dc "$data/train-labels-idx1-ubyte.gz" > "$bad/train-images-idx3-ubyte"  # labels posing as images
 expect_error 1 "$bad/train-images-idx3-ubyte: bad magic: expected magic 0x00000803 (IDX images"
+
+# Unusable output paths fail before the first step (issue 30): under a regular file, and a
+# checkpoint of another model.
+: > "$work/plain"
+args=(--checkpoint-dir "$work/plain/ckpts")
+expect_error 1 "--checkpoint-dir $work/plain/ckpts: $work/plain is a regular file, not a directory"
+grep -q '^== epoch' "$work/err.out" && fail "a run with an unusable --checkpoint-dir trained first"
+args=(--log-dir "$work/plain/logs")
+expect_error 1 "--log-dir $work/plain/logs: $work/plain is a regular file"
+args=(--model cnn --checkpoint-dir "$work/full" --resume)
+expect_error 1 "$work/full/ckpt-6.safetensors: the checkpoint holds model mlp 784,512,256,10, this run's is cnn dropout 0"
 
 args=(--epochs 0)
 expect_error 2 "option --epochs: '0' is not an integer >= 1"

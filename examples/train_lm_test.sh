@@ -77,6 +77,17 @@ if [ "$mode" = threads ]; then
     [ $rc -eq 1 ] || fail "the $bad corpus exited $rc, not 1"
     grep -q "$bad\.t" "$work/$bad.out" || { cat "$work/$bad.out"; fail "the $bad corpus's error names no file"; }
   done
+  # Output paths are checked before any work: a --checkpoint-dir or --export-hf under a regular
+  # file fails at start-up (exit 1) naming the option and the file in the way.
+  : > "$work/plain"
+  for opt in --checkpoint-dir --export-hf; do
+    "$bin" "${small[@]}" --replicas 2 $opt "$work/plain/out" > "$work/badpath.out" 2>&1
+    rc=$?
+    [ $rc -eq 1 ] || fail "$opt under a regular file exited $rc, not 1"
+    grep -qF -- "$opt $work/plain/out: $work/plain is a regular file" "$work/badpath.out" ||
+      { cat "$work/badpath.out"; fail "$opt under a regular file: no clear error"; }
+    ! grep -q '^fjit train_lm:' "$work/badpath.out" || fail "$opt under a regular file: the run started"
+  done
 fi
 
 if [ "$mode" = mpi ]; then

@@ -114,8 +114,8 @@ TEST_F(CheckpointTest, CorruptedDataByteFailsTheChecksum) {
   bytes[8 + n + 50] ^= 0x01;  // inside w1
   write_file(path_, bytes);
   std::string msg = error_of([&] { load_checkpoint(path_); });
-  EXPECT_EQ(msg.rfind(path_ + ": checksum mismatch: metadata fjit.crc32 is ", 0), 0u) << msg;
-  EXPECT_CONTAINS(msg, "(the data is corrupt)");
+  EXPECT_EQ(msg.rfind(path_ + ": checksum mismatch: metadata fjit.checksum is ", 0), 0u) << msg;
+  EXPECT_CONTAINS(msg, "(its header or data changed after it was written)");
 }
 
 TEST_F(CheckpointTest, CorruptedHeaderJson) {

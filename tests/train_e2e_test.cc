@@ -134,9 +134,8 @@ TEST(TrainE2e, RunResumesFromLatestCheckpoint) {
   wide.layers = {784, 64, 10};
   Trainer other(Mesh::threads(2), wide, fixture());
   std::string error = error_of([&] { other.load(last); });
-  EXPECT_NE(error.find(last + ": this run's configuration differs"), std::string::npos) << error;
-  EXPECT_NE(error.find("layers: checkpoint 784,512,256,10, now 784,64,10"), std::string::npos) << error;
-  EXPECT_NE(error.find("--allow-config-change"), std::string::npos) << error;
+  EXPECT_EQ(error, last + ": the checkpoint holds model mlp 784,512,256,10, this run's is mlp "
+                          "784,64,10: it cannot be resumed with another model");
   // Overriding the configuration check cannot make the tensors fit.
   wide.allow_config_change = true;
   Trainer forced(Mesh::threads(2), wide, fixture());

@@ -66,9 +66,23 @@ std::string hex8(uint32_t v) {
   return buf;
 }
 
-uint32_t crc_of(uint32_t crc, const Array& a) {
-  return static_cast<uint32_t>(
-      crc32_z(crc, static_cast<const Bytef*>(a.raw()), static_cast<z_size_t>(a.nbytes())));
+uint32_t crc_of(uint32_t crc, const void* p, size_t n) {
+  return static_cast<uint32_t>(crc32_z(crc, static_cast<const Bytef*>(p), static_cast<z_size_t>(n)));
+}
+
+constexpr const char* kZeroDigits = "00000000";
+
+// Where the checksum's 8 digits begin in a header, or npos when the key is not there exactly
+// once, spelled plainly (the JSON parser would accept escapes that this search does not see,
+// and such a header is refused). Inside a JSON string a quote is escaped, so the pattern
+// below can only be the key itself followed by its string value.
+size_t checksum_digits_at(const std::string& header) {
+  const std::string key = std::string("\"") + kChecksumKey + "\":\"";
+  const size_t at = header.find(key);
+  if (at == std::string::npos || header.find(key, at + 1) != std::string::npos ||
+      at + key.size() + 9 > header.size() || header[at + key.size() + 8] != '"')
+    return std::string::npos;
+  return at + key.size();
 }
 
 // Closes a file descriptor on every path out of load_checkpoint.
@@ -192,18 +206,16 @@ void save_checkpoint(const std::string& path, const Checkpoint& ckpt) {
   });
   std::vector<uint64_t> begin(t.size());
   uint64_t offset = 0;
-  uint32_t crc = static_cast<uint32_t>(crc32_z(0, nullptr, 0));
   for (size_t i : layout) {
     begin[i] = offset;
     offset += t[i].second.nbytes();
-    crc = crc_of(crc, t[i].second);
   }
 
   Json root = Json::object();
   Json& meta = root["__metadata__"] = Json::object();
   for (const auto& [k, v] : ckpt.metadata)
-    if (k != kChecksumKey) meta[k] = v;
-  meta[kChecksumKey] = hex8(crc);
+    if (k != kChecksumKey && k != kLegacyChecksumKey) meta[k] = v;
+  meta[kChecksumKey] = kZeroDigits;  // placeholder: the checksum is of the file with it
   // Header members keep the caller's order, which load_checkpoint gives back.
   for (size_t i = 0; i < t.size(); ++i) {
     const auto& [name, a] = t[i];
@@ -218,11 +230,28 @@ void save_checkpoint(const std::string& path, const Checkpoint& ckpt) {
 
   unsigned char len[8];
   for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>(header.size() >> (8 * i));
+  const size_t digits = checksum_digits_at(header);
+  uint32_t crc = static_cast<uint32_t>(crc32_z(0, nullptr, 0));
+  crc = crc_of(crc, len, sizeof len);
+  crc = crc_of(crc, header.data(), header.size());
+  for (size_t i : layout) crc = crc_of(crc, t[i].second.raw(), t[i].second.nbytes());
+  header.replace(digits, 8, hex8(crc));
   AtomicFile out(path);
   out.write(len, sizeof len);
   out.write(header.data(), header.size());
   for (size_t i : layout) out.write(t[i].second.raw(), t[i].second.nbytes());
   out.commit();
+}
+
+void require_checksum(const Checkpoint& ckpt, const std::string& what) {
+  const std::string where = ckpt.path.empty() ? std::string("checkpoint") : ckpt.path;
+  if (ckpt.integrity == Integrity::kDataOnly)
+    throw std::runtime_error(where + ": written by fjit up to commit 4284e34 (metadata " +
+                             kLegacyChecksumKey + ", a checksum of the tensor data only): its "
+                             "header is not protected, " + what);
+  if (ckpt.integrity == Integrity::kNone)
+    throw std::runtime_error(where + ": has no " + kChecksumKey + " entry (removed, or not written "
+                             "by fjit): nothing vouches for its header or data, " + what);
 }
 
 Checkpoint load_checkpoint(const std::string& path) {
@@ -307,14 +336,29 @@ Checkpoint load_checkpoint(const std::string& path) {
     fail(path, "the tensors cover " + std::to_string(expected) + " bytes but the file holds " +
                    std::to_string(data_bytes) + " bytes of data after the header");
 
-  // Read in file order (the checksum covers the bytes as they lie), return in header order.
+  // The checksum covers the length field and the header with its own digits zeroed, then the
+  // data in file order; tensors come back in header order.
+  const bool whole = out.metadata.count(kChecksumKey) > 0;
+  size_t digits = std::string::npos;
+  if (whole) {
+    digits = checksum_digits_at(header);
+    if (digits == std::string::npos || header.compare(digits, 8, out.metadata.at(kChecksumKey)) != 0)
+      fail(path, std::string("the header's ") + kChecksumKey +
+                     " entry is not spelled as fjit writes it (edited by hand?)");
+  }
+  std::string zeroed = header;
+  if (whole) zeroed.replace(digits, 8, kZeroDigits);
   uint32_t crc = static_cast<uint32_t>(crc32_z(0, nullptr, 0));
+  if (whole) {
+    crc = crc_of(crc, len, sizeof len);
+    crc = crc_of(crc, zeroed.data(), zeroed.size());
+  }
   std::vector<Array> arrays(specs.size());
   for (const TensorSpec& t : specs) {
     Array& a = arrays[t.header_index];
     a = Array(t.dtype, t.shape);
     pread_all(path, f.fd, a.raw(), a.nbytes(), 8 + header_len + t.begin);
-    crc = crc_of(crc, a);
+    crc = crc_of(crc, a.raw(), a.nbytes());
     if (t.dtype == DType::boolean) {
       const auto* b = static_cast<const uint8_t*>(a.raw());
       for (int64_t i = 0; i < a.size(); ++i)
@@ -323,10 +367,19 @@ Checkpoint load_checkpoint(const std::string& path) {
                          " holds " + std::to_string(b[i]) + ", expected 0 or 1");
     }
   }
-  auto it = out.metadata.find(kChecksumKey);
-  if (it != out.metadata.end() && it->second != hex8(crc))
-    fail(path, std::string("checksum mismatch: metadata ") + kChecksumKey + " is " + it->second +
-                   " but the tensor data hashes to " + hex8(crc) + " (the data is corrupt)");
+  if (whole) {
+    if (out.metadata.at(kChecksumKey) != hex8(crc))
+      fail(path, std::string("checksum mismatch: metadata ") + kChecksumKey + " is " +
+                     out.metadata.at(kChecksumKey) + " but the file hashes to " + hex8(crc) +
+                     " (its header or data changed after it was written)");
+    out.integrity = Integrity::kWholeFile;
+  } else if (auto it = out.metadata.find(kLegacyChecksumKey); it != out.metadata.end()) {
+    if (it->second != hex8(crc))
+      fail(path, std::string("checksum mismatch: metadata ") + kLegacyChecksumKey + " is " +
+                     it->second + " but the tensor data hashes to " + hex8(crc) +
+                     " (the data is corrupt)");
+    out.integrity = Integrity::kDataOnly;
+  }
   std::sort(specs.begin(), specs.end(), [](const TensorSpec& a, const TensorSpec& b) {
     return a.header_index < b.header_index;
   });

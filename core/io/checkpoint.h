@@ -15,8 +15,17 @@
 //    directory, fsyncs it, renames it over the target and fsyncs the directory. If anything
 //    fails, the previous file is left as it was, the temporary file is removed, and
 //    std::runtime_error says what failed. A crash leaves either the old or the new file.
-//  - The metadata records "fjit.crc32" (zlib crc32 of all tensor data, 8 hex digits);
-//    load_checkpoint verifies it when present (files from other tools lack it).
+//  - The metadata records "fjit.checksum": the zlib crc32 (8 hex digits) of the whole file —
+//    length field, JSON header (metadata, names, dtypes, shapes, data_offsets, padding) and
+//    data — computed with the checksum's own 8 digits written as "00000000". load_checkpoint
+//    verifies it when present, so an edited header (a step changed by sed, two tensors'
+//    offsets swapped) is refused like corrupt data. Files from other tools lack it and load
+//    unverified (Checkpoint::integrity says so); a training run's resume requires it
+//    (require_checksum).
+//  - Legacy: fjit up to commit 4284e34 wrote "fjit.crc32", the crc32 of the tensor data only.
+//    Such a file still loads as a plain safetensors file (its data crc is verified, integrity
+//    kDataOnly), but require_checksum refuses it, saying which fjit wrote it: its header was
+//    never protected.
 //  - load_checkpoint validates everything before trusting it — header length against the
 //    file size, JSON syntax, dtype names, shapes against data_offsets, offsets against each
 //    other and the file size, bool bytes being 0/1, the checksum — and throws
@@ -39,7 +48,15 @@
 
 namespace fjit::io {
 
-inline constexpr const char* kChecksumKey = "fjit.crc32";
+inline constexpr const char* kChecksumKey = "fjit.checksum";
+inline constexpr const char* kLegacyChecksumKey = "fjit.crc32";  // data only (fjit <= 4284e34)
+
+// What load_checkpoint could verify of a file.
+enum class Integrity {
+  kNone,       // no fjit checksum (another tool's file, or the entry was removed)
+  kDataOnly,   // the legacy fjit.crc32: the tensor data, not the header
+  kWholeFile,  // fjit.checksum: header and data
+};
 
 using NamedArrays = std::vector<std::pair<std::string, Array>>;
 
@@ -50,17 +67,26 @@ struct Checkpoint {
   NamedArrays tensors;                          // in the header's order
   std::map<std::string, std::string> metadata;  // e.g. {"step": "1200", "seed": "7"}
   std::string path;                             // the file it was loaded from ("" if none)
+  Integrity integrity = Integrity::kNone;       // what load_checkpoint verified
 
   // The tensor called `name`, or nullptr.
   const Array* find(const std::string& name) const;
 };
 
 // Requires unique, non-empty tensor names other than "__metadata__", and defined arrays.
-// Any "fjit.crc32" entry in ckpt.metadata is replaced by the checksum of this data.
+// Any "fjit.checksum" or "fjit.crc32" entry in ckpt.metadata is replaced by the checksum of
+// this file.
 void save_checkpoint(const std::string& path, const Checkpoint& ckpt);
 
-// The returned metadata includes "fjit.crc32" when the file has one.
+// The returned metadata includes "fjit.checksum" (or the legacy "fjit.crc32") when the file
+// has one.
 Checkpoint load_checkpoint(const std::string& path);
+
+// Throws std::runtime_error "<path>: ..." unless the checkpoint was verified whole
+// (Integrity::kWholeFile): for a legacy file, that fjit up to 4284e34 wrote it with an
+// unprotected header; for one without a checksum, that the entry is missing. `what` names the
+// use ("cannot resume from it").
+void require_checksum(const Checkpoint& ckpt, const std::string& what);
 
 // Throws std::runtime_error naming the file and every difference between the checkpoint and
 // the tensors a model expects: a tensor the model expects that the checkpoint lacks, one
@@ -80,6 +106,11 @@ std::vector<std::string> config_differences(const Checkpoint& ckpt, const RunCon
 // <differences>; <override_hint>" when config_differences is not empty.
 void check_config(const Checkpoint& ckpt, const RunConfig& current,
                   const std::string& override_hint);
+
+// Throws std::runtime_error "<path>: the checkpoint holds model <saved>, this run's is <model>"
+// when the checkpoint's configuration (config_of) records another "model" than `model`, or
+// none ("(not recorded)").
+void check_model(const Checkpoint& ckpt, const std::string& model);
 
 // The metadata entry `key` as a non-negative integer; throws std::runtime_error naming the
 // file when it is missing ("not a training checkpoint") or not such an integer.

@@ -83,6 +83,15 @@ void check_config(const Checkpoint& ckpt, const RunConfig& current,
                            joined(diff, "; ") + (override_hint.empty() ? "" : "; " + override_hint));
 }
 
+void check_model(const Checkpoint& ckpt, const std::string& model) {
+  const RunConfig saved = config_of(ckpt);
+  auto it = saved.find("model");
+  const std::string have = it == saved.end() ? std::string("(not recorded)") : it->second;
+  if (have != model)
+    throw std::runtime_error(where(ckpt) + ": the checkpoint holds model " + have +
+                             ", this run's is " + model + ": it cannot be resumed with another model");
+}
+
 std::string checkpoint_path(const std::string& dir, int64_t step) {
   return (std::filesystem::path(dir) / ("ckpt-" + std::to_string(step) + ".safetensors")).string();
 }

@@ -13,6 +13,7 @@
 #include "parallel/lm/lm_trainer.h"
 #include "parallel/train/primary_work.h"
 #include "parallel/train/train_main.h"
+#include "parallel/train/trainer.h"
 
 namespace fjit::lm {
 namespace {
@@ -64,6 +65,11 @@ void export_model(const Mesh& mesh, const FinetuneOptions& fo, const FinetuneSta
 
 int finetune(Mesh& mesh, const FinetuneOptions& fo) {
   const bool primary = mesh.is_primary();
+  // Before the base model is read: an unusable export path fails now, not after training.
+  training::check_run_outputs(mesh, {.dirs = {{"--export-peft", fo.export_peft},
+                                              {"--export-hf", fo.lm.export_hf},
+                                              {"--checkpoint-dir", fo.lm.checkpoint_dir}},
+                                     .files = {}});
   FinetuneStart start = finetune_start(fo);
   LmTrainer trainer(mesh, start.options, std::move(start.params));
   const LmOptions& o = trainer.options();

@@ -82,6 +82,9 @@ LmTrainer::LmTrainer(Mesh mesh, LmOptions options, ArrayDict initial)
                             options_.compute_dtype == "bf16" ? DType::bf16 : DType::f32)) {
   validate(options_.model);
   const std::string path = token_file_path(options_);
+  training::check_run_outputs(mesh_, {.dirs = {{"--checkpoint-dir", options_.checkpoint_dir},
+                                               {"--export-hf", options_.export_hf}},
+                                      .files = {{"token file", path}}});
   training::run_on_primary(mesh_, "tokenizing " + options_.corpus, [&] {
     if (std::filesystem::exists(path)) return;  // written once; a resumed run reads the same
     const std::filesystem::path parent = std::filesystem::path(path).parent_path();
@@ -155,6 +158,7 @@ std::optional<StepStats> LmTrainer::step() {
   if (scaler_) scale_.data<float>()[0] = scaler_->scale();
   StepResult r = step_fn_.run_into(out, std::get<0>(in), frozen_, std::get<1>(in), inputs_, targets_, step_, scale_);
   if (scaler_) scaler_->update(r.raised(CheckKind::loss_scale_overflow), r.skipped);
+  if (r.skipped) ++skipped_steps_;
   current_ = 1 - current_;
   if (!buffers_conformed_) {
     training::conform(std::get<0>(in), std::get<0>(out));
@@ -200,6 +204,7 @@ void LmTrainer::save(const std::string& path) {
     ck.metadata = {{"format", kFormat},
                    {"step", std::to_string(steps_done_)},
                    {"data_position", std::to_string(train_batches_->position())},
+                   {"skipped_steps", std::to_string(skipped_steps_)},
                    {"seed", std::to_string(options_.seed)},
                    {"lr_schedule", schedule_.describe()}};
     if (scaler_) ck.metadata["loss_scale"] = scaler_->state();
@@ -210,20 +215,31 @@ void LmTrainer::save(const std::string& path) {
 
 void LmTrainer::load(const std::string& path) {
   ArrayDict params = trainable_params(), state = optimizer_state();
-  uint64_t position[3] = {0, 0, 0};  // step, data position, seed
+  uint64_t position[4] = {0, 0, 0, 0};  // step, data position, seed, skipped steps
   char scale_state[64] = {};         // the loss scale's state, when the run scales its loss
   training::run_on_primary(mesh_, "checkpoint load " + path, [&] {
     io::Checkpoint ck = io::load_checkpoint(path);
+    io::require_checksum(ck, "so it cannot be resumed from");
     if (io::metadata_str(ck, "format") != kFormat)
       throw std::runtime_error(fmt::format("{}: not a checkpoint of this trainer (format '{}', expected '{}')",
                                            path, io::metadata_str(ck, "format"), kFormat));
-    if (!options_.allow_config_change)
+    if (!options_.allow_config_change) {
+      io::check_model(ck, run_config(options_).at("model"));
       io::check_config(ck, run_config(options_),
                        "pass --allow-config-change to resume with this run's settings anyway");
+    }
     io::check_compatible(ck, training::checkpoint_tensors(params, state));
     position[0] = static_cast<uint64_t>(io::metadata_int(ck, "step"));
     position[1] = static_cast<uint64_t>(io::metadata_int(ck, "data_position"));
     position[2] = static_cast<uint64_t>(io::metadata_int(ck, "seed"));
+    const int64_t step = io::metadata_int(ck, "step"), data = io::metadata_int(ck, "data_position");
+    if (data != step)
+      throw std::runtime_error(fmt::format("{}: the header says step {} but data position {} (one "
+                                           "global batch a step): the header contradicts itself",
+                                           path, step, data));
+    const int64_t skipped = io::metadata_int(ck, "skipped_steps");
+    training::check_update_count(ck, step, skipped);
+    position[3] = static_cast<uint64_t>(skipped);
     training::read_checkpoint_tensors(ck, params, state);
     if (scaler_) {
       const std::string saved = io::metadata_str(ck, "loss_scale");
@@ -252,6 +268,7 @@ void LmTrainer::load(const std::string& path) {
   buffers_[current_] = LmStepOut{std::move(params), std::move(state), Array(), Array()};
   buffers_conformed_ = false;
   steps_done_ = static_cast<int64_t>(position[0]);
+  skipped_steps_ = static_cast<int64_t>(position[3]);
 }
 
 Progress LmTrainer::make_progress() const {

@@ -24,6 +24,10 @@
 //    each step and moves by DynamicLossScale (core/lib/loss_scale.h) after it: a step whose
 //    loss_scale_overflow check raised is skipped (the skip_step policy, the default then) and
 //    backs the scale off. The scale is in checkpoints, so a resumed run is exact.
+//  - Resuming requires the checkpoint's whole-file checksum and the same model (both named
+//    otherwise), and cross-checks the header against the state: data position = step, opt/step
+//    = step - skipped steps. The constructor checks every output path (checkpoint_dir, the
+//    token file, export_hf, FJIT_TIMELINE, ...) before it writes anything.
 //  - Every replica runs the same calls (evaluate() and save() included: they run collectives).
 #pragma once
 
@@ -105,6 +109,7 @@ class LmTrainer {
   Array scale_;  // f32 scalar argument of the step: the loss scale (1: none)
   std::optional<DynamicLossScale> scaler_;
   int64_t steps_done_ = 0;
+  int64_t skipped_steps_ = 0;  // of steps_done_, those a check skipped (no update)
   int64_t run_started_at_ = 0;
   double last_grad_norm_ = 0;
 };

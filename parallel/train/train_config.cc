@@ -49,21 +49,15 @@ io::RunConfig run_config(const TrainOptions& o) {
                      {"warmup_steps", std::to_string(o.warmup_steps)},
                      {"epochs", std::to_string(o.epochs)},
                      {"micro_batches", std::to_string(o.micro_batches)}};
-  // An MLP records its layers, as checkpoints always have (so theirs still resume); the
-  // other models record their name and dropout rate. The data each process reads (and so the
-  // data position) depends on examples_per_process: recorded only when set, so that earlier
-  // checkpoints still resume.
+  // The model, with what shapes it: an MLP's layers, the other models' dropout rate. The data
+  // each process reads (and so the data position) depends on examples_per_process: recorded
+  // only when set.
+  c["model"] = o.model == "mlp" ? "mlp " + join(o.layers) : fmt::format("{} dropout {}", o.model, o.dropout);
   if (!o.examples_per_process.empty()) c["examples_per_process"] = join(o.examples_per_process);
   // Loss scaling: recorded only when on, so that earlier checkpoints still resume.
   if (loss_scaling_on(o)) {
     c["grad_dtype"] = o.grad_dtype;
     c["loss_scale"] = o.loss_scale.empty() ? "dynamic" : o.loss_scale;
-  }
-  if (o.model == "mlp") {
-    c["layers"] = join(o.layers);
-  } else {
-    c["model"] = o.model;
-    c["dropout"] = fmt::format("{}", o.dropout);
   }
   return c;
 }

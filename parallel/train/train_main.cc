@@ -87,6 +87,7 @@ int train_main(int argc, char** argv, const char* program, const TrainOptions& d
     std::fprintf(stderr, "%s: %s\n", argv[0], parsed.error.c_str());
     return 2;
   }
+  parsed.options.command_line.assign(argv + 1, argv + argc);
   return run_training_job(argc, argv, [&](Mesh& mesh) {
     return train(mesh, std::move(parsed.options), program, models);
   });

@@ -67,6 +67,9 @@ struct TrainOptions {
   // The layers' compute dtype (core/nn/precision.h): "f32" or "bf16".
   std::string compute_dtype = "f32";
   int64_t loss_scale_growth_interval = 2000;  // good steps before a dynamic scale doubles
+  // Not an option: the program's arguments (argv[1..]), which train_main sets so that
+  // checkpoints record them (for fjit_verify).
+  std::vector<std::string> command_line;
 };
 
 struct ParsedOptions {

@@ -1,5 +1,7 @@
 #include "parallel/train/train_step.h"
 
+#include <algorithm>
+
 #include "checks/check.h"
 #include "core/autodiff/autodiff.h"
 #include "core/lib/accumulate.h"
@@ -8,6 +10,7 @@
 #include "core/trace/collectives.h"
 #include "core/trace/random.h"
 #include "parallel/train/averaged_update.h"
+#include "parallel/train/train_step_testing.h"
 
 namespace fjit::training {
 
@@ -20,6 +23,22 @@ std::tuple<Tensor, Tensor> model_loss(const Model& model, const Params& p, const
         scalar(DType::i32, classes), min(y), max(y));
   return {mean(softmax_cross_entropy(logits, y)), logits};
 }
+
+namespace {
+
+// The test seam's sign flip of element 0 of `g` on one replica at one step (train_step_testing.h).
+Tensor flipped(const Tensor& g, const testing::GradientFlip& flip, const Tensor& step,
+               const std::string& axis) {
+  Array first(g.dtype(), g.shape());
+  std::fill_n(static_cast<char*>(first.raw()), first.nbytes(), 0);
+  if (g.dtype() == DType::f32 && first.size() > 0) first.data<float>()[0] = 1.0f;
+  const Tensor hit = cast(eq(step, scalar(step.dtype(), static_cast<double>(flip.step - 1))) &&
+                              eq(axis_index(axis), scalar(DType::i32, flip.replica)),
+                          g.dtype());
+  return g * (1.0 - 2.0 * (hit * constant(first)));
+}
+
+}  // namespace
 
 std::tuple<TensorDict, TensorDict, Tensor, Tensor, Tensor> TrainStepFn::operator()(
     const Params& params, const Params& state, const Tensor& x, const Tensor& y,
@@ -35,6 +54,7 @@ std::tuple<TensorDict, TensorDict, Tensor, Tensor, Tensor> TrainStepFn::operator
   // One micro-batch is plain value_and_grad; more accumulate over slices of the shard.
   auto [scaled_loss, grads, logits] = accumulate_gradients_aux(loss_fn, micro_batches)(params, x, y);
   const Tensor loss = scaling.on ? scaled_loss / loss_scale : scaled_loss;
+  if (const auto& flip = testing::gradient_flip()) grads.set(flip->param, flipped(grads.at(flip->param), *flip, step, axis));
   // Checked before the all-reduce: only the replica with bad data raises, and is named.
   check(isfinite(loss), "loss {} is not finite", loss);
   std::tuple<TensorDict, TensorDict, Tensor> update;

@@ -1,5 +1,6 @@
 #include "parallel/train/trainer.h"
 
+#include <bit>
 #include <cmath>
 #include <filesystem>
 #include <stdexcept>
@@ -9,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "core/base/metrics.h"
+#include "core/io/state_hash.h"
 #include "parallel/train/primary_work.h"
 #include "parallel/train/train_scalars.h"
 
@@ -42,6 +44,11 @@ JoinedBatches Trainer::make_batches(const io::Dataset& train, const TrainOptions
                                                 .shard = {}}));
 }
 
+
+std::string step_record(int64_t step, float loss, float grad_norm) {
+  return fmt::format("{}:{:08x}:{:08x}", step, std::bit_cast<uint32_t>(loss),
+                     std::bit_cast<uint32_t>(grad_norm));
+}
 
 void conform(ArrayDict& d, const ArrayDict& like) {
   if (d.empty() || d.names() == like.names()) return;
@@ -124,6 +131,7 @@ Trainer::Trainer(Mesh mesh, TrainOptions options, Model model, io::Dataset train
     throw std::invalid_argument(fmt::format("Trainer: {} training examples make no batch of {}",
                                             batches_.batches().num_examples(),
                                             batches_.batches().options().batch_size));
+  chain_ = io::kChainStart;
   ArrayDict params = mesh_.replicate(model_.init(options_.seed));
   AdamW opt{.lr = options_.lr, .weight_decay = options_.weight_decay};
   ArrayDict state = opt.init_state(params);
@@ -168,7 +176,10 @@ StepStats Trainer::train_on(const io::Batch& batch) {
   StepResult r = train_step_.run_into(out, std::get<0>(in), std::get<1>(in), batch["images"],
                                       batch["labels"], step_, scale_);
   if (scaler_) scaler_->update(r.raised(CheckKind::loss_scale_overflow), r.skipped);
+  if (r.skipped) ++skipped_steps_;
   current_ = 1 - current_;
+  step_records_.push_back(step_record(steps_done_, std::get<2>(out).item<float>(),
+                                      std::get<4>(out).item<float>()));
   if (!buffers_conformed_) {
     // The buffer the next step writes must list its arrays in the step's output order.
     conform(std::get<0>(in), std::get<0>(out));
@@ -208,6 +219,8 @@ Progress Trainer::make_progress() const {
 
 double Trainer::run() {
   const bool checkpoints = !options_.checkpoint_dir.empty();
+  check_run_outputs(mesh_, {.dirs = {{"--checkpoint-dir", options_.checkpoint_dir},
+                                     {"--log-dir", options_.log_dir}}});
   std::string resumed;
   if (options_.resume && checkpoints) {
     // Replica 0's choice: the other processes may not see the directory at all.

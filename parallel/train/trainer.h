@@ -25,15 +25,27 @@
 //    scale and its count of good steps are in checkpoints, so a resumed run is exact.
 //  - A checkpoint records the run's configuration (run_config); resuming with a different
 //    model, optimizer or schedule is refused with the differences listed, unless
-//    allow_config_change.
+//    allow_config_change. Another model (--model, --layers, --dropout) is refused first,
+//    naming both.
+//  - Resuming requires the checkpoint's whole-file checksum (io::require_checksum) and
+//    cross-checks its header against its tensors: step = epoch * batches per epoch + batch,
+//    and opt/step = step - skipped steps; a mismatch is refused naming the file and both values.
+//  - Certified runs: every checkpoint carries the SHA-256 of its tensors chained to the previous
+//    checkpoint's (io/state_hash.h; verified at load), the command line and replica count that
+//    made it, and each step's loss and gradient norm (bits) since the previous checkpoint, so
+//    that verify_interval (parallel/train/verify.h) can re-execute the interval.
+//  - run() checks every output path (checkpoint_dir, log_dir, FJIT_TIMELINE, ...) before the
+//    first step.
 #pragma once
 
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "core/io/checkpoint.h"
 #include "core/io/data.h"
+#include "core/io/output_paths.h"
 #include "core/io/progress.h"
 #include "core/lib/loss_scale.h"
 #include "parallel/join.h"
@@ -93,6 +105,8 @@ class Trainer {
   // Steps the last run() took (not counting those before the checkpoint it resumed from).
   int64_t steps_this_run() const { return steps_done_ - run_started_at_; }
   int64_t epoch() const { return epoch_; }
+  // What each step since the last checkpoint saved or loaded reported (step_record).
+  const std::vector<std::string>& step_records() const { return step_records_; }
   int64_t batch_in_epoch() const { return batch_in_epoch_; }
   // Steps of an epoch, the same on every process (with examples_per_process: the most batches
   // of any process's part).
@@ -133,6 +147,11 @@ class Trainer {
   int64_t steps_done_ = 0;       // batches consumed, skipped ones included
   int64_t epoch_ = 0;            // of the next batch
   int64_t batch_in_epoch_ = 0;   // of the next batch
+  int64_t skipped_steps_ = 0;    // of steps_done_, those a check skipped (no update)
+  // The hash chain (io/state_hash.h): the last checkpoint's link (the primary's), and what
+  // each step since then reported (step:loss bits:gradient norm bits), for fjit_verify.
+  std::string chain_;
+  std::vector<std::string> step_records_;
   int64_t run_started_at_ = 0;   // steps_done_ when run() began training
   double last_accuracy_ = 0, last_grad_norm_ = 0;
 };
@@ -150,6 +169,19 @@ io::NamedArrays checkpoint_tensors(const ArrayDict& params, const ArrayDict& sta
 // Replaces params' and state's arrays by the checkpoint's "params/<name>" and "opt/<name>"
 // (the names they have; check_compatible first).
 void read_checkpoint_tensors(const io::Checkpoint& ck, ArrayDict& params, ArrayDict& state);
+
+// What a step reports to a certified run: "<step>:<loss bits>:<gradient norm bits>" (hex),
+// `step` counting from 1.
+std::string step_record(int64_t step, float loss, float grad_norm);
+
+// Refuses (std::runtime_error naming the file and both counts) a checkpoint whose header says
+// `steps` steps were taken, `skipped` of them skipped, when its optimizer's update counter
+// (the tensor opt/step, when the optimizer keeps one) says otherwise.
+void check_update_count(const io::Checkpoint& ck, int64_t steps, int64_t skipped);
+
+// Checks, before the first step, that every path the run writes can be written
+// (io::check_output_paths); fails every process when the primary's check fails.
+void check_run_outputs(const Mesh& mesh, const io::OutputPaths& paths);
 
 // Puts d's entries in the order of `like`'s names (the same set of names): a step's double
 // buffer must list its arrays in the order the step writes them.

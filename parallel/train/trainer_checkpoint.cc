@@ -5,7 +5,9 @@
 #include <string>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
+#include "core/io/state_hash.h"
 #include "parallel/train/primary_work.h"
 #include "parallel/train/trainer.h"
 
@@ -31,6 +33,23 @@ void read_checkpoint_tensors(const io::Checkpoint& ck, ArrayDict& params, ArrayD
   state = std::move(loaded_state);
 }
 
+void check_update_count(const io::Checkpoint& ck, int64_t steps, int64_t skipped) {
+  const Array* counter = ck.find("opt/step");
+  if (counter == nullptr) return;
+  const int64_t updates = counter->dtype() == DType::i32 && counter->size() == 1
+                              ? int64_t{counter->data<int32_t>()[0]}
+                              : -1;
+  if (updates != steps - skipped)
+    throw std::runtime_error(fmt::format(
+        "{}: the header says step {} ({} of them skipped, so {} updates) but the tensor "
+        "opt/step counts {} updates: header and state disagree", ck.path, steps, skipped,
+        steps - skipped, updates));
+}
+
+void check_run_outputs(const Mesh& mesh, const io::OutputPaths& paths) {
+  run_on_primary(mesh, "output path check", [&] { io::check_output_paths(paths); });
+}
+
 void Trainer::save(const std::string& path) {
   // The agreement doubles as the barrier: nobody reads the file before rank 0 has renamed it
   // into place, and a failed save fails on every rank instead of leaving the others waiting.
@@ -43,13 +62,21 @@ void Trainer::save(const std::string& path) {
                    {"step", std::to_string(steps_done_)},
                    {"epoch", std::to_string(epoch_)},
                    {"batch_in_epoch", std::to_string(batch_in_epoch_)},
+                   {"skipped_steps", std::to_string(skipped_steps_)},
                    {"seed", std::to_string(options_.seed)},
                    {"batch_size", std::to_string(options_.batch_size)},
                    {"lr_schedule", schedule_.describe()}};
     if (scaler_) ck.metadata["loss_scale"] = scaler_->state();
     io::set_config(ck, run_config(options_));
+    ck.metadata["replicas"] = std::to_string(mesh_.size());
+    ck.metadata["step_records"] = fmt::format("{}", fmt::join(step_records_, ","));
+    if (!options_.command_line.empty())
+      ck.metadata["command_line"] = fmt::format("{}", fmt::join(options_.command_line, "\n"));
+    const std::string chain = io::set_chain(ck, chain_, steps_done_);
     io::save_checkpoint(path, ck);
+    chain_ = chain;
   });
+  step_records_.clear();
 }
 
 void Trainer::load(const std::string& path) {
@@ -57,16 +84,20 @@ void Trainer::load(const std::string& path) {
   // position by broadcast, so they need not see the file, and an error on rank 0 fails every
   // rank instead of leaving the others waiting in the next collective.
   ArrayDict params = this->params(), state = optimizer_state();  // shapes to receive into
-  uint64_t position[4] = {0, 0, 0, 0};                            // step, epoch, batch, seed
+  uint64_t position[5] = {0, 0, 0, 0, 0};  // step, epoch, batch, seed, skipped steps
   char scale_state[64] = {};  // the loss scale's state, when the run scales its loss
+  std::string chain;          // the checkpoint's link (the primary's)
   run_on_primary(mesh_, "checkpoint load " + path, [&] {
     io::Checkpoint ck = io::load_checkpoint(path);
+    io::require_checksum(ck, "so it cannot be resumed from");
     if (io::metadata_str(ck, "format") != kFormat)
       throw std::runtime_error(path + ": not a checkpoint of this trainer (format '" +
                                io::metadata_str(ck, "format") + "', expected '" + kFormat + "')");
-    if (!options_.allow_config_change)
+    if (!options_.allow_config_change) {
+      io::check_model(ck, run_config(options_).at("model"));
       io::check_config(ck, run_config(options_),
                        "pass --allow-config-change to resume with this run's settings anyway");
+    }
     io::check_compatible(ck, checkpoint_tensors(params, state));
     const int64_t batch_size = io::metadata_int(ck, "batch_size");
     if (batch_size != options_.batch_size)
@@ -81,6 +112,16 @@ void Trainer::load(const std::string& path) {
     position[1] = static_cast<uint64_t>(io::metadata_int(ck, "epoch"));
     position[2] = static_cast<uint64_t>(batch);
     position[3] = static_cast<uint64_t>(io::metadata_int(ck, "seed"));
+    const int64_t step = io::metadata_int(ck, "step"), epoch = io::metadata_int(ck, "epoch");
+    if (step != epoch * batches_per_epoch() + batch)
+      throw std::runtime_error(fmt::format(
+          "{}: the header says step {} but epoch {} batch {} (of {} batches per epoch) is step {}: "
+          "the header contradicts itself", path, step, epoch, batch, batches_per_epoch(),
+          epoch * batches_per_epoch() + batch));
+    const int64_t skipped = io::metadata_int(ck, "skipped_steps");
+    check_update_count(ck, step, skipped);
+    position[4] = static_cast<uint64_t>(skipped);
+    chain = io::verify_chain(ck, step);
     read_checkpoint_tensors(ck, params, state);
     if (scaler_) {
       const std::string saved = io::metadata_str(ck, "loss_scale");
@@ -105,6 +146,9 @@ void Trainer::load(const std::string& path) {
   buffers_[current_] = TrainStepOut{std::move(params), std::move(state), Array(), Array(), Array()};
   buffers_conformed_ = false;
   steps_done_ = static_cast<int64_t>(position[0]);
+  skipped_steps_ = static_cast<int64_t>(position[4]);
+  if (mesh_.is_primary()) chain_ = chain;
+  step_records_.clear();
   epoch_ = static_cast<int64_t>(position[1]);
   batch_in_epoch_ = static_cast<int64_t>(position[2]);
   batches_.seek(epoch_, batch_in_epoch_);
