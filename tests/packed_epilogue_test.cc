@@ -12,6 +12,8 @@
 
 #include "core/base/isa.h"
 #include "core/kernels/gemm/packed_gemm.h"
+#include "fjit.h"
+#include "tests/test_util.h"
 
 namespace fjit {
 namespace {
@@ -127,6 +129,45 @@ TEST(PackedBatched, MatchesADoubleLoopWithSharedAndStridedOperands) {
       }
     }
   }
+}
+
+// A batched matmul through the graph ([B, M, K] @ [B, K, N], and a shared rank-2 operand on
+// the left), compiled under each instruction set: against a double loop, and the same bits
+// with 1 and 2 intra-op threads.
+TEST(PackedBatched, BatchedMatmulOpMatchesADoubleLoop) {
+  const int64_t batch = 3, m = 70, k = 96, n = 80;
+  const int saved = intra_op_threads();
+  for (Isa isa : isas_here()) {
+    set_isa_limit(isa);
+    for (int t = 0; t < 4; ++t) {
+      const bool ta = t & 1, tb = t & 2, shared_a = t == 1;
+      const Shape as = shared_a ? Shape{k, m} : ta ? Shape{batch, k, m} : Shape{batch, m, k};
+      const Shape bs = tb ? Shape{batch, n, k} : Shape{batch, k, n};
+      const Array a = testing::random_f32(as, 31 + t), b = testing::random_f32(bs, 37 + t);
+      auto f = jit([ta, tb](const Tensor& a, const Tensor& b) { return matmul(a, b, ta, tb); });
+      set_intra_op_threads(1);
+      const Array one = f(a, b);
+      set_intra_op_threads(2);
+      const Array two = f(a, b);
+      EXPECT_TRUE(one.bit_equal(two)) << isa_name(isa) << " t=" << t;
+      const float* pa = a.data<float>();
+      const float* pb = b.data<float>();
+      double worst = 0;
+      for (int64_t e = 0; e < batch; ++e)
+        for (int64_t i = 0; i < m; ++i)
+          for (int64_t j = 0; j < n; ++j) {
+            const float* ae = pa + (shared_a ? 0 : e * m * k);
+            const float* be = pb + e * k * n;
+            double s = 0;
+            for (int64_t p = 0; p < k; ++p)
+              s += double(ta ? ae[p * m + i] : ae[i * k + p]) * double(tb ? be[j * k + p] : be[p * n + j]);
+            worst = std::max(worst, std::fabs(s - one.data<float>()[(e * m + i) * n + j]));
+          }
+      EXPECT_LE(worst, 1e-6 * k + 1e-6) << isa_name(isa) << " t=" << t;
+    }
+  }
+  set_isa_limit(Isa::avx512);
+  set_intra_op_threads(saved);
 }
 
 }  // namespace
