@@ -42,25 +42,31 @@ inline void fma_row(float alpha, const float* x, const float* d, float* o, int64
   for (; i < len; ++i) o[i] = std::fma(alpha, x[i], kVector ? d[i] : *d);
 }
 
-// The sum of the squares of p's rows x cols elements, each square exact in double, added in a
-// fixed order (four lanes of four chains by column, then a tail) that depends on the shape only.
+// The sum of the squares of p's rows x cols elements: per column of 8, float fused
+// multiply-adds into one of four vector accumulators (each lane then sums one square per row
+// of the tile, a dozen or so terms), the accumulators added pairwise (in float, then in
+// double) and a scalar tail (in double), in an order that depends on the shape only.
 double tile_squares(const float* p, int64_t ldp, int64_t rows, int64_t cols) {
-  __m256d acc[4] = {_mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd()};
+  __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
   double tail = 0;
-  const int64_t c4 = cols / 4 * 4;
+  const int64_t c8 = cols / 8 * 8;
   for (int64_t r = 0; r < rows; ++r) {
     const float* x = p + r * ldp;
-    for (int64_t c = 0; c < c4; c += 4) {
-      const __m256d v = _mm256_cvtps_pd(_mm_loadu_ps(x + c));
-      acc[(c / 4) & 3] = _mm256_fmadd_pd(v, v, acc[(c / 4) & 3]);
+    for (int64_t c = 0; c < c8; c += 8) {
+      const __m256 v = _mm256_loadu_ps(x + c);
+      acc[(c / 8) & 3] = _mm256_fmadd_ps(v, v, acc[(c / 8) & 3]);
     }
-    for (int64_t c = c4; c < cols; ++c) tail += static_cast<double>(x[c]) * x[c];
+    for (int64_t c = c8; c < cols; ++c) tail += static_cast<double>(x[c]) * x[c];
   }
-  alignas(32) double lanes[16];
-  for (int j = 0; j < 4; ++j) _mm256_store_pd(lanes + 4 * j, acc[j]);
-  double s = 0;
-  for (double l : lanes) s += l;
-  return s + tail;
+  // The accumulators widened to double and added pairwise, then the four lanes.
+  const __m256 s01 = _mm256_add_ps(acc[0], acc[1]), s23 = _mm256_add_ps(acc[2], acc[3]);
+  const __m256d lo = _mm256_add_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(s01)),
+                                   _mm256_cvtps_pd(_mm256_castps256_ps128(s23)));
+  const __m256d hi = _mm256_add_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(s01, 1)),
+                                   _mm256_cvtps_pd(_mm256_extractf128_ps(s23, 1)));
+  alignas(32) double lanes[4];
+  _mm256_store_pd(lanes, _mm256_add_pd(lo, hi));
+  return ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) + tail;
 }
 
 void apply(void* ctx, const float* p, int64_t ldp, int64_t row0, int64_t col0, int64_t rows,

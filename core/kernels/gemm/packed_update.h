@@ -6,9 +6,9 @@
 // Rounding: the product P is packed_sgemm's (the bits of the plain f32 product on the packed
 // path, for every thread count and both instruction sets), and out = fma(alpha, P, addend),
 // one rounding per element, whichever further results are written. The sum of squares is
-// each tile's exact float squares added in double in a fixed order, the tiles' sums added in
-// tile order, then rounded to float: within rounding of the unfused sum(P * P), and the same
-// for every thread count.
+// summed per tile (in float over short runs, then in double) in a fixed order, the tiles' sums
+// added in double in tile order, then rounded to float: within rounding of the unfused
+// sum(P * P), and the same for every thread count.
 #pragma once
 
 #include <cstdint>
