@@ -128,6 +128,42 @@ TEST(Attention, BitsDoNotDependOnTheThreadCount) {
           << "result " << i << " with " << r + 1 << " threads";
 }
 
+// f32 with heads of 64: the block products run on the packed GEMM (packed_gemm.h). Against the
+// composed attention in float64 (values and gradients to float rounding), and the same bits
+// with 1 and 2 intra-op threads.
+TEST(Attention, Float32OnThePackedGemmMatchesFloat64) {
+  const Config c{2, 2, 100, 150, 64, 64, true, {150, 90}};
+  const Array q = random_f32({c.b, c.h, c.tq, c.dh}, 1), k = random_f32({c.b, c.h, c.tk, c.dh}, 2),
+              v = random_f32({c.b, c.h, c.tk, c.dv}, 3);
+  const Array len = lengths_array(c);
+  auto both = [&](bool fused) {
+    return jit([fused, c](const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& len) {
+      auto attend = [&](const Tensor& q, const Tensor& k, const Tensor& v) {
+        if (fused) return cast(dot_product_attention(q, k, v, c.causal, len), DType::f64);
+        return composed(cast(q, DType::f64), cast(k, DType::f64), cast(v, DType::f64), c.causal, len, 0);
+      };
+      auto [loss, g] = value_and_grad([&](const Tensor& q, const Tensor& k, const Tensor& v) {
+        return weighted(attend(q, k, v));
+      }, argnums<0, 1, 2>)(q, k, v);
+      return std::tuple{attend(q, k, v), cast(std::get<0>(g), DType::f64),
+                        cast(std::get<1>(g), DType::f64), cast(std::get<2>(g), DType::f64)};
+    });
+  };
+  auto fused = both(true), reference = both(false);
+  const int saved = intra_op_threads();
+  set_intra_op_threads(1);
+  auto [o, gq, gk, gv] = fused(q, k, v, len);
+  set_intra_op_threads(2);
+  auto [o2, gq2, gk2, gv2] = fused(q, k, v, len);
+  set_intra_op_threads(saved);
+  auto [ro, rgq, rgk, rgv] = reference(q, k, v, len);
+  expect_close(o, ro, 2e-5, "out");
+  expect_close(gq, rgq, 2e-4, "dq");
+  expect_close(gk, rgk, 2e-4, "dk");
+  expect_close(gv, rgv, 2e-4, "dv");
+  EXPECT_TRUE(o.bit_equal(o2) && gq.bit_equal(gq2) && gk.bit_equal(gk2) && gv.bit_equal(gv2));
+}
+
 // Decoding: a fixed-size KV cache, one query, the valid length a traced value. One trace
 // serves every position.
 TEST(Attention, DecodingWithTracedKeyLengthsTracesOnce) {

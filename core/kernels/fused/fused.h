@@ -78,14 +78,17 @@ struct GemmUpdateForm {
 // form.alpha_operand; instr.attrs carries trans_a / trans_b and, otherwise, alpha in
 // attrs.scalar; rank-2 f32 or f64 operands. The addend broadcasts to the output (same shape, a
 // row vector [N], or a scalar); the output may alias the addend, never A or B. Every element is
-// rounded once: fma(alpha, P, addend), P being the product as Eigen's panel kernel accumulates
-// it, whatever the thread count. Further results, each in one more buffer the caller appends to
+// rounded once: fma(alpha, P, addend), P being the product as the packed GEMM computes it for
+// f32 products that pay for the packing (core/kernels/gemm/packed_update.h: the plain packed
+// product's bits, on either instruction set), else as Eigen's panel kernel accumulates it;
+// either whatever the thread count. Further results, each in one more buffer the caller appends to
 // in_bufs after the operands' (in this order):
 //   form.product         P itself;
 //   form.sum_of_squares  the full sum of P's squares (a scalar of the output's type): added
-//                        as the panel kernel stores P when the depth fits one of its blocks
-//                        (gemm_update_in_epilogue), in a double total, so within rounding of
-//                        the unfused sum(P * P); otherwise bit-identical to it.
+//                        as the kernel stores P on the packed path, or on Eigen's when the
+//                        depth fits one of its blocks (gemm_update_in_epilogue), in a double
+//                        total, so within rounding of the unfused sum(P * P); otherwise
+//                        bit-identical to it.
 // So the output does not depend on which results are asked for, and the order of the squares
 // depends only on the shapes. False, with instr.fn null, for other operands, or for a sum
 // without the product when the blocks cannot hold whole summation leaves (then ask again with

@@ -1,5 +1,7 @@
 // The blocked GEMM update (fused.h, select_gemm_update): out = addend + alpha * op(A) op(B),
-// optionally also writing the product and the sum of its squares.
+// optionally also writing the product and the sum of its squares. f32 products large enough
+// run on the packed GEMM instead (packed_update.h); this file's Eigen-based driver takes f64,
+// small products and FJIT_GEMM=eigen.
 //
 // Eigen's own GEMM is driven piece by piece with its internal packing routines and panel
 // kernel (gemm_pack_lhs, gemm_pack_rhs, gebp_kernel, Eigen 3.4), which is what its
@@ -34,6 +36,8 @@
 #include "core/kernels/fused/fused.h"
 #include "core/kernels/gemm/gemm_epilogue.h"
 #include "core/base/fpe_flags.h"
+#include "core/kernels/gemm/packed_gemm.h"
+#include "core/kernels/gemm/packed_update.h"
 #include "core/base/threads.h"
 
 namespace fjit {
@@ -51,10 +55,8 @@ constexpr int64_t kScratchBytes = 64 << 10;
 
 // p[0] = M, p[1] = K, p[2] = N; p[3] = rows per block; p[4] = kc, p[5] = mc (Eigen's
 // blocking); p[6] = AddendForm (affine_update.h);
-// p[7] = results: bit 0 the product (buffer in_bufs[ins.size()]), bit 1 the sum of squares
-// (the buffer after that); bit 2: the epilogue path (below); bit 3: alpha is the last operand,
-// read when the step runs; bit 4: alpha is 1 (a plain product, select_blocked_matmul).
-constexpr int64_t kWithProduct = 1, kWithSum = 2, kEpilogue = 4, kAlphaOperand = 8, kUnitAlpha = 16;
+// p[7] = results and paths (packed_update.h's flags).
+using namespace gemm_update;
 
 template <class T>
 struct Scratch {  // per thread, grown once: the hot path allocates nothing after warm-up
@@ -316,6 +318,17 @@ bool select_gemm_update(Instr& instr, const GemmUpdateForm& form) {
   if (!addend_form(cs, operands == 3 ? &instr.ins[2] : nullptr, &instr.p[6])) return false;
   const int64_t flags = (form.product ? kWithProduct : 0) | (form.sum_of_squares ? kWithSum : 0) |
                         (form.alpha_operand ? kAlphaOperand : 0);
+  // f32 products that pay for the packing run on the packed GEMM (packed_update.h), with the
+  // update in its tile epilogue, unless FJIT_GEMM=eigen.
+  if (t == DType::f32 && packed_gemm_use() != PackedGemmUse::never && packed_gemm_pays(m, n, k)) {
+    instr.p[0] = m;
+    instr.p[1] = k;
+    instr.p[2] = n;
+    instr.p[3] = static_cast<int64_t>(active_isa());
+    instr.p[7] = flags | kEpilogue;
+    instr.fn = packed_update_kernel(ta, tb);
+    return true;
+  }
   if (!plan(instr, m, k, n, flags)) return false;
   instr.fn = esize == 4 ? pick<float>(ta, tb) : pick<double>(ta, tb);
   return true;

@@ -15,8 +15,9 @@
 //   vector   one output row (a decode step's x [1, K] @ W): a matrix-vector product that streams
 //            op(B) once, where a GEMM would first pack all of B to use it for one row;
 //   narrow   N <= kNarrowN columns (below);
-//   batched  a batch of products (attention's [B, T, T] @ [B, T, D]) or i32: one sequential
-//            Eigen GEMM per batch entry; threads take whole entries.
+//   batched  a batch of f32 products (attention's [B, T, T] @ [B, T, D]) large enough goes to
+//            the packed GEMM, one product per entry (packed_sgemm_batched); otherwise (f64,
+//            i32, small) one sequential Eigen GEMM per batch entry; threads take whole entries.
 // The last two call Eigen's GEMM driver directly with one thread's blocking, which depends on
 // the shape only.
 // GCC 12 reports a false -Wmaybe-uninitialized inside its own AVX-512 intrinsics when Eigen's
@@ -202,6 +203,8 @@ bool select_matmul(Instr& instr) {
     if (select_library_matmul(instr, m, k, n)) return true;
     if (select_packed_matmul(instr, m, k, n)) return true;
     if (select_blocked_matmul(instr, m, k, n)) return true;
+  } else if (select_packed_batched_matmul(instr)) {
+    return true;
   }
   switch (t) {
     case DType::f32: instr.fn = pick<float>(ta, tb); return true;

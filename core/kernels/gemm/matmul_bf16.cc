@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/base/fpe_flags.h"
 #include "core/base/threads.h"
 #include "core/kernels/gemm/bf16_gemm.h"
 
@@ -54,7 +55,10 @@ void bf16_kernel(const Instr& in, const Frame& f) {
   const int threads = static_cast<int>(std::min<int64_t>(items, intra_op_threads()));
   if (threads > 1 && 2 * batch * m * n * k >= (int64_t{1} << 21)) {
 #pragma omp parallel for num_threads(threads) schedule(static)
-    for (int64_t item = 0; item < items; ++item) run(item);
+    for (int64_t item = 0; item < items; ++item) {
+      run(item);
+      fpe::collect_worker_flags();
+    }
   } else {
     for (int64_t item = 0; item < items; ++item) run(item);
   }

@@ -146,7 +146,7 @@ void pack_along(const float* src, int64_t lds, int64_t cols, int64_t kc, float* 
 
 struct Plan {
   const UKernel* uk;
-  int64_t m, n, k, kc, kblocks, ms, ns, npad, unit_slivers, row_units, col_units, col_slivers;
+  int64_t m, n, k, lda, ldb, ldc, kc, kblocks, ms, ns, npad, unit_slivers, row_units, col_units, col_slivers;
   bool a_in_place;  // A [m, k] read in place by the kernel (tile_rows), not packed
 };
 
@@ -182,13 +182,23 @@ void pack_b(const Plan& pl, bool tb, const float* b, float* bp, int64_t kb, int6
   const int64_t nr = pl.uk->nr, k0 = kb * pl.kc, kcb = std::min(pl.kc, pl.k - k0);
   const int64_t j0 = j * nr, cols = std::min(nr, pl.n - j0);
   float* dst = bp + k0 * pl.npad + j * kcb * nr;
-  if (tb) pack_across(b + j0 * pl.k + k0, pl.k, cols, kcb, dst, nr);  // B [n, k]
-  else pack_along(b + k0 * pl.n + j0, pl.n, cols, kcb, dst, nr);      // B [k, n]
+  if (tb) pack_across(b + j0 * pl.ldb + k0, pl.ldb, cols, kcb, dst, nr);  // B [n, k]
+  else pack_along(b + k0 * pl.ldb + j0, pl.ldb, cols, kcb, dst, nr);      // B [k, n]
 }
 
-void run_unit(const Plan& pl, bool ta, const float* a, const float* bp, float* c, bool accumulate,
+// Where finished tiles go: added to (or stored in) C, or handed to an epilogue.
+struct Sink {
+  float* c;
+  int64_t ldc;
+  bool accumulate;
+  const TileEpilogue* epi;
+};
+
+void run_unit(const Plan& pl, bool ta, const float* a, const float* bp, const Sink& sink,
               int64_t unit) {
-  thread_local Buffer a_buf;
+  thread_local Buffer a_buf, u_buf;
+  float* c = sink.c;
+  const bool accumulate = sink.accumulate;
   const UKernel& uk = *pl.uk;
   const int64_t mr = uk.mr, nr = uk.nr;
   const int64_t s0 = (unit / pl.col_units) * pl.unit_slivers,
@@ -197,14 +207,18 @@ void run_unit(const Plan& pl, bool ta, const float* a, const float* bp, float* c
                 j1 = std::min(pl.ns, j0 + pl.col_slivers);
   float* ap = a_buf.get((s1 - s0) * mr * pl.kc);
   alignas(64) float tmp[16 * 64];
+  // With an epilogue and several depth blocks, the unit's tiles are summed in u (whole padded
+  // tiles, ldu floats a row) and handed over after the last block.
+  const int64_t ldu = sink.epi && pl.kblocks > 1 ? (j1 - j0) * nr : nr;
+  float* u = sink.epi && pl.kblocks > 1 ? u_buf.get((s1 - s0) * mr * ldu) : tmp;
   for (int64_t kb = 0; kb < pl.kblocks; ++kb) {
     const int64_t k0 = kb * pl.kc, kcb = std::min(pl.kc, pl.k - k0);
     for (int64_t s = s0; s < s1; ++s) {
       const int64_t i0 = s * mr, rows = std::min(mr, pl.m - i0);
       if (pl.a_in_place && rows == mr) continue;  // read in place below
       float* dst = ap + (s - s0) * kcb * mr;
-      if (ta) pack_along(a + k0 * pl.m + i0, pl.m, rows, kcb, dst, mr);  // A [k, m]
-      else pack_across(a + i0 * pl.k + k0, pl.k, rows, kcb, dst, mr);    // A [m, k]
+      if (ta) pack_along(a + k0 * pl.lda + i0, pl.lda, rows, kcb, dst, mr);  // A [k, m]
+      else pack_across(a + i0 * pl.lda + k0, pl.lda, rows, kcb, dst, mr);    // A [m, k]
     }
     const bool add = accumulate || kb > 0;
     for (int64_t j = j0; j < j1; ++j) {
@@ -213,22 +227,30 @@ void run_unit(const Plan& pl, bool ta, const float* a, const float* bp, float* c
       for (int64_t s = s0; s < s1; ++s) {
         const int64_t row0 = s * mr, rows = std::min(mr, pl.m - row0);
         const float* a_sliver = ap + (s - s0) * kcb * mr;
-        float* ct = c + row0 * pl.n + col0;
+        if (sink.epi) {
+          float* t = pl.kblocks > 1 ? u + (s - s0) * mr * ldu + (j - j0) * nr : tmp;
+          if (pl.a_in_place && rows == mr) uk.tile_rows(kcb, a + row0 * pl.lda + k0, pl.lda, b_sliver, t, ldu, kb > 0);
+          else uk.tile(kcb, a_sliver, b_sliver, t, ldu, kb > 0);
+          if (kb + 1 == pl.kblocks)
+            sink.epi->apply(sink.epi->ctx, t, ldu, row0, col0, rows, cols, s * pl.ns + j);
+          continue;
+        }
+        float* ct = c + row0 * pl.ldc + col0;
         if (rows == mr && cols == nr) {
-          if (pl.a_in_place) uk.tile_rows(kcb, a + row0 * pl.k + k0, pl.k, b_sliver, ct, pl.n, add);
-          else uk.tile(kcb, a_sliver, b_sliver, ct, pl.n, add);
+          if (pl.a_in_place) uk.tile_rows(kcb, a + row0 * pl.lda + k0, pl.lda, b_sliver, ct, pl.ldc, add);
+          else uk.tile(kcb, a_sliver, b_sliver, ct, pl.ldc, add);
           continue;
         }
         // An edge tile: the whole tile into tmp, then its valid part into C with the same
         // one addition the kernel makes.
         if (pl.a_in_place && rows == mr) {  // a column edge: the in-place kernel into tmp
-          uk.tile_rows(kcb, a + row0 * pl.k + k0, pl.k, b_sliver, tmp, nr, false);
+          uk.tile_rows(kcb, a + row0 * pl.lda + k0, pl.lda, b_sliver, tmp, nr, false);
         } else {
           uk.tile(kcb, a_sliver, b_sliver, tmp, nr, false);
         }
         for (int64_t r = 0; r < rows; ++r)
           for (int64_t q = 0; q < cols; ++q)
-            ct[r * pl.n + q] = add ? ct[r * pl.n + q] + tmp[r * nr + q] : tmp[r * nr + q];
+            ct[r * pl.ldc + q] = add ? ct[r * pl.ldc + q] + tmp[r * nr + q] : tmp[r * nr + q];
       }
     }
   }
@@ -243,6 +265,42 @@ void packed_kernel(const Instr& in, const Frame& f) {
                in.output<float>(f), false, threads);
 }
 
+// The driver, k > 0: B packed by all threads, then the units.
+void run(Isa isa, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
+         const float* b, int64_t ldb, const Sink& sink, int threads) {
+  threads = std::max(1, threads);
+  Plan pl = make_plan(isa, ta, m, n, k, threads);
+  pl.lda = lda, pl.ldb = ldb, pl.ldc = sink.ldc;
+  thread_local Buffer b_buf;
+  float* bp = b_buf.get(pl.k * pl.npad);
+  const int64_t b_tasks = pl.kblocks * pl.ns, units = pl.row_units * pl.col_units;
+  const int team = static_cast<int>(std::min<int64_t>(threads, units));
+  if (team <= 1) {
+    for (int64_t t = 0; t < b_tasks; ++t) pack_b(pl, tb, b, bp, t / pl.ns, t % pl.ns);
+    for (int64_t u = 0; u < units; ++u) run_unit(pl, ta, a, bp, sink, u);
+    return;
+  }
+#pragma omp parallel num_threads(team)
+  {
+#pragma omp for schedule(static)
+    for (int64_t t = 0; t < b_tasks; ++t) pack_b(pl, tb, b, bp, t / pl.ns, t % pl.ns);
+    // (the loop's barrier: B is packed before any unit reads it)
+#pragma omp for schedule(static)
+    for (int64_t u = 0; u < units; ++u) run_unit(pl, ta, a, bp, sink, u);
+    fpe::collect_worker_flags();
+  }
+}
+
+// Batched: p[0] = M, p[1] = K, p[2] = N, p[3] = batch, p[4], p[5] = the operands' batch strides
+// (as matmul.cc plans them), p[6] = the Isa.
+template <bool TA, bool TB>
+void batched_packed_kernel(const Instr& in, const Frame& f) {
+  const int64_t m = in.p[0], k = in.p[1], n = in.p[2], batch = in.p[3];
+  const int threads = 2 * batch * m * n * k >= kThreadFlops ? intra_op_threads() : 1;
+  packed_sgemm_batched(static_cast<Isa>(in.p[6]), TA, TB, batch, m, n, k, in.in<float>(f, 0),
+                       in.p[4], in.in<float>(f, 1), in.p[5], in.output<float>(f), threads);
+}
+
 }  // namespace
 
 void packed_sgemm(Isa isa, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a,
@@ -252,27 +310,49 @@ void packed_sgemm(Isa isa, bool ta, bool tb, int64_t m, int64_t n, int64_t k, co
     if (!accumulate) std::fill(c, c + m * n, 0.f);
     return;
   }
-  threads = std::max(1, threads);
-  const Plan pl = make_plan(isa, ta, m, n, k, threads);
-  thread_local Buffer b_buf;
-  float* bp = b_buf.get(pl.k * pl.npad);
-  const int64_t b_tasks = pl.kblocks * pl.ns, units = pl.row_units * pl.col_units;
-  const int team = static_cast<int>(std::min<int64_t>(threads, units));
-  if (team <= 1) {
-    for (int64_t t = 0; t < b_tasks; ++t) pack_b(pl, tb, b, bp, t / pl.ns, t % pl.ns);
-    for (int64_t u = 0; u < units; ++u) run_unit(pl, ta, a, bp, c, accumulate, u);
+  run(isa, ta, tb, m, n, k, a, ta ? m : k, b, tb ? k : n, Sink{c, n, accumulate, nullptr}, threads);
+}
+
+void packed_sgemm_strided(Isa isa, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a,
+                          int64_t lda, const float* b, int64_t ldb, float* c, int64_t ldc,
+                          bool accumulate, int threads) {
+  if (m <= 0 || n <= 0) return;
+  if (k <= 0) {
+    if (!accumulate)
+      for (int64_t i = 0; i < m; ++i) std::fill(c + i * ldc, c + i * ldc + n, 0.f);
     return;
   }
-#pragma omp parallel num_threads(team)
-  {
-#pragma omp for schedule(static)
-    for (int64_t t = 0; t < b_tasks; ++t) pack_b(pl, tb, b, bp, t / pl.ns, t % pl.ns);
-    // (the loop's barrier: B is packed before any unit reads it)
-#pragma omp for schedule(static)
-    for (int64_t u = 0; u < units; ++u) run_unit(pl, ta, a, bp, c, accumulate, u);
+  run(isa, ta, tb, m, n, k, a, lda, b, ldb, Sink{c, ldc, accumulate, nullptr}, threads);
+}
+
+void packed_sgemm_tiles(Isa isa, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a,
+                        const float* b, const TileEpilogue& epi, int threads) {
+  if (m <= 0 || n <= 0 || k <= 0) return;
+  run(isa, ta, tb, m, n, k, a, ta ? m : k, b, tb ? k : n, Sink{nullptr, 0, false, &epi}, threads);
+}
+
+int64_t packed_tile_count(Isa isa, int64_t m, int64_t n) {
+  const UKernel& uk = kernel_for(isa);
+  return ((m + uk.mr - 1) / uk.mr) * ((n + uk.nr - 1) / uk.nr);
+}
+
+void packed_sgemm_batched(Isa isa, bool ta, bool tb, int64_t batch, int64_t m, int64_t n, int64_t k,
+                          const float* a, int64_t sa, const float* b, int64_t sb, float* c,
+                          int threads) {
+  const int team = static_cast<int>(std::min<int64_t>(std::max(1, threads), batch));
+  if (team <= 1 || batch < threads) {
+    for (int64_t i = 0; i < batch; ++i)
+      packed_sgemm(isa, ta, tb, m, n, k, a + i * sa, b + i * sb, c + i * m * n, false, threads);
+    return;
+  }
+#pragma omp parallel for num_threads(team) schedule(static)
+  for (int64_t i = 0; i < batch; ++i) {
+    packed_sgemm(isa, ta, tb, m, n, k, a + i * sa, b + i * sb, c + i * m * n, false, 1);
     fpe::collect_worker_flags();
   }
 }
+
+bool packed_gemm_pays(int64_t m, int64_t n, int64_t k) { return m > 0 && n > 0 && 2 * m * n * k >= kMinFlops; }
 
 void set_packed_gemm_use(PackedGemmUse use) {
   g_use.store(static_cast<int>(use), std::memory_order_relaxed);
@@ -289,7 +369,7 @@ const char* packed_gemm_name() {
 
 bool select_packed_matmul(Instr& instr, int64_t m, int64_t k, int64_t n) {
   if (instr.out.dtype != DType::f32 || packed_gemm_use() == PackedGemmUse::never) return false;
-  if (m == 0 || n == 0 || 2 * m * n * k < kMinFlops) return false;
+  if (!packed_gemm_pays(m, n, k)) return false;
   instr.p[0] = m;
   instr.p[1] = k;
   instr.p[2] = n;
@@ -297,6 +377,17 @@ bool select_packed_matmul(Instr& instr, int64_t m, int64_t k, int64_t n) {
   const bool ta = instr.attrs.trans_a, tb = instr.attrs.trans_b;
   if (ta) instr.fn = tb ? packed_kernel<true, true> : packed_kernel<true, false>;
   else instr.fn = tb ? packed_kernel<false, true> : packed_kernel<false, false>;
+  return true;
+}
+
+bool select_packed_batched_matmul(Instr& instr) {
+  const int64_t m = instr.p[0], k = instr.p[1], n = instr.p[2];
+  if (instr.out.dtype != DType::f32 || packed_gemm_use() == PackedGemmUse::never) return false;
+  if (!packed_gemm_pays(m, n, k)) return false;
+  instr.p[6] = static_cast<int64_t>(active_isa());
+  const bool ta = instr.attrs.trans_a, tb = instr.attrs.trans_b;
+  if (ta) instr.fn = tb ? batched_packed_kernel<true, true> : batched_packed_kernel<true, false>;
+  else instr.fn = tb ? batched_packed_kernel<false, true> : batched_packed_kernel<false, false>;
   return true;
 }
 

@@ -23,6 +23,44 @@ namespace fjit {
 void packed_sgemm(Isa isa, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a,
                   const float* b, float* c, bool accumulate, int threads);
 
+// The same with leading dimensions: A's rows (of op(A)'s storage) lda apart, B's ldb, C's ldc.
+// The bits are packed_sgemm's for the same values.
+void packed_sgemm_strided(Isa isa, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a,
+                          int64_t lda, const float* b, int64_t ldb, float* c, int64_t ldc,
+                          bool accumulate, int threads);
+
+// What the driver does with each finished tile of the product instead of storing it in C:
+// apply(ctx, p, ldp, row0, col0, rows, cols, tile) is called once per output tile, on the
+// thread that computed it, with p[r * ldp + q] (r < rows, q < cols) the product's element
+// (row0 + r, col0 + q), summed over the whole depth exactly as packed_sgemm sums it (so the
+// same bits as packed_sgemm with accumulate = false). `tile` numbers the tiles from 0 in row-
+// major order of tiles (packed_tile_count): the tiling depends on m, n and the ISA only, never
+// on the thread count. Tiles are disjoint; calls for different tiles may run concurrently.
+struct TileEpilogue {
+  void (*apply)(void* ctx, const float* p, int64_t ldp, int64_t row0, int64_t col0, int64_t rows,
+                int64_t cols, int64_t tile);
+  void* ctx;
+};
+
+// The number of tiles TileEpilogue::apply is called for: ceil(m / MR) * ceil(n / NR).
+int64_t packed_tile_count(Isa isa, int64_t m, int64_t n);
+
+// op(A) op(B) as packed_sgemm computes it (accumulate = false), each finished tile handed to
+// `epi` instead of being stored. REQUIRES: k > 0, isa <= detected_isa().
+void packed_sgemm_tiles(Isa isa, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a,
+                        const float* b, const TileEpilogue& epi, int threads);
+
+// `batch` products C_i [m, n] = op(A_i) op(B_i), A_i = a + i * sa, B_i = b + i * sb (a stride of
+// 0 shares the operand), C_i = c + i * m * n, each as packed_sgemm computes it: threads take
+// whole products (or, with fewer products than threads, share each one), so the bits do not
+// depend on the thread count.
+void packed_sgemm_batched(Isa isa, bool ta, bool tb, int64_t batch, int64_t m, int64_t n, int64_t k,
+                          const float* a, int64_t sa, const float* b, int64_t sb, float* c,
+                          int threads);
+
+// Whether a product of this size pays for the packing (below it, the other paths are faster).
+bool packed_gemm_pays(int64_t m, int64_t n, int64_t k);
+
 // Process-wide, which plain f32 products compile to the packed GEMM (matmul.cc):
 //   never              FJIT_GEMM=eigen: fjit's Eigen-based driver;
 //   without_library    the default: BLIS where it is used (gemm_library.h), else this;
@@ -38,5 +76,11 @@ const char* packed_gemm_name();
 // [batch, M, K] folded into m rows) on the packed GEMM with the active ISA's kernel. False,
 // with instr.fn untouched, for another dtype or a product too small to pay for the packing.
 bool select_packed_matmul(Instr& instr, int64_t m, int64_t k, int64_t n);
+
+// Prepares a batched f32 MatMul planned by matmul.cc (p[0] = M, p[1] = K, p[2] = N, p[3] = the
+// batch, p[4] / p[5] = A's / B's batch stride, 0 for an operand shared by every entry) on
+// packed_sgemm_batched. False, with instr.fn untouched, for another dtype or products too
+// small to pay for the packing.
+bool select_packed_batched_matmul(Instr& instr);
 
 }  // namespace fjit

@@ -10,8 +10,9 @@
 // dQ_blk += dS k_blk, dK_blk += dS^T q_blk. Scratch is two kBq x kBk blocks per task on the
 // stack, whatever the sequence lengths.
 //
-// Every product is Eigen's GEMM driver on the calling thread with one thread's blocking (as
-// core/kernels/gemm/matmul.cc does), every row sum a plain loop in order, and a task's sums
+// Every product runs on the calling thread: f32 ones large enough on the packed GEMM
+// (packed_gemm.h), others on Eigen's GEMM driver with one thread's blocking (as
+// core/kernels/gemm/matmul.cc does); every row sum is a plain loop in order, and a task's sums
 // run in a fixed order of blocks, so no bit depends on the intra-op thread count.
 // A query row that sees no key (its batch index's length clamped to 0) is zeros with a
 // log-sum-exp of -inf, and gets zero gradients.
@@ -21,9 +22,11 @@
 #include <cassert>
 #include <cmath>
 #include <limits>
+#include <type_traits>
 
 #include "core/base/fpe_flags.h"
 #include "core/base/threads.h"
+#include "core/kernels/gemm/packed_gemm.h"
 #include "core/kernels/structural/structural.h"
 
 namespace fjit::kernels::st {
@@ -63,10 +66,27 @@ struct AttentionGeometry {
 // Row-major c [m, n] (leading dimension ldc) += alpha * op(a) op(b), op(a) [m, k], op(b) [k, n]:
 // a is row-major [m, k] (TA: [k, m], transposed), b row-major [k, n] (TB: [n, k]). Computed as
 // the column-major c^T = op(b)^T op(a)^T on this thread with the blocking of one thread.
+// f32 products that pay for the packing run on the packed GEMM (packed_gemm.h) on this thread:
+// P = op(a) op(b) added to c (alpha 1), or c = fma(alpha, P, c) through a temporary.
 template <class T, bool TA, bool TB>
 void gemm_add(Index m, Index n, Index k, T alpha, const T* a, Index lda, const T* b, Index ldb, T* c,
               Index ldc) {
   if (m == 0 || n == 0 || k == 0) return;
+  if constexpr (std::is_same_v<T, float>) {
+    if (packed_gemm_use() != PackedGemmUse::never && packed_gemm_pays(m, n, k)) {
+      if (alpha == 1.f) {
+        packed_sgemm_strided(active_isa(), TA, TB, m, n, k, a, lda, b, ldb, c, ldc, true, 1);
+        return;
+      }
+      alignas(64) float p[kBq * kBk];
+      if (m * n <= kBq * kBk) {
+        packed_sgemm_strided(active_isa(), TA, TB, m, n, k, a, lda, b, ldb, p, n, false, 1);
+        for (Index i = 0; i < m; ++i)
+          for (Index j = 0; j < n; ++j) c[i * ldc + j] = std::fma(alpha, p[i * n + j], c[i * ldc + j]);
+        return;
+      }
+    }
+  }
   constexpr int kLhsOrder = TB ? Eigen::RowMajor : Eigen::ColMajor;
   constexpr int kRhsOrder = TA ? Eigen::RowMajor : Eigen::ColMajor;
   ei::gemm_blocking_space<Eigen::ColMajor, T, T, Eigen::Dynamic, Eigen::Dynamic, Eigen::Dynamic, 1, false>
