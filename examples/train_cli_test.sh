@@ -20,16 +20,9 @@ fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 
 data=$work/data
 . "$(dirname "$0")/fixture_data.sh"
+. "$(dirname "$0")/checkpoint_state.sh"
 fixture_data "$fixture" "$data"
 small=(--data-dir "$data" --epochs 3 --batch-size 8 --log-every 0 --seed 5)
-
-# Whether two checkpoints hold the same state at the same position: their state hashes (SHA-256
-# of every tensor's bits) and position entries agree. Their provenance (command line, hash
-# chain, step records) differs between a resumed run and an uninterrupted one.
-state_of() {
-  grep -ao '"\(fjit\.state_sha256\|step\|epoch\|batch_in_epoch\|seed\|skipped_steps\)":"[^"]*"' "$1" | sort
-}
-same_state() { [ -n "$(state_of "$1")" ] && diff <(state_of "$1") <(state_of "$2") > /dev/null; }
 
 # Prints the run's epoch lines without their timings.
 epoch_lines() { grep '^== epoch' "$1" | sed -e 's/ (eval.*//'; }
