@@ -19,6 +19,7 @@
 
 #include "core/lib/optimizers.h"
 #include "lib/trainer.h"
+#include "tests/fixture_data.h"
 #include "tests/test_util.h"
 
 namespace fjit {
@@ -152,19 +153,7 @@ namespace {
 
 using namespace fjit::training;  // the trainer; Trainer itself is lib/trainer.h's
 
-// A synthetic image set, large enough that every product of the models is split over threads.
-io::Dataset synthetic_images(int64_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> pixel(0, 1);
-  std::uniform_int_distribution<int32_t> label(0, 9);
-  Array images(DType::f32, {n, 784}), labels(DType::i32, {n});
-  for (int64_t i = 0; i < images.size(); ++i) images.data<float>()[i] = pixel(rng);
-  for (int64_t i = 0; i < n; ++i) labels.data<int32_t>()[i] = label(rng);
-  ArrayDict columns;
-  columns.set("images", images);
-  columns.set("labels", labels);
-  return io::Dataset(columns);
-}
+using fjit::testing::synthetic_images;
 
 // Parameters and optimizer state after `steps` steps on 2 thread replicas whose kernels use
 // `threads` intra-op threads each.

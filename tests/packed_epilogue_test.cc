@@ -13,24 +13,14 @@
 #include "core/base/isa.h"
 #include "core/kernels/gemm/packed_gemm.h"
 #include "fjit.h"
+#include "tests/gemm_test_util.h"
 #include "tests/test_util.h"
 
 namespace fjit {
 namespace {
 
-std::vector<float> random_vector(int64_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> u(-1.f, 1.f);
-  std::vector<float> v(n);
-  for (float& x : v) x = u(rng);
-  return v;
-}
-
-std::vector<Isa> isas_here() {
-  std::vector<Isa> v{Isa::avx2};
-  if (detected_isa() == Isa::avx512) v.push_back(Isa::avx512);
-  return v;
-}
+using testing::isas_here;
+using testing::random_vector;
 
 // C = 2 * P - C, the tile's product copied to `copy`, and a count of calls per tile.
 struct Recorder {

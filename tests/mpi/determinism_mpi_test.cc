@@ -10,6 +10,7 @@
 
 #include "lib/trainer.h"
 #include "tests/mpi/mpi_test_main.h"
+#include "tests/fixture_data.h"
 #include "tests/test_util.h"
 
 namespace fjit::examples {
@@ -24,19 +25,7 @@ Mesh& mesh() {
   return m;
 }
 
-// Every rank makes the same set from the same seed.
-io::Dataset synthetic_images(int64_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> pixel(0, 1);
-  std::uniform_int_distribution<int32_t> label(0, 9);
-  Array images(DType::f32, {n, 784}), labels(DType::i32, {n});
-  for (int64_t i = 0; i < images.size(); ++i) images.data<float>()[i] = pixel(rng);
-  for (int64_t i = 0; i < n; ++i) labels.data<int32_t>()[i] = label(rng);
-  ArrayDict columns;
-  columns.set("images", images);
-  columns.set("labels", labels);
-  return io::Dataset(columns);
-}
+using fjit::testing::synthetic_images;
 
 class PlacementDeterminism : public ::testing::TestWithParam<const char*> {};
 
