@@ -8,7 +8,7 @@
 
 namespace fjit {
 
-inline constexpr int kClockExchanges = 8;
+inline constexpr int kClockExchanges = 16;
 
 // Collective over `comm`. Rank 0 answers `exchanges` pings from each other rank in turn with
 // its clock reading; each other rank keeps the exchange with the shortest round trip. With t1

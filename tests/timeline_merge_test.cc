@@ -105,6 +105,7 @@ TEST(TimelineMerge, OneProcessPerReplicaFromZeroWithTheSourcesClocks) {
   EXPECT_NE(page.find("replica 1 (rank 1, host h1)"), std::string::npos);
   EXPECT_NE(page.find("psum (0.020 ms)"), std::string::npos);
   EXPECT_NE(page.find("nan in log"), std::string::npos);  // the check's mark
+  EXPECT_NE(page.find("clocks aligned to rank 0's within 0.3 us"), std::string::npos);
   EXPECT_EQ(page.find("<script"), std::string::npos);
   EXPECT_EQ(page.find("src="), std::string::npos);
   EXPECT_EQ(page.find("href="), std::string::npos);

@@ -55,7 +55,17 @@ int lane(const std::string& category) {
   return 1;
 }
 
-std::map<int, Row> read_rows(const std::string& path) {
+// What the view says under its title about the trace's clocks ("" for one process's file).
+std::string clock_note(const nlohmann::json& trace) {
+  const nlohmann::json other = trace.value("otherData", nlohmann::json::object());
+  if (!other.contains("sources")) return "";
+  if (other.value("time_base", std::string()) != "rank 0 clock")
+    return "clocks NOT aligned: the processes' events do not line up";
+  return fmt::format("clocks aligned to rank 0's within {:.1f} us",
+                     other.value("clock_error_ns", 0.0) / 1e3);
+}
+
+std::map<int, Row> read_rows(const std::string& path, std::string* note) {
   std::ifstream in(path);
   if (!in) throw std::runtime_error(fmt::format("timeline view: cannot read {}", path));
   nlohmann::json j;
@@ -69,6 +79,7 @@ std::map<int, Row> read_rows(const std::string& path) {
         fmt::format("timeline view: {} is not a trace-event file (no traceEvents array)", path));
   std::map<int, Row> rows;
   try {
+    *note = clock_note(j);
     for (const nlohmann::json& e : j["traceEvents"]) {
       const int pid = e.value("pid", 0);
       const std::string ph = e.value("ph", std::string());
@@ -125,7 +136,8 @@ double tick_step_ms(double span_ms) {
 }  // namespace
 
 void write_html_view(const std::string& trace, const std::string& html, const ViewOptions& options) {
-  const std::map<int, Row> rows = read_rows(trace);
+  std::string note;
+  const std::map<int, Row> rows = read_rows(trace, &note);
   const auto [t0, t1] = window(rows, options.last_steps);
   const int width = std::max(options.width, kLeft + kRight + 200);
   const double plot = width - kLeft - kRight;
@@ -145,6 +157,7 @@ void write_html_view(const std::string& trace, const std::string& html, const Vi
                        lx, colour(cat), lx + 16, cat);
     lx += 110;
   }
+  svg += fmt::format("<text x=\"{:.1f}\" y=\"46\">{}</text>\n", lx + 20, escape(note));
   int r = 0;
   for (const auto& [pid, row] : rows) {
     const int y = kTop + r++ * row_h;
