@@ -1,5 +1,7 @@
 #include "parallel/clock_sync.h"
 
+#include <sched.h>
+
 #include <cstdint>
 #include <limits>
 #include <stdexcept>
@@ -8,6 +10,28 @@ namespace fjit {
 namespace {
 
 constexpr int kTagClock = 0x71c;
+
+// Waits for `request`, yielding the CPU between polls: with ranks sharing a core, a rank that
+// spins in MPI_Recv holds the core its peer needs to answer for a whole time slice, and the
+// round trip (so the error bound) would be that slice.
+void wait_yielding(MPI_Request* request) {
+  int done = 0;
+  for (MPI_Test(request, &done, MPI_STATUS_IGNORE); !done;
+       MPI_Test(request, &done, MPI_STATUS_IGNORE))
+    sched_yield();
+}
+
+void send(const int64_t* value, int peer, MPI_Comm comm) {
+  MPI_Request request;
+  MPI_Isend(value, 1, MPI_INT64_T, peer, kTagClock, comm, &request);
+  wait_yielding(&request);
+}
+
+void receive(int64_t* value, int peer, MPI_Comm comm) {
+  MPI_Request request;
+  MPI_Irecv(value, 1, MPI_INT64_T, peer, kTagClock, comm, &request);
+  wait_yielding(&request);
+}
 
 }  // namespace
 
@@ -20,9 +44,9 @@ timeline::ClockOffset estimate_clock_offset(MPI_Comm comm, int exchanges) {
     for (int peer = 1; peer < size; ++peer) {
       for (int k = 0; k < exchanges; ++k) {
         int64_t ping = 0;
-        MPI_Recv(&ping, 1, MPI_INT64_T, peer, kTagClock, comm, MPI_STATUS_IGNORE);
+        receive(&ping, peer, comm);
         const int64_t t0 = timeline::clock_ns();
-        MPI_Send(&t0, 1, MPI_INT64_T, peer, kTagClock, comm);
+        send(&t0, peer, comm);
       }
     }
     return {};
@@ -32,8 +56,8 @@ timeline::ClockOffset estimate_clock_offset(MPI_Comm comm, int exchanges) {
   for (int k = 0; k < exchanges; ++k) {
     const int64_t t1 = timeline::clock_ns();
     int64_t t0 = 0;
-    MPI_Send(&t1, 1, MPI_INT64_T, 0, kTagClock, comm);
-    MPI_Recv(&t0, 1, MPI_INT64_T, 0, kTagClock, comm, MPI_STATUS_IGNORE);
+    send(&t1, 0, comm);
+    receive(&t0, 0, comm);
     const int64_t t4 = timeline::clock_ns();
     const int64_t round_trip = t4 - t1;
     if (round_trip >= best_round_trip) continue;
