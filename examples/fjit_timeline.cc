@@ -6,6 +6,7 @@
 //       one process per replica ("replica R (rank P, host H)"), on rank 0's clock
 //   fjit_timeline html OUT.html TRACE.json [--last-steps N] [--width PIXELS] [--title TEXT]
 //       one row per replica, events as boxes coloured by category, a time axis
+#include <charconv>
 #include <cstdio>
 #include <exception>
 #include <string>
@@ -39,10 +40,17 @@ int run(const std::vector<std::string>& args) {
     fjit::timeline::ViewOptions options;
     for (size_t i = 3; i < args.size(); i += 2) {
       if (i + 1 >= args.size()) return usage();
-      if (args[i] == "--last-steps") {
-        options.last_steps = std::stoi(args[i + 1]);
-      } else if (args[i] == "--width") {
-        options.width = std::stoi(args[i + 1]);
+      int* number = args[i] == "--last-steps" ? &options.last_steps
+                    : args[i] == "--width"      ? &options.width
+                                                : nullptr;
+      if (number != nullptr) {
+        const std::string& text = args[i + 1];
+        if (std::from_chars(text.data(), text.data() + text.size(), *number).ptr !=
+                text.data() + text.size() || *number < 0) {
+          std::fprintf(stderr, "fjit_timeline: %s needs a count, not '%s'\n", args[i].c_str(),
+                       text.c_str());
+          return usage();
+        }
       } else if (args[i] == "--title") {
         options.title = args[i + 1];
       } else {

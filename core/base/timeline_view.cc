@@ -1,5 +1,6 @@
 // write_html_view (core/base/timeline_merge.h): a trace drawn as inline SVG in one HTML page.
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <fstream>
 #include <map>
@@ -110,8 +111,9 @@ std::pair<double, double> window(const std::map<int, Row>& rows, int last_steps)
   for (const auto& [pid, row] : rows)
     for (const Box& b : row.boxes) {
       if (b.dur >= 0) t0 = std::min(t0, b.ts), t1 = std::max(t1, b.ts + b.dur);
-      if (b.category == "step" && b.name.rfind("step ", 0) == 0) {
-        const int64_t n = std::stoll(b.name.substr(5));
+      int64_t n = 0;
+      if (b.category == "step" && b.name.rfind("step ", 0) == 0 &&
+          std::from_chars(b.name.data() + 5, b.name.data() + b.name.size(), n).ec == std::errc()) {
         steps.emplace_back(n, &b);
         last = std::max(last, n);
       }
