@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # The main job with FJIT_TIMELINE set, on the committed 16-example fixture: the file it writes
-# at exit is trace-event JSON with one track per replica (examples/check_timeline.cmake).
+# at exit is trace-event JSON with one track per replica (examples/check_timeline.cmake), and
+# `fjit_timeline merge` writes the file(s) as one trace with the same tracks.
 #   threads: 2 thread replicas, one file;   mpi: under `MPIEXEC -n 2`, one file per rank.
-# usage: timeline_test.sh threads|mpi TRAIN_BINARY FIXTURE_DIR [MPIEXEC -n 2 FLAGS...]
+# usage: timeline_test.sh threads|mpi TRAIN_BINARY FJIT_TIMELINE_BINARY FIXTURE_DIR
+#                         [MPIEXEC -n 2 FLAGS...]
 set -euo pipefail
-mode=$1 bin=$2 fixture=$3
-shift 3
+mode=$1 bin=$2 tool=$3 fixture=$4
+shift 4
 here=$(cd "$(dirname "$0")" && pwd)
 work=$(mktemp -d "${TMPDIR:-/tmp}/fjit_timeline_test.XXXXXX")
 trap 'rm -rf "$work"' EXIT
@@ -22,3 +24,8 @@ else
   files="$work/timeline.json;$work/timeline.rank1.json"
 fi
 cmake -DFILES="$files" -DTRACKS=2 -P "$here/check_timeline.cmake"
+IFS=';' read -r -a inputs <<< "$files"
+"$tool" merge "$work/merged.json" "${inputs[@]}"
+grep -q '"time_base":"rank 0 clock"' "$work/merged.json" || [ "$mode" = threads ] ||
+  { echo "merged trace not on rank 0's clock"; exit 1; }
+cmake -DFILES="$work/merged.json" -DTRACKS=2 -P "$here/check_timeline.cmake"

@@ -10,6 +10,7 @@
 #include "core/base/log.h"
 #include "core/base/metrics.h"
 #include "core/base/timeline.h"
+#include "parallel/clock_sync.h"
 #include "parallel/collective_metrics.h"
 #include "parallel/communicator_reduce.h"
 #include "parallel/mpi_runtime.h"
@@ -58,7 +59,12 @@ MpiCommunicator::MpiCommunicator(MPI_Comm comm, StallPolicy policy) : policy_(po
   MPI_Comm_rank(comm_, &rank_);
   MPI_Comm_size(comm_, &size_);
   serialized_ = mpi_serialized_threads();
-  if (comm == MPI_COMM_WORLD) timeline::set_process(rank_, size_);  // names this rank's file
+  if (comm == MPI_COMM_WORLD) {
+    timeline::set_process(rank_, size_);  // names this rank's file
+    // One time base for the job's timeline files: a few round trips, so done always (the
+    // timeline may be turned on later).
+    timeline::set_clock_offset(estimate_clock_offset(comm_));
+  }
   MPI_Comm local;
   MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &local);
   MPI_Comm_size(local, &local_size_);

@@ -19,8 +19,15 @@
 //    environment's timeline is).
 //  - A process that runs one replica of several processes (MPI) writes `path` with
 //    ".rankR" before its extension ("t.json" -> "t.rank1.json") for R > 0; the tracks of all
-//    ranks are distinct (the replica index), so the files can be merged by concatenating their
-//    traceEvents arrays.
+//    ranks are distinct (the replica index; events recorded before a thread has a replica, a
+//    compile say, go on the process's first replica, rank R's under MPI).
+//  - One time base per job: once set_clock_offset() has run (the MPI backend estimates each
+//    rank's offset against rank 0 at start-up, parallel/clock_sync.h), timestamps are written
+//    on rank 0's monotonic clock (microseconds since its boot), so the files of all ranks line
+//    up; otherwise on this process's clock, from start(). The file's "otherData" says which
+//    ("time_base"), with the process, its host, and the offset and its error bound
+//    (clock_offset_ns, clock_error_ns). merge() (core/base/timeline_merge.h, the program
+//    fjit_timeline) writes the files of a job as one trace.
 //  - Thread-safe: any thread may record; each track has its own lock, held only by the
 //    replica that owns it and by write().
 #pragma once
@@ -50,6 +57,18 @@ bool enabled();
 // This process's place among the processes of a job (set by the MPI backend): names the
 // file of a rank > 0 and labels its tracks.
 void set_process(int index, int count);
+
+// This process's clock against the job's time base (rank 0's clock): a local reading t is
+// t + offset_ns there, within +-error_ns.
+struct ClockOffset {
+  int64_t offset_ns = 0;
+  int64_t error_ns = 0;
+};
+// Writes timestamps on the job's time base from now on (see the contracts above).
+void set_clock_offset(const ClockOffset& offset);
+// The clock the timeline records by: now_ns(), plus the test seam's skew
+// (core/base/timeline_testing.h). Clock exchanges between processes read this one.
+int64_t clock_ns();
 
 // The recording calls; each is a no-op when the timeline is off. `name` must outlive the
 // process (a literal, op_name(), or intern()).
