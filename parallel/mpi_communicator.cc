@@ -155,7 +155,7 @@ void MpiCommunicator::warn_stall(double waited) {
 }
 
 void MpiCommunicator::abort_stall(double waited) {
-  const std::string who = roll_call_->survey(collective_, calls_, roll_call_grace());
+  const std::string who = roll_call_->survey(collective_, calls_, roll_call_grace(), true);
   abort_job(fmt::format("stall: rank {} (on {}) waited {:.2f} s in {} #{} (abort_after {} ms); {}",
                         rank_, roll_call_->host(rank_), waited, collective_, calls_,
                         policy_.abort_after.count(), who));

@@ -94,11 +94,10 @@ void MpiRollCall::send(int to, int kind, const char* collective, uint64_t seq) {
   note.rank = rank_;
   note.seq = seq;
   std::snprintf(note.collective, sizeof note.collective, "%s", collective);
-  // What this rank is doing: built once per roll call that reaches it (symbolizing stacks
-  // is slow), and only for answers.
+  // What this rank is doing: built once per roll call that reaches it, and only for answers.
   const auto now = std::chrono::steady_clock::now();
   if (kind != kQuery && (doing_.empty() || now - doing_at_ > std::chrono::seconds(1))) {
-    doing_ = doing();
+    doing_ = doing(false);
     doing_at_ = now;
   }
   Outgoing& o = outbox_->emplace_back();  // a deque: earlier notes do not move
@@ -108,9 +107,10 @@ void MpiRollCall::send(int to, int kind, const char* collective, uint64_t seq) {
   MPI_Isend(o.bytes.data(), static_cast<int>(o.bytes.size()), MPI_BYTE, to, kTag, comm_, &o.request);
 }
 
-std::string MpiRollCall::doing() const {
-  std::string lines = fmt::format("{}\nhost stacks (pid {}):\n{}", describe_replica_activity(rank_),
-                                  static_cast<long>(::getpid()), all_thread_stacks());
+std::string MpiRollCall::doing(bool host_stacks) const {
+  std::string lines = describe_replica_activity(rank_);
+  if (host_stacks)
+    lines += fmt::format("\nhost stacks (pid {}):\n{}", static_cast<long>(::getpid()), all_thread_stacks());
   while (!lines.empty() && lines.back() == '\n') lines.pop_back();
   for (size_t at = lines.find('\n'); at != std::string::npos; at = lines.find('\n', at + 1)) lines.replace(at, 1, "\n    ");
   return lines;
@@ -147,7 +147,7 @@ void MpiRollCall::answer(const char* collective, uint64_t seq) { drain(collectiv
 void MpiRollCall::answer_busy(uint64_t seq) { drain("(computing)", seq, kBusy); }
 
 std::string MpiRollCall::survey(const char* collective, uint64_t seq,
-                                std::chrono::milliseconds grace) {
+                                std::chrono::milliseconds grace, bool host_stacks) {
   std::fill(heard_.begin(), heard_.end(), Heard{});
   doing_.clear();
   drain(collective, seq, kAnswer);  // queries that came first are answers too: their senders wait
@@ -161,10 +161,10 @@ std::string MpiRollCall::survey(const char* collective, uint64_t seq,
     if (heard == size_ - 1 || std::chrono::steady_clock::now() >= deadline) break;
     std::this_thread::sleep_for(kPollEvery);
   }
-  return describe(collective, seq);
+  return describe(collective, seq, host_stacks);
 }
 
-std::string MpiRollCall::describe(const char* collective, uint64_t seq) const {
+std::string MpiRollCall::describe(const char* collective, uint64_t seq, bool host_stacks) const {
   std::vector<int> missing, waiting;
   std::string elsewhere;
   for (int r = 0; r < size_; ++r) {
@@ -206,7 +206,8 @@ std::string MpiRollCall::describe(const char* collective, uint64_t seq) const {
   for (int r = 0; r < size_; ++r) {
     const Heard& h = heard_[r];
     if (r == rank_)
-      out += fmt::format("\n  rank {} (on {}, this rank): {}", r, hosts_[r], doing_.empty() ? doing() : doing_);
+      out += fmt::format("\n  rank {} (on {}, this rank): {}", r, hosts_[r],
+                         host_stacks || doing_.empty() ? doing(host_stacks) : doing_);
     else if (h.any && h.at_seq == seq && h.note.kind == kQuery)
       out += fmt::format("\n  rank {} (on {}): waiting in {} #{} (it asked the others; its account did not come)",
                          r, hosts_[r], h.note.collective, h.note.seq);

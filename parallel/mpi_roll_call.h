@@ -40,7 +40,9 @@ class MpiRollCall {
   ~MpiRollCall();
 
   // Answers the queries that have come, saying this rank waits in `collective` #`seq`, and
-  // what it is doing (checks/activity_report.h) with its host stacks (all threads).
+  // what it is doing (checks/activity_report.h: its instruction and collective). Answers
+  // carry no host stacks: symbolizing them can take longer than the surveyor waits (seconds
+  // in a sanitized build), and a rank busy symbolizing answers nobody.
   // Called by a waiting rank on its slow path.
   void answer(const char* collective, uint64_t seq);
   // The same from a rank that is computing (at a poll point of a long kernel, having made
@@ -51,9 +53,12 @@ class MpiRollCall {
   // others meanwhile), this rank being in `collective` #`seq`. Returns what it learned:
   //   "not arrived: rank 3 (on node2); waiting in it: ranks 0,1 (on node1), rank 2 (on node2)"
   // followed by "; in other collectives: rank 4 (on node2) in barrier #58" when some are,
-  // then "\nwhat each rank is doing:" and one entry per rank: its instruction, its
-  // collective and its host stacks as it answered, or that it cannot answer.
-  std::string survey(const char* collective, uint64_t seq, std::chrono::milliseconds grace);
+  // then "\nwhat each rank is doing:" and one entry per rank: its instruction and its
+  // collective as it answered, or that it cannot answer. With `host_stacks` (the abort's
+  // survey, once the answers are in), this rank's own entry adds its host stacks (all
+  // threads, symbolized).
+  std::string survey(const char* collective, uint64_t seq, std::chrono::milliseconds grace,
+                     bool host_stacks = false);
 
   const std::string& host(int rank) const { return hosts_.at(rank); }
 
@@ -64,8 +69,8 @@ class MpiRollCall {
   void send(int to, int kind, const char* collective, uint64_t seq);
   // Receives every note that has come; answers queries (as `reply`); keeps the current ones.
   void drain(const char* collective, uint64_t seq, int reply);
-  std::string doing() const;  // this rank's activity and host stacks
-  std::string describe(const char* collective, uint64_t seq) const;
+  std::string doing(bool host_stacks) const;  // this rank's activity, and its host stacks
+  std::string describe(const char* collective, uint64_t seq, bool host_stacks) const;
 
   MPI_Comm comm_ = MPI_COMM_NULL;
   int rank_ = 0;
