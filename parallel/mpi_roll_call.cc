@@ -94,12 +94,16 @@ void MpiRollCall::send(int to, int kind, const char* collective, uint64_t seq) {
   note.rank = rank_;
   note.seq = seq;
   std::snprintf(note.collective, sizeof note.collective, "%s", collective);
-  // Answers say what this rank is doing (cheap: no host stacks); queries say nothing more.
-  const std::string text = kind == kQuery ? std::string() : doing(false);
+  // What this rank is doing: built once per roll call that reaches it, and only for answers.
+  const auto now = std::chrono::steady_clock::now();
+  if (kind != kQuery && (doing_.empty() || now - doing_at_ > std::chrono::seconds(1))) {
+    doing_ = doing(false);
+    doing_at_ = now;
+  }
   Outgoing& o = outbox_->emplace_back();  // a deque: earlier notes do not move
-  o.bytes.resize(sizeof(Note) + text.size());
+  o.bytes.resize(sizeof(Note) + (kind == kQuery ? 0 : doing_.size()));
   std::memcpy(o.bytes.data(), &note, sizeof(Note));
-  std::memcpy(o.bytes.data() + sizeof(Note), text.data(), text.size());
+  if (kind != kQuery) std::memcpy(o.bytes.data() + sizeof(Note), doing_.data(), doing_.size());
   MPI_Isend(o.bytes.data(), static_cast<int>(o.bytes.size()), MPI_BYTE, to, kTag, comm_, &o.request);
 }
 
@@ -145,6 +149,7 @@ void MpiRollCall::answer_busy(uint64_t seq) { drain("(computing)", seq, kBusy); 
 std::string MpiRollCall::survey(const char* collective, uint64_t seq,
                                 std::chrono::milliseconds grace, bool host_stacks) {
   std::fill(heard_.begin(), heard_.end(), Heard{});
+  doing_.clear();
   drain(collective, seq, kAnswer);  // queries that came first are answers too: their senders wait
   for (int r = 0; r < size_; ++r)
     if (r != rank_) send(r, kQuery, collective, seq);
@@ -202,7 +207,7 @@ std::string MpiRollCall::describe(const char* collective, uint64_t seq, bool hos
     const Heard& h = heard_[r];
     if (r == rank_)
       out += fmt::format("\n  rank {} (on {}, this rank): {}", r, hosts_[r],
-                         doing(host_stacks));
+                         host_stacks || doing_.empty() ? doing(host_stacks) : doing_);
     else if (h.any && h.at_seq == seq && h.note.kind == kQuery)
       out += fmt::format("\n  rank {} (on {}): waiting in {} #{} (it asked the others; its account did not come)",
                          r, hosts_[r], h.note.collective, h.note.seq);

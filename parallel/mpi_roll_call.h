@@ -76,7 +76,9 @@ class MpiRollCall {
   int rank_ = 0;
   int size_ = 1;
   std::vector<std::string> hosts_;
-  std::vector<Heard> heard_;  // per rank: the latest note, and this rank's call when it came
+  std::vector<Heard> heard_;
+  std::string doing_;  // this rank's answer text, reused for a second
+  std::chrono::steady_clock::time_point doing_at_{};  // per rank: the latest note, and this rank's call when it came
   // Notes being sent: their buffers must outlive their requests.
   std::unique_ptr<std::deque<Outgoing>> outbox_;
 };
