@@ -217,6 +217,10 @@ TEST(LmOptions, DefaultsKeepTrainLmsConfiguration) {
   const io::RunConfig config = lm::run_config(o);
   EXPECT_EQ(config.at("optimizer"), "AdamW b2 0.95 weight decay 0.1 clip 1");
   EXPECT_FALSE(config.contains("trainable"));
+  EXPECT_FALSE(config.contains("compute_dtype"));
+  lm::LmOptions b = o;
+  b.compute_dtype = "bf16";
+  EXPECT_EQ(lm::run_config(b).at("compute_dtype"), "bf16");
   lm::LmOptions f = o;
   f.no_decay = {"*/b", "*/g"};
   f.trainable = {"lora_a", "lora_b"};

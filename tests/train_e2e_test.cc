@@ -363,6 +363,9 @@ TEST(TrainOptionsParser, ExamplesPerProcessTakesCountsIncludingZero) {
   EXPECT_NE(describe(p.options).find("examples per process 30000,0,12"), std::string::npos);
   EXPECT_EQ(run_config(p.options).at("examples_per_process"), "30000,0,12");
   EXPECT_EQ(run_config(TrainOptions{}).count("examples_per_process"), 0u);  // old checkpoints resume
+  // A bf16 run's checkpoint says so, and an f32 run records nothing new (old checkpoints resume).
+  EXPECT_EQ(run_config(parse({"--compute-dtype", "bf16"}).options).at("compute_dtype"), "bf16");
+  EXPECT_EQ(run_config(TrainOptions{}).count("compute_dtype"), 0u);
 }
 
 }  // namespace

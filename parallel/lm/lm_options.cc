@@ -214,6 +214,8 @@ io::RunConfig run_config(const LmOptions& o) {
     config.emplace("grad_dtype", o.grad_dtype);
     config.emplace("loss_scale", o.loss_scale.empty() ? "dynamic" : o.loss_scale);
   }
+  // The layers' precision policy changes every step's bits: recorded when not f32.
+  if (o.compute_dtype != "f32") config.emplace("compute_dtype", o.compute_dtype);
   return config;
 }
 

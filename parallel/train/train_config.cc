@@ -59,6 +59,8 @@ io::RunConfig run_config(const TrainOptions& o) {
     c["grad_dtype"] = o.grad_dtype;
     c["loss_scale"] = o.loss_scale.empty() ? "dynamic" : o.loss_scale;
   }
+  // The layers' precision policy changes every step's bits: recorded when not f32.
+  if (o.compute_dtype != "f32") c["compute_dtype"] = o.compute_dtype;
   return c;
 }
 
