@@ -6,6 +6,7 @@
 //    gradient through the scan (itself checked against finite differences by
 //    tests/grad_check_test.cc), and against hessian(f) v;
 //  - jacfwd against jacrev on a few functions, and jacfwd against finite differences;
+//  - HVP through fori_loop; reverse over forward (grad of a jvp) in closed form;
 //  - linearize against jvp.
 #include <gtest/gtest.h>
 
@@ -136,6 +137,40 @@ TEST(Hessian, HvpThroughScanMatchesGradientDifferences) {
     EXPECT_NEAR(hv.data<double>()[i], fd, 1e-8 + 1e-7 * std::abs(fd)) << i;
     EXPECT_NEAR(hmv.data<double>()[i], hv.data<double>()[i], 1e-12 * (1 + std::abs(fd))) << i;
   }
+}
+
+// fori_loop is a scan over the trip count: its HVP too, against gradient differences.
+TEST(Hessian, HvpThroughForiLoop) {
+  auto loss = [](const Tensor& w) {
+    Tensor c = fori_loop(0, 3, [&](const Tensor&, const Tensor& c) { return tanh(c * w) + c * 0.5; }, w);
+    return sum(c * c);
+  };
+  const Array w = make_input(In{{3}}, 6), v = make_input(In{{3}}, 7);
+  auto f = jit([&](const Tensor& w, const Tensor& v) { return hvp(loss)(w, v); });
+  auto g = jit([&](const Tensor& w) { return grad(loss)(w); });
+  const Array hv = f(w, v);
+  const double h = 1e-5;
+  Array wu = w.clone(), wd = w.clone();
+  for (int i = 0; i < 3; ++i) {
+    wu.data<double>()[i] += h * v.data<double>()[i];
+    wd.data<double>()[i] -= h * v.data<double>()[i];
+  }
+  const Array gu = g(wu), gd = g(wd);
+  for (int i = 0; i < 3; ++i) {
+    const double fd = (gu.data<double>()[i] - gd.data<double>()[i]) / (2 * h);
+    EXPECT_NEAR(hv.data<double>()[i], fd, 1e-8 + 1e-7 * std::abs(fd)) << i;
+  }
+}
+
+// Reverse over forward: the gradient of <1, J t> for f = sin is -sin(x) t, in closed form.
+TEST(Hessian, GradOfJvp) {
+  auto f = jit([](const Tensor& x, const Tensor& t) {
+    return grad([&](const Tensor& x) { return sum(jvp([](const Tensor& x) { return sin(x); }, x, t).second); })(x);
+  });
+  const Array x = make_input(In{{4}}, 1), t = make_input(In{{4}}, 2);
+  const Array g = f(x, t);
+  for (int e = 0; e < 4; ++e)
+    EXPECT_NEAR(g.data<double>()[e], -std::sin(x.data<double>()[e]) * t.data<double>()[e], 1e-14) << e;
 }
 
 TEST(Hessian, JacfwdEqualsJacrev) {

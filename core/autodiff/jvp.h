@@ -31,8 +31,9 @@
 //  - custom_vjp: like JAX, forward mode through a custom_vjp function is a TraceError naming
 //    it and its call site: its rule is a VJP only, and differentiating fwd would silently
 //    ignore it. Use reverse mode (grad, jacrev) for such functions.
-//  - Fused attention has no forward-mode rule yet: a TraceError naming dot_product_attention
-//    (differentiate the composed attention instead).
+//  - Fused attention has a forward-mode rule, its backward op none: forward over reverse
+//    through dot_product_attention (hessian, hvp) is a TraceError naming it, as reverse over
+//    reverse is.
 #pragma once
 
 #include <functional>

@@ -67,18 +67,49 @@ Tans jvp_all_reduce(const JvpArgs& a) {
 
 Tans jvp_all_gather(const JvpArgs& a) { return {all_gather(a.tans[0], a.node.attrs.name)}; }
 
-// Forward mode through fused attention is not implemented: an error naming the op rather
-// than a silently zero tangent.
+// Fused attention, packed [out | lse] over [B, H, Tq, dv + 1] (core/trace/attention.h), from
+// its definition: with S = scale q k^T over the keys row i sees (the first min(length,
+// i + Tk - Tq + 1) when causal) and P = exp(S - lse) there (0 elsewhere),
+//   dS = scale (dq k^T + q dk^T),  dlse = rowsum(P dS),  dout = (P (dS - dlse)) v + P dv.
+// A row that sees no key (out 0, lse -inf) has a zero tangent.
 Tans jvp_attention(const JvpArgs& a) {
-  detail::fail("dot_product_attention", {a.ins[0], a.ins[1], a.ins[2]},
-               "forward-mode differentiation (jvp, jacfwd, hessian, hvp) through fused attention "
-               "is not implemented (differentiate the composed attention instead)",
-               nullptr);
+  const Tensor &q = a.ins[0], &k = a.ins[1], &v = a.ins[2];
+  const Shape qs = q.shape(), ks = k.shape(), vs = v.shape();
+  const int64_t b = qs[0], h = qs[1], tq = qs[2], tk = ks[2], dv = vs[3];
+  const double scale = a.node.attrs.scalar;
+  const DType t = q.dtype();
+  Tensor sees;  // bool, broadcastable to [B, H, Tq, Tk]; undefined: every key
+  const Tensor j = iota(DType::i32, {tq, tk}, 1);
+  if (a.node.attrs.index != 0) sees = lt(j, iota(DType::i32, {tq, tk}, 0) + static_cast<double>(tk - tq + 1));
+  if (a.ins.size() > 3) {
+    Tensor by_length = lt(reshape(j, {1, 1, tq, tk}), reshape(a.ins[3], {b, 1, 1, 1}));
+    sees = sees.defined() ? logical_and(reshape(sees, {1, 1, tq, tk}), by_length) : by_length;
+  }
+  Tensor lse = slice(a.out, {0, 0, 0, dv}, {b, h, tq, dv + 1});
+  lse = where(isfinite(lse), lse, scalar(t, 0.0));
+  Tensor p = exp(matmul(q, k, false, true) * scale - lse);
+  if (sees.defined()) p = where(sees, p, scalar(t, 0.0));
+  Tensor ds;
+  if (a.tans[0].defined()) ds = matmul(a.tans[0], k, false, true);
+  if (a.tans[1].defined()) {
+    Tensor d = matmul(q, a.tans[1], false, true);
+    ds = ds.defined() ? add(ds, d) : d;
+  }
+  Tensor dlse = full(t, {b, h, tq, 1}, 0.0), dout = full(t, {b, h, tq, dv}, 0.0);
+  if (ds.defined()) {
+    ds = ds * scale;
+    dlse = sum(mul(p, ds), {3}, true);
+    dout = matmul(mul(p, ds - dlse), v);
+  }
+  if (a.tans[2].defined()) dout = add(dout, matmul(p, a.tans[2]));
+  return {concat({dout, dlse}, 3)};
 }
+// Its backward op has no forward-mode rule: an error naming the op rather than a silently
+// zero tangent (a second derivative through fused attention).
 Tans jvp_attention_grad(const JvpArgs& a) {
   detail::fail("dot_product_attention", {a.ins[0], a.ins[1], a.ins[2]},
-               "second derivatives through fused attention are not implemented (differentiate "
-               "the composed attention instead)",
+               "second derivatives through fused attention are not implemented (forward over "
+               "reverse included: differentiate the composed attention instead)",
                nullptr);
 }
 
