@@ -102,7 +102,16 @@ std::vector<Tensor> jvp_leaves(const std::vector<Tensor>& ys, const std::vector<
     for (int in : g.node(id).inputs)
       if (in >= first) needed[in] = true;
   }
-  // The tangents of each control-flow node's results, handed to its output nodes.
+  // Which results of each control-flow node are read, and their tangents, handed to its
+  // output nodes.
+  absl::flat_hash_map<int, std::vector<bool>> read;
+  for (int id = first; id <= last; ++id) {
+    const Node& n = g.node(id);
+    if (!needed[id] || n.op != Op::Output) continue;
+    std::vector<bool>& r = read[n.inputs[0]];
+    r.resize(n.attrs.region->outputs.size(), false);
+    r[n.attrs.index] = true;
+  }
   absl::flat_hash_map<int, std::vector<Tensor>> results;
   for (int id = first; id <= last; ++id) {
     if (is_leaf[id] || !needed[id]) continue;
@@ -125,7 +134,8 @@ std::vector<Tensor> jvp_leaves(const std::vector<Tensor>& ys, const std::vector<
     JvpRule rule = jvp_rule(node.op);
     if (!rule) continue;  // not differentiable: no tangent flows past it
     const Tensor value = Tensor::from_node(ctx, id);
-    std::vector<Tensor> t = rule(JvpArgs{node, ins, value, tins});
+    auto r = read.find(id);
+    std::vector<Tensor> t = rule(JvpArgs{node, ins, value, tins, r == read.end() ? nullptr : &r->second});
     if (op_kind(node.op) == OpKind::kControl) {
       results[id] = std::move(t);
       continue;

@@ -55,6 +55,9 @@ struct JvpArgs {
   const std::vector<Tensor>& ins;    // its inputs
   const Tensor& out;                 // its value (control flow: the placeholder)
   const std::vector<Tensor>& tans;   // the tangent of each input; undefined = zero
+  // Control-flow ops: which results' tangents are read (a rule may leave the others
+  // undefined, and skip their work); null: all.
+  const std::vector<bool>* need = nullptr;
 };
 using JvpRule = std::vector<Tensor> (*)(const JvpArgs& a);
 // The rule for `op`, or nullptr when op_has_jvp(op) is false.

@@ -3,8 +3,9 @@
 // flow again, replaying the op's sub-graph beside its tangent:
 //   scan        a scan whose carry is [carry..., carry tangents...] and whose rows are [rows...,
 //               row tangents...]; its ys are the ys' tangents and the tangents of the carries
-//               entering each iteration (the original's stacked carries, which a scan's VJP
-//               reads: their tangents make forward-over-reverse through a scan work).
+//               entering each iteration where the original's stacked carries are read (a
+//               scan's VJP reads them: their tangents make forward over reverse through a
+//               scan work).
 //   cond        a cond on the same predicate whose branches replay a branch and its JVP.
 //   while_loop  a while_loop on [carry..., carry tangents...] whose cond_fn reads the carry.
 //   remat       a remat whose function replays fn and its JVP.
@@ -39,6 +40,10 @@ Tans jvp_scan(const JvpArgs& a) {
     if (a.tans[nc + nx + c].defined()) tcap.push_back(c);
   for (size_t k = 0; k < ny; ++k)
     if (carries(r.outputs[nc + k].dtype)) fy.push_back(k);
+  // The stacked carries' tangents only where the stacked carries are read (by a VJP).
+  std::vector<size_t> fs;
+  for (size_t i = 0; i < fc.size(); ++i)
+    if (!a.need || (*a.need)[nc + ny + fc[i]]) fs.push_back(i);
   std::vector<Tensor> init(a.ins.begin(), a.ins.begin() + nc), xs(a.ins.begin() + nc, a.ins.begin() + nc + nx);
   for (size_t j : fc) init.push_back(a.tans[j].defined() ? a.tans[j] : zeros_of(a.ins[j].dtype(), a.ins[j].shape()));
   for (size_t k : tx) xs.push_back(a.tans[nc + k]);
@@ -70,7 +75,7 @@ Tans jvp_scan(const JvpArgs& a) {
     s.carry.assign(outs.begin(), outs.begin() + nc);
     for (size_t i = 0; i < fc.size(); ++i) s.carry.push_back(t[i]);
     for (size_t i = 0; i < fy.size(); ++i) s.ys.push_back(t[fc.size() + i]);
-    for (size_t i = 0; i < fc.size(); ++i) s.ys.push_back(carry[nc + i]);
+    for (size_t i : fs) s.ys.push_back(carry[nc + i]);
     return s;
   };
   const detail::ScanLeaves b =
@@ -78,7 +83,7 @@ Tans jvp_scan(const JvpArgs& a) {
   Tans result(r.outputs.size());
   for (size_t i = 0; i < fc.size(); ++i) result[fc[i]] = b.carry[nc + i];
   for (size_t i = 0; i < fy.size(); ++i) result[nc + fy[i]] = b.ys[i];
-  for (size_t i = 0; i < fc.size(); ++i) result[nc + ny + fc[i]] = b.ys[fy.size() + i];
+  for (size_t i = 0; i < fs.size(); ++i) result[nc + ny + fc[fs[i]]] = b.ys[fy.size() + i];
   return result;
 }
 
