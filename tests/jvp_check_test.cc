@@ -76,6 +76,26 @@ TEST(JvpCheck, EveryCase) {
   }
 }
 
+// The mixed-precision policy's bf16 values (casts to bf16, a bf16 product with an f32 result)
+// carry f32 tangents: the tangent of x -> cast(x) @ cast(w) (linear in x) is cast(t) @ cast(w),
+// the same product, bit for bit.
+TEST(JvpCheck, Bf16ProductsCarryF32Tangents) {
+  auto f = jit([](const Tensor& x, const Tensor& w, const Tensor& t) {
+    auto g = [&](const Tensor& x) { return matmul(cast(x, DType::bf16), cast(w, DType::bf16), DType::f32); };
+    auto [y, ty] = jvp(g, x, t);
+    return std::tuple{ty, g(t)};
+  });
+  auto f32 = [](Array a) {
+    Array o(DType::f32, a.shape());
+    for (int64_t i = 0; i < a.size(); ++i) o.data<float>()[i] = static_cast<float>(a.data<double>()[i]);
+    return o;
+  };
+  const Array x = f32(make_input({{3, 4}}, 1)), w = f32(make_input({{4, 2}}, 2)), t = f32(make_input({{3, 4}}, 3));
+  auto [ty, expect] = f(x, w, t);
+  ASSERT_EQ(ty.dtype(), DType::f32);
+  for (int64_t e = 0; e < ty.size(); ++e) EXPECT_EQ(ty.data<float>()[e], expect.data<float>()[e]) << e;
+}
+
 // while_loop, which reverse mode refuses, has a tangent: the loop carries it.
 TEST(JvpCheck, WhileLoopCarriesTheTangent) {
   auto f = [](const Tensor& x) {
