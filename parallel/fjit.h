@@ -10,6 +10,8 @@
 #include "checks/replay.h"
 #include "checks/step_check_handler.h"
 #include "core/autodiff/autodiff.h"
+#include "core/autodiff/jacobian.h"
+#include "core/autodiff/jvp.h"
 #include "core/base/config.h"
 #include "core/base/log.h"
 #include "core/base/metrics.h"

@@ -20,6 +20,9 @@ TEST(OpTable, NamesRoundTripAndRulesMatchDifferentiability) {
     const Op op = static_cast<Op>(i);
     EXPECT_EQ(op_named(op_name(op)), op) << op_name(op);
     EXPECT_EQ(vjp_rule(op) != nullptr, op_is_differentiable(op)) << op_name(op);
+    // Forward mode (the jvp column): every op with a VJP has a JVP, and no other op has one.
+    EXPECT_EQ(op_has_jvp(op), op_is_differentiable(op)) << op_name(op);
+    EXPECT_EQ(jvp_rule(op) != nullptr, op_is_differentiable(op)) << op_name(op);
     if (op_is_elementwise(op)) {
       EXPECT_EQ(op_kernel_family(op), KernelFamily::kElementwiseFamily) << op_name(op);
     }

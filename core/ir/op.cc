@@ -11,6 +11,7 @@ struct OpInfo {
   int arity;
   DTypeRule dtype;
   bool differentiable;
+  bool has_jvp;
   Finite finite;
   bool has_input_check;
   CheckKind input_check;
@@ -20,8 +21,9 @@ struct OpInfo {
 constexpr OpInfo kOps[] = {
 #define no_check false, CheckKind::user
 #define check(k) true, CheckKind::k
-#define FJIT_OP(name, str, kind, arity, dtype, vjp, finite, input_check, family, builder) \
-  {str, OpKind::kind, arity, DTypeRule::dtype, std::string_view(#vjp) != "none",         \
+#define FJIT_OP(name, str, kind, arity, dtype, vjp, jvp, finite, input_check, family, builder) \
+  {str, OpKind::kind, arity, DTypeRule::dtype, std::string_view(#vjp) != "none",              \
+   std::string_view(#jvp) != "none",                                                          \
    Finite::finite, input_check, KernelFamily::family},
 #include "core/ir/ops.def"
 #undef FJIT_OP
@@ -44,6 +46,8 @@ constexpr bool rows_consistent() {
     if (o.kind == OpKind::kLogical && (o.dtype != DTypeRule::kBool || o.differentiable))
       return false;
     if (o.dtype == DTypeRule::kToBool && o.differentiable) return false;
+    // Forward and reverse mode differentiate the same ops.
+    if (o.has_jvp != o.differentiable) return false;
   }
   return true;
 }
@@ -58,6 +62,7 @@ OpKind op_kind(Op op) { return info(op).kind; }
 int op_arity(Op op) { return info(op).arity; }
 DTypeRule op_dtype_rule(Op op) { return info(op).dtype; }
 bool op_is_differentiable(Op op) { return info(op).differentiable; }
+bool op_has_jvp(Op op) { return info(op).has_jvp; }
 bool op_may_overflow(Op op) { return info(op).finite == Finite::kMayOverflow; }
 std::optional<CheckKind> op_input_check(Op op) {
   if (!info(op).has_input_check) return std::nullopt;

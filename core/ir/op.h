@@ -69,6 +69,11 @@ bool op_has_effect(Op op);
 // Ops with a VJP rule (a row whose vjp is not `none`); the rest have an identically zero or
 // undefined gradient (comparisons, integer results...).
 bool op_is_differentiable(Op op);
+// Ops with a JVP rule (a row whose jvp column is not `none`): exactly the differentiable ops
+// (core/ir/op.cc asserts it when the table is compiled). The rules are jvp_<jvp> of
+// core/autodiff/jvp.h, collected from the column by core/autodiff/jvp_rule_table.cc, so a row
+// naming a rule nobody defines fails to link.
+bool op_has_jvp(Op op);
 // True when finite operands can give a non-finite float result.
 bool op_may_overflow(Op op);
 // The automatic check of an operand (the row's input_check column): a check kind whose row in
