@@ -1,6 +1,6 @@
 // The collectives of sharding across MPI ranks (run with 2 and 3 ranks): the communicator's
 // reduce_scatter (bit for bit the all-reduce's slice), all_to_all, permute and uneven
-// all_gather, with and without the shared-memory window; the traced psum_scatter against
+// all_gather, its all_reduce with and without the shared-memory window; the traced psum_scatter against
 // psum's slice; all_gather over ranks holding shards of different sizes; and the same
 // results as thread replicas.
 #include <gtest/gtest.h>
@@ -24,9 +24,14 @@ Mesh& mesh() {
   return m;
 }
 
+// reduce_scatter is compared with all_reduce through the shared-memory window (when the
+// ranks share one) and through messages.
 TEST(ShardingMpi, CommunicatorCollectives) {
-  MpiCommunicator& c = static_cast<MpiCommunicator&>(mesh().comm(0));
+  auto& c = dynamic_cast<MpiCommunicator&>(mesh().comm(0));
   testing::check_sharding_collectives(c);
+  c.set_shared_memory(false);
+  testing::check_sharding_collectives(c);
+  c.set_shared_memory(true);
 }
 
 // psum_scatter against psum on this rank's shard of order-sensitive data; every rank checks
