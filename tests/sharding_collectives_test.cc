@@ -221,6 +221,27 @@ TEST(ShardingErrors, NameTheOpAndTheShapes) {
   expect_error([](const Tensor& x) { return psum_scatter(x, "nope"); }, "psum_scatter: unknown axis name 'nope'");
 }
 
+// The automatic NaN/Inf check follows a reduce-scatter as it follows an all-reduce: finite
+// shards whose sum overflows f32 raise a CheckError naming the reduce_scatter, its call site
+// and every replica.
+TEST(ShardingChecks, AnOverflowingReduceScatterIsReported) {
+  Mesh mesh = Mesh::threads(2);
+  PmapOptions o;
+  o.jit.checks = CheckMode::all;
+  o.jit.policy = CheckPolicy::throw_error;
+  auto f = pmap(mesh, "r", [](const Tensor& x) { return all_gather(psum_scatter(x, "r", 0, true), "r"); }, o);
+  EXPECT_EQ(f(Array::full(DType::f32, {4, 2}, 1.0)).data<float>()[0], 2.0f);
+  try {
+    f(Array::full(DType::f32, {4, 2}, 3e38));
+    ADD_FAILURE() << "no CheckError";
+  } catch (const CheckError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("Inf in reduce_scatter f32[1,2]"), std::string::npos) << what;
+    EXPECT_NE(what.find("raised on replicas 0, 1 of 2"), std::string::npos) << what;
+    EXPECT_NE(what.find("sharding_collectives_test.cc"), std::string::npos) << what;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Replicas, Sharding, ::testing::Values(2, 3));
 
 }  // namespace
