@@ -150,26 +150,23 @@ Cts rule_all_reduce(const VjpArgs& a) {
 }
 
 // all_gather stacks the replicas' x along axis 0: x's cotangent is this replica's rows of
-// the summed output cotangents, picked with a gather at axis_index * rows + j.
-// With uneven shards (attrs.axes: every replica's rows) this replica's rows start at the sum
-// of the rows before it, read from a table by axis_index.
+// the summed output cotangents, which is what a reduce-scatter of them gives (the same bits
+// as psum's slice, moving 1/N of the data). With uneven shards (attrs.axes: every replica's
+// rows) the blocks differ in size: the cotangents are summed whole and this replica's rows,
+// which start at the sum of the rows before it (a table read by axis_index), picked out.
 Cts rule_all_gather(const VjpArgs& a) {
   const std::string& axis = a.node.attrs.name;
   const int64_t rows = a.ins[0].shape()[0];
-  Tensor total = psum(a.ct, axis);
   const auto& shards = a.node.attrs.axes;
-  if (!shards.empty()) {
-    Array starts(DType::i32, {static_cast<int64_t>(shards.size())});
-    int32_t off = 0;
-    for (size_t r = 0; r < shards.size(); ++r) {
-      starts.data<int32_t>()[r] = off;
-      off += static_cast<int32_t>(shards[r]);
-    }
-    Tensor first = reshape(take(constant(starts), reshape(axis_index(axis), {1}), 0), {});
-    return {take(total, first + iota(DType::i32, {rows}), 0)};
+  if (shards.empty()) return {detail::reduce_scatter0(a.ct, ReduceOp::sum, axis, Loc::current())};
+  Array starts(DType::i32, {static_cast<int64_t>(shards.size())});
+  int32_t off = 0;
+  for (size_t r = 0; r < shards.size(); ++r) {
+    starts.data<int32_t>()[r] = off;
+    off += static_cast<int32_t>(shards[r]);
   }
-  Tensor idx = axis_index(axis) * static_cast<double>(rows) + iota(DType::i32, {rows});
-  return {take(total, idx, 0)};
+  Tensor first = reshape(take(constant(starts), reshape(axis_index(axis), {1}), 0), {});
+  return {take(psum(a.ct, axis), first + iota(DType::i32, {rows}), 0)};
 }
 
 // The collectives of sharding are linear; each one's transpose is its partner: reduce-scatter
