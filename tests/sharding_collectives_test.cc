@@ -151,7 +151,7 @@ TEST_P(Sharding, PpermuteRingAndPartial) {
 // single-tensor call's, bit for bit, whether the bucket holds every tensor or one.
 TEST_P(Sharding, BucketedDictFormsEqualSingleCalls) {
   const int n = GetParam();
-  for (int64_t fusion : {int64_t{1} << 20, int64_t{64}}) {
+  for (int64_t fusion : {int64_t{1} << 20, int64_t{1024}}) {
     Mesh mesh = Mesh::threads(n);
     PmapOptions o;
     o.jit.fusion_bytes = fusion;
@@ -172,8 +172,39 @@ TEST_P(Sharding, BucketedDictFormsEqualSingleCalls) {
       }
       return pmax(worst, "r");
     }, o);
-    Array r = f(blocks<double>(n, {2 * n, 3}), blocks<double>(n, {n, 5}));
+    // a and c (1536 bytes or more per replica) travel alone with 1024-byte buckets.
+    Array r = f(blocks<double>(n, {32 * n, 3}), blocks<double>(n, {n, 5}));
     EXPECT_EQ(r.item<double>(), 0.0) << "fusion_bytes " << fusion;
+  }
+}
+
+// Small tensors share a bucket: one collective for the three tensors with the default
+// bucket, one per tensor when no two fit together (the least bucket, 1024 bytes).
+TEST(ShardingBuckets, SmallTensorsShareOneCollective) {
+  for (int64_t fusion : {int64_t{1} << 20, int64_t{1024}}) {  // 1024: the least allowed
+    Mesh mesh = Mesh::threads(2);
+    PmapOptions o;
+    o.jit.fusion_bytes = fusion;
+    auto f = pmap(mesh, "r", [](const Tensor& x, const Tensor& y, const Tensor& z) {
+      TensorDict d;  // three independent inputs (the simplifier merges nothing)
+      d.set("a", x);
+      d.set("b", y);
+      d.set("c", reshape(z, {z.size()}));
+      TensorDict s = psum_scatter(d, "r"), g = all_gather(d, "r"), p = ppermute(d, "r", {{0, 1}, {1, 0}});
+      return std::tuple{s["a"] + s["b"], s["c"], g["a"] + g["b"], g["c"], p["a"] + p["b"], p["c"]};
+    }, o);
+    // 1024 bytes per replica each: no two fit in a bucket of 1024.
+    f(Array::full(DType::f64, {128, 2}, 1.0), Array::full(DType::f64, {128, 2}, 2.0), Array::full(DType::f64, {128, 2}, 3.0));
+    int scatters = 0, gathers = 0, permutes = 0;
+    for (const Node& node : f.core().entry(0).exe->graph->nodes()) {
+      scatters += node.op == Op::ReduceScatter;
+      gathers += node.op == Op::AllGather;
+      permutes += node.op == Op::Permute;
+    }
+    const int want = fusion > 1024 ? 1 : 3;
+    EXPECT_EQ(scatters, want) << "fusion_bytes " << fusion;
+    EXPECT_EQ(gathers, want) << "fusion_bytes " << fusion;
+    EXPECT_EQ(permutes, want) << "fusion_bytes " << fusion;
   }
 }
 
