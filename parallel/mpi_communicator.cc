@@ -37,6 +37,7 @@ constexpr auto kShortestGrace = std::chrono::milliseconds(500);
 constexpr auto kLongestGrace = std::chrono::milliseconds(2000);
 // Each kind of round has its own tag, so a fast rank's next round never matches a slow
 // rank's current one (messages with equal source and tag also never overtake each other).
+// (parallel/mpi_sharding.cc uses tags 5 to 7.)
 enum Tag : int { kTagRows = 1, kTagScatter = 2, kTagGather = 3, kTagBlocks = 4 };
 
 MPI_Datatype mpi_type(DType dtype) {

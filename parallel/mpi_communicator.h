@@ -86,6 +86,11 @@ class MpiCommunicator final : public Communicator {
   int64_t segments_read_in_place() const { return in_place_segments_; }
   void broadcast(void* data, size_t nbytes, int root) override;
   void all_gather(const void* send, void* recv, size_t nbytes_per_rank) override;
+  // The collectives of sharding (parallel/mpi_sharding.cc): point-to-point messages, only
+  // the blocks each rank needs; reduce_scatter combines in rank order like all_reduce.
+  void reduce_scatter(const void* send, void* recv, int64_t count, DType dtype, ReduceOp op) override;
+  void all_to_all(const void* send, void* recv, size_t nbytes_per_rank) override;
+  void permute(const void* send, void* recv, size_t nbytes, int send_to, int recv_from) override;
   void barrier() override;
   [[noreturn]] void abort_job(const std::string& message) override;
 

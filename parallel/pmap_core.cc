@@ -48,6 +48,7 @@ uint64_t program_fingerprint(const CompiledEntry& entry, const std::vector<uint8
     for (int64_t d : n.shape) h = mix(h, static_cast<uint64_t>(d));
     h = mix(h, n.attrs.reduce);
     h = mix(h, std::hash<std::string>{}(n.attrs.name));
+    for (int64_t v : n.attrs.axes) h = mix(h, static_cast<uint64_t>(v));  // ppermute's table, uneven shards
   }
   return mix(h, entry.exe->check_sites.size());
 }
@@ -204,11 +205,24 @@ StepResult PmapCore::step(std::vector<FlatArgs>& args, std::vector<Array>& weigh
                           const TraceFn& trace) {
   const int local = mesh_.local_size();
   entries_.resize(local);
+  // An uneven split is part of what a replica's plan is compiled for (all_gather concatenates
+  // the real shards): every replica's rows, gathered first when other processes hold some.
+  const std::vector<int64_t> job_rows = gather_job(rows);
+  const bool uneven = std::any_of(job_rows.begin(), job_rows.end(), [&](int64_t n) { return n != job_rows[0]; });
+  uint64_t rows_key = 0x5bd1e995ull;
+  for (int64_t n : job_rows) rows_key = mix(rows_key, static_cast<uint64_t>(n));
   for (int r = 0; r < local; ++r) {
+    if (uneven) args[r].structure_hash = mix(args[r].structure_hash, rows_key);
     entries_[r] = jit_.find(args[r]);  // no std::function or tracing on a hit
     if (!entries_[r]) {
       try {
-        entries_[r] = jit_.lookup(args[r], [&](TraceContext& ctx) { return params(ctx, r); }, trace).get();
+        entries_[r] = jit_.lookup(args[r], [&](TraceContext& ctx) {
+          if (uneven) {
+            ctx.shard_rows = job_rows;
+            ctx.local_rows = rows[r];
+          }
+          return params(ctx, r);
+        }, trace).get();
       } catch (const TraceError& e) {
         // One process alone: the error is the caller's at once. Across processes the others
         // are about to wait for this one in the program comparison: it goes there instead,

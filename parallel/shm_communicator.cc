@@ -123,6 +123,50 @@ class ShmCommunicator final : public Communicator {
     group_->arrive_and_wait(rank_);
   }
 
+  // Each replica reads its block from every replica's send buffer and combines it in rank
+  // order, as all_reduce combines its chunk: the same bits, a 1/n share of the reads.
+  void reduce_scatter(const void* send, void* recv, int64_t count, DType dtype, ReduceOp op) override {
+    const int64_t esize = dtype_size(dtype);
+    CollectiveRecord record(rank_ == 0, CollectiveKind::other, count > 0 ? count * esize : 0);
+    enter("reduce_scatter", count > 0 ? count * esize : 0);
+    const int n = group_->size_;
+    if (count <= 0) return;
+    me().send = send;
+    if (n > 1) group_->arrive_and_wait(rank_);
+    for (int r = 0; r < n; ++r)
+      srcs_[r] = static_cast<const std::byte*>(group_->slots_[r].send) + rank_ * count * esize;
+    void* out[1] = {recv};
+    combine_in_rank_order(srcs_.data(), n, out, 1, 0, count, dtype, op);
+    if (n > 1) group_->arrive_and_wait(rank_);
+  }
+
+  void all_to_all(const void* send, void* recv, size_t nbytes_per_rank) override {
+    CollectiveRecord record(rank_ == 0, CollectiveKind::other, static_cast<int64_t>(nbytes_per_rank));
+    enter("all_to_all", nbytes_per_rank);
+    if (nbytes_per_rank == 0) return;
+    const int n = group_->size_;
+    me().send = send;
+    if (n > 1) group_->arrive_and_wait(rank_);
+    for (int r = 0; r < n; ++r)
+      std::memcpy(static_cast<unsigned char*>(recv) + static_cast<size_t>(r) * nbytes_per_rank,
+                  static_cast<const unsigned char*>(group_->slots_[r].send) + static_cast<size_t>(rank_) * nbytes_per_rank,
+                  nbytes_per_rank);
+    if (n > 1) group_->arrive_and_wait(rank_);
+  }
+
+  void permute(const void* send, void* recv, size_t nbytes, int send_to, int recv_from) override {
+    (void)send_to;
+    CollectiveRecord record(rank_ == 0, CollectiveKind::other, static_cast<int64_t>(nbytes));
+    enter("ppermute", nbytes);
+    if (nbytes == 0) return;
+    const int n = group_->size_;
+    me().send = send;
+    if (n > 1) group_->arrive_and_wait(rank_);
+    if (recv_from < 0) std::memset(recv, 0, nbytes);
+    else std::memcpy(recv, group_->slots_[recv_from].send, nbytes);
+    if (n > 1) group_->arrive_and_wait(rank_);
+  }
+
   void barrier() override {
     CollectiveRecord record(rank_ == 0, CollectiveKind::other, 0);
     enter("barrier", 0);

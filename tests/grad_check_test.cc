@@ -45,6 +45,14 @@ TEST(GradCheck, Collectives) {
       {"all_reduce sum", [](const Tensor& x) { return psum(x, "r"); }},
       {"all_reduce max", [](const Tensor& x) { return pmax(x, "r"); }},
       {"all_gather", [](const Tensor& x) { return all_gather(x, "r"); }},
+      {"all_gather axis 1", [](const Tensor& x) { return all_gather(x, "r", 1, true); }},
+      {"all_gather stacked", [](const Tensor& x) { return all_gather(x, "r", 0, false); }},
+      {"psum_scatter", [](const Tensor& x) { return psum_scatter(x, "r", 0, true); }},
+      {"psum_scatter untiled", [](const Tensor& x) { return psum_scatter(x, "r"); }},
+      {"all_to_all tiled", [](const Tensor& x) { return all_to_all(x, "r", 0, 1, true); }},
+      {"all_to_all", [](const Tensor& x) { return all_to_all(x, "r", 0, 1); }},
+      {"ppermute swap", [](const Tensor& x) { return ppermute(x, "r", {{0, 1}, {1, 0}}); }},
+      {"ppermute one way", [](const Tensor& x) { return ppermute(x, "r", {{1, 0}}); }},
   };
   for (const auto& [name, op] : ops) {
     SCOPED_TRACE(name);
@@ -63,6 +71,25 @@ TEST(GradCheck, Collectives) {
     ArrayDict xd{{"x", x}}, gd{{"x", g}};
     compare(c, xd, gd, [&](const ArrayDict& xp) { return total(xp.at("x")).item<double>(); });
   }
+}
+
+// all_gather over pmap's uneven split (5 rows over 3 replicas: 2, 2, 1): each replica's
+// cotangent is its own rows of the summed output cotangents.
+TEST(GradCheck, AllGatherOfUnevenShards) {
+  Mesh mesh = Mesh::threads(3);
+  auto local_loss = [](const Tensor& x) {
+    Tensor y = all_gather(x, "r");
+    Tensor scale = cast(axis_index("r"), DType::f64) + 1.0;
+    return sum(mul(mul(y, y), weights_like(y)) * scale);
+  };
+  auto total = pmap(mesh, "r", [=](const Tensor& x) { return psum(local_loss(x), "r"); });
+  auto grads = pmap(mesh, "r", [=](const Tensor& x) { return all_gather(grad(local_loss)(x), "r"); });
+  Array x = make_input({{5, 3}}, 11);
+  Array g = grads(x);
+  ASSERT_EQ(g.shape(), (Shape{5, 3}));
+  GradCase c{"all_gather uneven", {}, {}, nullptr};
+  ArrayDict xd{{"x", x}}, gd{{"x", g}};
+  compare(c, xd, gd, [&](const ArrayDict& xp) { return total(xp.at("x")).item<double>(); });
 }
 
 // Fused attention's backward op has a rule only to refuse: a second derivative through it is
@@ -107,7 +134,7 @@ TEST(GradCheck, WhileLoopRefusesNamingItsCallSite) {
 TEST(GradCheck, EveryDifferentiableOpHasARuleAndACase) {
   std::set<Op> covered;
   for (const GradCase& c : cases()) covered.insert(c.ops.begin(), c.ops.end());
-  covered.insert({Op::AllReduce, Op::AllGather});  // GradCheck.Collectives
+  covered.insert({Op::AllReduce, Op::AllGather, Op::ReduceScatter, Op::AllToAll, Op::Permute});  // GradCheck.Collectives
   covered.insert(Op::AttentionGrad);  // GradCheck.AttentionHasNoSecondDerivative
   covered.insert(Op::WhileLoop);  // its rule refuses: GradCheck.WhileLoopRefusesNamingItsCallSite
   std::string missing_rule, missing_case;

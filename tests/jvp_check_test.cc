@@ -130,6 +130,10 @@ TEST(JvpCheck, Collectives) {
       {"all_reduce sum", [](const Tensor& x) { return psum(x * x, "r"); }},
       {"all_reduce max", [](const Tensor& x) { return pmax(x, "r"); }},
       {"all_gather", [](const Tensor& x) { return all_gather(sin(x), "r"); }},
+      {"all_gather axis 1", [](const Tensor& x) { return all_gather(x * x, "r", 1, true); }},
+      {"psum_scatter", [](const Tensor& x) { return psum_scatter(x * x, "r", 0, true); }},
+      {"all_to_all", [](const Tensor& x) { return all_to_all(sin(x), "r", 0, 1, true); }},
+      {"ppermute", [](const Tensor& x) { return ppermute(x * x, "r", {{0, 1}, {1, 0}}); }},
   };
   for (const auto& [name, op] : ops) {
     SCOPED_TRACE(name);
@@ -191,7 +195,7 @@ TEST(JvpCheck, EveryDifferentiableOpHasAJvpRuleAndACase) {
   std::set<Op> covered;
   for (const GradCase& c : cases())
     if (!refused(c)) covered.insert(c.ops.begin(), c.ops.end());
-  covered.insert({Op::AllReduce, Op::AllGather});                 // JvpCheck.Collectives
+  covered.insert({Op::AllReduce, Op::AllGather, Op::ReduceScatter, Op::AllToAll, Op::Permute});  // JvpCheck.Collectives
   covered.insert({Op::AttentionGrad});                            // JvpCheck.FusedAttentionHasNoSecondDerivative
   covered.insert({Op::CustomVjp});                                 // JvpCheck.CustomVjpRefuses
   covered.insert({Op::WhileLoop});                                 // JvpCheck.WhileLoopCarriesTheTangent

@@ -8,6 +8,9 @@
 #if __has_include("tests/op_sweep_structural.inc")
 #include "tests/op_sweep_structural.inc"
 #endif
+#if __has_include("tests/op_sweep_sharding.inc")
+#include "tests/op_sweep_sharding.inc"
+#endif
 #if __has_include("tests/op_sweep_cumsum_top_k.inc")
 #include "tests/op_sweep_cumsum_top_k.inc"
 #endif

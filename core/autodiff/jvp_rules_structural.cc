@@ -65,7 +65,6 @@ Tans jvp_all_reduce(const JvpArgs& a) {
   return {div(psum(mul(mask, a.tans[0]), axis), psum(mask, axis))};
 }
 
-Tans jvp_all_gather(const JvpArgs& a) { return {all_gather(a.tans[0], a.node.attrs.name)}; }
 
 // Fused attention, packed [out | lse] over [B, H, Tq, dv + 1] (core/trace/attention.h), from
 // its definition: with S = scale q k^T over the keys row i sees (the first min(length,

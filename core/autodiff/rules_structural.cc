@@ -150,13 +150,45 @@ Cts rule_all_reduce(const VjpArgs& a) {
 }
 
 // all_gather stacks the replicas' x along axis 0: x's cotangent is this replica's rows of
-// the summed output cotangents, picked with a gather at axis_index * rows + j.
+// the summed output cotangents, which is what a reduce-scatter of them gives (the same bits
+// as psum's slice, moving 1/N of the data). With uneven shards (attrs.axes: every replica's
+// rows) the blocks differ in size: the cotangents are summed whole and this replica's rows,
+// which start at the sum of the rows before it (a table read by axis_index), picked out.
 Cts rule_all_gather(const VjpArgs& a) {
   const std::string& axis = a.node.attrs.name;
   const int64_t rows = a.ins[0].shape()[0];
-  Tensor total = psum(a.ct, axis);
-  Tensor idx = axis_index(axis) * static_cast<double>(rows) + iota(DType::i32, {rows});
-  return {take(total, idx, 0)};
+  const auto& shards = a.node.attrs.axes;
+  if (shards.empty()) return {detail::reduce_scatter0(a.ct, ReduceOp::sum, axis, Loc::current())};
+  Array starts(DType::i32, {static_cast<int64_t>(shards.size())});
+  int32_t off = 0;
+  for (size_t r = 0; r < shards.size(); ++r) {
+    starts.data<int32_t>()[r] = off;
+    off += static_cast<int32_t>(shards[r]);
+  }
+  Tensor first = reshape(take(constant(starts), reshape(axis_index(axis), {1}), 0), {});
+  return {take(psum(a.ct, axis), first + iota(DType::i32, {rows}), 0)};
+}
+
+// The collectives of sharding are linear; each one's transpose is its partner: reduce-scatter
+// and all-gather (tiled, axis 0), all_to_all and itself (block r goes to replica r and comes
+// back from it), ppermute and the inverse permutation.
+Cts rule_reduce_scatter(const VjpArgs& a) {
+  if (static_cast<ReduceOp>(a.node.attrs.reduce) != ReduceOp::sum)
+    detail::fail("psum_scatter", {a.ins[0]}, "only the sum is differentiable", nullptr);
+  Shape s = a.ct.shape();
+  s[0] = a.ins[0].shape()[0];
+  return {detail::collective("all_gather", Op::AllGather, a.ct, ReduceOp::sum, a.node.attrs.name,
+                             {a.ct.dtype(), s}, Loc::current())};
+}
+
+Cts rule_all_to_all(const VjpArgs& a) { return {detail::all_to_all0(a.ct, a.node.attrs.name, Loc::current())}; }
+
+Cts rule_ppermute(const VjpArgs& a) {
+  const auto& to = a.node.attrs.axes;
+  std::vector<int64_t> back(to.size(), -1);
+  for (size_t src = 0; src < to.size(); ++src)
+    if (to[src] >= 0) back[static_cast<size_t>(to[src])] = static_cast<int64_t>(src);
+  return {detail::ppermute0(a.ct, a.node.attrs.name, std::move(back), Loc::current())};
 }
 
 }  // namespace fjit::autodiff

@@ -75,8 +75,14 @@ std::string Node::to_string(int id) const {
     case Op::Attention: case Op::AttentionGrad:
       os << (attrs.index ? " causal" : "") << " scale=" << attrs.scalar;
       break;
-    case Op::AllReduce: case Op::AllGather: case Op::AxisIndex:
+    case Op::AllReduce: case Op::AllGather: case Op::AxisIndex: case Op::ReduceScatter:
+    case Op::AllToAll: case Op::Permute:
       os << " axis_name=\"" << attrs.name << "\"";
+      if (!attrs.axes.empty()) {
+        os << (op == Op::Permute ? " perm=[" : " shards=[");
+        for (size_t i = 0; i < attrs.axes.size(); ++i) os << (i ? "," : "") << attrs.axes[i];
+        os << "]";
+      }
       break;
     case Op::Constant:
       if (attrs.value) os << " " << attrs.value->to_string(6);

@@ -353,16 +353,34 @@ ValueType infer_type(Op op, const Attrs& a, std::span<const ValueType> ins, cons
       if (op == Op::AxisIndex) return {DType::i32, {}};
       if (op == Op::AllGather) {
         if (ins[0].shape.empty()) fail("all_gather needs rank >= 1");
-        if (hint.shape.empty() || hint.shape[0] % std::max<int64_t>(ins[0].shape[0], 1) != 0)
+        // attrs.axes, when set: every replica's rows (pmap's uneven split), summed here.
+        int64_t rows = 0;
+        for (int64_t r : a.axes) rows += r;
+        const bool stacked = a.axes.empty()
+            ? !hint.shape.empty() && hint.shape[0] % std::max<int64_t>(ins[0].shape[0], 1) == 0
+            : !hint.shape.empty() && hint.shape[0] == rows;
+        if (!stacked || !std::equal(hint.shape.begin() + 1, hint.shape.end(), ins[0].shape.begin() + 1,
+                                    ins[0].shape.end()))
           fail("all_gather output must stack whole replica shards");
         return {ins[0].dtype, hint.shape};
+      }
+      if (op == Op::ReduceScatter) {
+        const Shape& s = ins[0].shape;
+        if (s.empty() || hint.shape.size() != s.size() ||
+            !std::equal(s.begin() + 1, s.end(), hint.shape.begin() + 1) ||
+            (hint.shape[0] == 0 ? s[0] != 0 : s[0] % hint.shape[0] != 0))
+          fail("reduce_scatter output must be one of the operand's equal blocks along axis 0");
+      }
+      if (op == Op::AllToAll || op == Op::Permute) {
+        if (ins[0].shape.empty() && op == Op::AllToAll) fail("all_to_all needs rank >= 1");
+        return ins[0];
       }
       // f16 may be summed (gradients carried in half precision: each partial sum rounds to
       // f16, parallel/communicator_reduce.h); other storage dtypes are gathered, not reduced.
       require_dtype(ins[0], is_arithmetic(ins[0].dtype) || ins[0].dtype == DType::boolean ||
                                 (ins[0].dtype == DType::f16 && a.reduce == static_cast<uint8_t>(ReduceOp::sum)),
                     "a numeric or bool operand, or f16 for a sum (storage dtypes can be gathered, not reduced)");
-      return ins[0];
+      return op == Op::ReduceScatter ? ValueType{ins[0].dtype, hint.shape} : ins[0];
     case OpKind::kRandom: return random_type(op, ins, hint);
     case OpKind::kEffect:
       if (ins.empty() || ins[0].dtype != DType::boolean || !ins[0].shape.empty())

@@ -3,7 +3,7 @@
 #include <algorithm>
 
 namespace fjit {
-namespace {
+namespace detail {
 
 void require_axis(const char* name, const std::string& axis, const Loc& loc) {
   TraceContext* ctx = TraceContext::current();
@@ -18,18 +18,21 @@ void require_axis(const char* name, const std::string& axis, const Loc& loc) {
 }
 
 Tensor collective(const char* name, Op op, const Tensor& x, ReduceOp r, const std::string& axis,
-                  const ValueType& hint, const Loc& loc) {
+                  const ValueType& hint, const Loc& loc, std::vector<int64_t> axes) {
   require_axis(name, axis, loc);
   Attrs a;
   a.reduce = static_cast<uint8_t>(r);
   a.name = axis;
+  a.axes = std::move(axes);
   a.index = TraceContext::current()->next_effect_id();
   std::vector<Tensor> ins;
   if (x.defined()) ins.push_back(x);
   return detail::build(name, op, ins, std::move(a), hint, &loc);
 }
+}  // namespace detail
 
-}  // namespace
+using detail::collective;
+using detail::require_axis;
 
 Tensor psum(const Tensor& x, const std::string& axis, Loc loc) {
   return collective("psum", Op::AllReduce, x, ReduceOp::sum, axis, {}, loc);
@@ -60,8 +63,16 @@ Tensor pmean(const Tensor& x, const std::string& axis, Loc loc) {
 Tensor all_gather(const Tensor& x, const std::string& axis, Loc loc) {
   if (!x.defined() || x.rank() == 0) detail::fail("all_gather", {x}, "needs a tensor of rank >= 1", &loc);
   require_axis("all_gather", axis, loc);
+  const TraceContext& ctx = *TraceContext::current();
   Shape s = x.shape();
-  s[0] *= TraceContext::current()->num_replicas;
+  // A shard of pmap's uneven split (as many rows as this replica was given): the real rows
+  // of every replica, back to back.
+  if (!ctx.shard_rows.empty() && s[0] == ctx.local_rows) {
+    s[0] = 0;
+    for (int64_t r : ctx.shard_rows) s[0] += r;
+    return collective("all_gather", Op::AllGather, x, ReduceOp::sum, axis, {x.dtype(), s}, loc, ctx.shard_rows);
+  }
+  s[0] *= ctx.num_replicas;
   return collective("all_gather", Op::AllGather, x, ReduceOp::sum, axis, {x.dtype(), s}, loc);
 }
 

@@ -68,6 +68,11 @@ class TraceContext {
   // Axis names a collective may use (set by pmap); empty outside pmap.
   std::vector<std::string> axis_names;
   int num_replicas = 1;
+  // pmap's split of the batch when it is uneven: every replica's rows in replica order, and
+  // the rows of the replica being traced (all_gather then concatenates shards of these
+  // sizes); empty and -1 otherwise.
+  std::vector<int64_t> shard_rows;
+  int64_t local_rows = -1;
 
   // Adds an input of the traced function.
   Tensor parameter(DType dtype, const Shape& shape, const std::string& name);

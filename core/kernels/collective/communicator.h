@@ -70,6 +70,23 @@ class Communicator {
   virtual void broadcast(void* data, size_t nbytes, int root) = 0;
   // recv (size()*nbytes_per_rank bytes) receives every rank's `send` block in rank order.
   virtual void all_gather(const void* send, void* recv, size_t nbytes_per_rank) = 0;
+  // The collectives of sharding. Each has a default built on all_reduce and all_gather (so
+  // every backend has them, with all_reduce's rank-order bits); a backend overrides them to
+  // move only what each replica needs.
+  //
+  // recv (count elements) receives block rank() of the all-reduce of every replica's `send`
+  // (size()*count elements): the same bits as that all-reduce's slice.
+  virtual void reduce_scatter(const void* send, void* recv, int64_t count, DType dtype, ReduceOp op);
+  // Block r of `send` (nbytes_per_rank each, size() blocks) goes to replica r; block r of
+  // `recv` is what replica r sent this one.
+  virtual void all_to_all(const void* send, void* recv, size_t nbytes_per_rank);
+  // Every replica sends its `nbytes` of `send` to replica `send_to` and receives `recv` from
+  // `recv_from` (-1: nobody; it sends nothing or receives zeros). The pairs must agree: r's
+  // send_to is s exactly when s's recv_from is r.
+  virtual void permute(const void* send, void* recv, size_t nbytes, int send_to, int recv_from);
+  // all_gather of blocks of different sizes: replica r contributes bytes_per_rank[r] bytes
+  // (every replica passes the same table) and recv receives them back to back in rank order.
+  virtual void all_gather_uneven(const void* send, void* recv, const int64_t* bytes_per_rank);
   virtual void barrier() = 0;
   // Ends the whole job (every replica) after logging `message`. Never returns.
   [[noreturn]] virtual void abort_job(const std::string& message) = 0;

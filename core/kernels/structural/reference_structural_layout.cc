@@ -1,6 +1,9 @@
 // Reference kernels for layout, indexing and collective ops: for every output element,
 // unravel its index, compute the input index it reads, copy one element.
+#include <algorithm>
 #include <cassert>
+#include <cstring>
+#include <vector>
 
 #include "core/kernels/structural/structural.h"
 #include "core/kernels/structural/structural_reference.h"
@@ -110,6 +113,23 @@ bool reference_layout_index(Op op, const Attrs& attrs, const ValueType& out,
       return true;
     case Op::AllGather:
       assert(attrs.axis == 0);
+      if (!attrs.axes.empty()) {  // uneven shards: each padded to the largest, then packed
+        const int64_t width = result.shape()[0] > 0 ? static_cast<int64_t>(result.nbytes()) / result.shape()[0] : 0;
+        const int n = comm ? comm->size() : 1;
+        int64_t most = 0;
+        for (int64_t r : attrs.axes) most = std::max(most, r);
+        std::vector<unsigned char> mine(static_cast<size_t>(most * width), 0), all(mine.size() * n);
+        if (ins[0].nbytes() > 0) std::memcpy(mine.data(), ins[0].raw(), ins[0].nbytes());
+        if (comm) comm->all_gather(mine.data(), all.data(), mine.size());
+        else all = mine;
+        auto* out = static_cast<unsigned char*>(result.raw());
+        for (int r = 0; r < n; ++r) {
+          const size_t b = static_cast<size_t>(attrs.axes[r] * width);
+          if (b > 0) std::memcpy(out, all.data() + r * mine.size(), b);
+          out += b;
+        }
+        return true;
+      }
       if (comm) {
         comm->all_gather(ins[0].raw(), result.raw(), ins[0].nbytes());
       } else if (ins[0].size() > 0) {
@@ -117,6 +137,33 @@ bool reference_layout_index(Op op, const Attrs& attrs, const ValueType& out,
       }
       return true;
     case Op::AxisIndex: set(result, 0, ctx ? ctx->replica : 0); return true;
+    case Op::ReduceScatter: {  // the all-reduce of a copy, then this replica's block
+      Array all(ins[0].dtype(), ins[0].shape());
+      copy_elements(ins[0], all);
+      const int me = comm ? comm->rank() : 0;
+      if (comm) comm->all_reduce(all.raw(), all.size(), ins[0].dtype(), static_cast<ReduceOp>(attrs.reduce));
+      if (result.nbytes() > 0)
+        std::memcpy(result.raw(), static_cast<const unsigned char*>(all.raw()) + me * result.nbytes(), result.nbytes());
+      return true;
+    }
+    case Op::AllToAll: case Op::Permute: {  // every replica's whole operand, then the blocks it needs
+      const int n = comm ? comm->size() : 1, me = comm ? comm->rank() : 0;
+      const size_t bytes = ins[0].nbytes();
+      std::vector<unsigned char> all(bytes * n);
+      if (comm) comm->all_gather(ins[0].raw(), all.data(), bytes);
+      else if (bytes > 0) std::memcpy(all.data(), ins[0].raw(), bytes);
+      auto* out = static_cast<unsigned char*>(result.raw());
+      if (bytes == 0) return true;
+      if (op == Op::AllToAll) {
+        const size_t block = bytes / n;
+        for (int r = 0; r < n; ++r) std::memcpy(out + r * block, all.data() + r * bytes + me * block, block);
+      } else {
+        std::memset(out, 0, bytes);
+        for (int r = 0; r < n; ++r)
+          if (r < static_cast<int>(attrs.axes.size()) && attrs.axes[r] == me) std::memcpy(out, all.data() + r * bytes, bytes);
+      }
+      return true;
+    }
     default: return false;
   }
 }
