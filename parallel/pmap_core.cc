@@ -15,6 +15,10 @@
 
 namespace fjit {
 namespace {
+
+bool is_uneven(const std::vector<int64_t>& rows) {
+  return std::any_of(rows.begin(), rows.end(), [&](int64_t n) { return n != rows[0]; });
+}
 uint64_t mix(uint64_t h, uint64_t v) { return (h ^ (v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2))); }
 constexpr size_t kDescBytes = 1024;
 constexpr const char* kTraceFailedText = "tracing failed: ";
@@ -109,8 +113,8 @@ std::vector<int64_t> PmapCore::gather_job(const std::vector<int64_t>& local_word
   return all;
 }
 
-void PmapCore::compare_programs(const std::vector<const CompiledEntry*>& entries, std::vector<int64_t>& rows,
-                                const std::vector<uint8_t>& sharded) {
+bool PmapCore::compare_programs(const std::vector<const CompiledEntry*>& entries, std::vector<int64_t>& rows,
+                                const std::vector<uint8_t>& sharded, const std::vector<int64_t>& assumed) {
   const int local = mesh_.local_size(), n = mesh_.size();
   // One gather carries every replica's fingerprint, shard size and workspace size. A replica
   // whose tracing failed (no entry) sends a fingerprint no program has.
@@ -130,6 +134,7 @@ void PmapCore::compare_programs(const std::vector<const CompiledEntry*>& entries
     same = same && all[3 * r] == all[0];
     workspace = std::max(workspace, all[3 * r + 2]);
   }
+  if (rows != assumed && (is_uneven(rows) || is_uneven(assumed))) return false;
   // The same programs can still need workspaces of different sizes (uneven shards change
   // which constants CSE merges), so every process reserves the largest: a collective entered
   // by all of them alike. A no-op once reserved, and for backends without shared workspaces.
@@ -168,6 +173,7 @@ void PmapCore::compare_programs(const std::vector<const CompiledEntry*>& entries
     log().error("{}", msg);
     throw ReplicaMismatchError(msg);
   }
+  return true;
 }
 
 void PmapCore::check_divergence(const CompiledEntry& entry, std::vector<std::vector<Array>>& outs) {
@@ -198,21 +204,16 @@ void PmapCore::check_divergence(const CompiledEntry& entry, std::vector<std::vec
   }
 }
 
-StepResult PmapCore::step(std::vector<FlatArgs>& args, std::vector<Array>& weights,
-                          std::vector<std::vector<Array>>& outs, std::vector<int64_t> rows,
-                          const std::vector<uint8_t>& sharded,
+void PmapCore::find_plans(std::vector<FlatArgs>& args, const std::vector<uint64_t>& structure,
+                          const std::vector<int64_t>& rows, const std::vector<int64_t>& job_rows,
                           const std::function<std::vector<std::string>(TraceContext&, int)>& params,
                           const TraceFn& trace) {
-  const int local = mesh_.local_size();
-  entries_.resize(local);
-  // An uneven split is part of what a replica's plan is compiled for (all_gather concatenates
-  // the real shards): every replica's rows, gathered first when other processes hold some.
-  const std::vector<int64_t> job_rows = gather_job(rows);
-  const bool uneven = std::any_of(job_rows.begin(), job_rows.end(), [&](int64_t n) { return n != job_rows[0]; });
+  trace_error_.clear();  // a trace again after a wrong assumption starts afresh
+  const bool uneven = is_uneven(job_rows);
   uint64_t rows_key = 0x5bd1e995ull;
   for (int64_t n : job_rows) rows_key = mix(rows_key, static_cast<uint64_t>(n));
-  for (int r = 0; r < local; ++r) {
-    if (uneven) args[r].structure_hash = mix(args[r].structure_hash, rows_key);
+  for (int r = 0; r < mesh_.local_size(); ++r) {
+    args[r].structure_hash = uneven ? mix(structure[r], rows_key) : structure[r];
     entries_[r] = jit_.find(args[r]);  // no std::function or tracing on a hit
     if (!entries_[r]) {
       try {
@@ -231,10 +232,32 @@ StepResult PmapCore::step(std::vector<FlatArgs>& args, std::vector<Array>& weigh
         if (trace_error_.empty()) trace_error_ = e.what();
       }
     }
-    // JitCore::run writes one Array per plan output (existing ones are reused when they fit).
-    if (entries_[r]) outs[r].resize(entries_[r]->exe->output_types.size());
   }
-  compare_programs(entries_, rows, sharded);  // rows: from this process's replicas' to the job's
+}
+
+StepResult PmapCore::step(std::vector<FlatArgs>& args, std::vector<Array>& weights,
+                          std::vector<std::vector<Array>>& outs, std::vector<int64_t> rows,
+                          const std::vector<uint8_t>& sharded,
+                          const std::function<std::vector<std::string>(TraceContext&, int)>& params,
+                          const TraceFn& trace) {
+  const int local = mesh_.local_size();
+  entries_.resize(local);
+  std::vector<uint64_t> structure(local);
+  for (int r = 0; r < local; ++r) structure[r] = args[r].structure_hash;
+  // An uneven split is part of what a replica's plan is compiled for. One process knows the
+  // job's rows; across processes the last step's are assumed, and the program comparison's
+  // gather says whether they still hold (if not, every process traces again and compares).
+  const std::vector<int64_t> local_rows = rows;
+  std::vector<int64_t> job_rows = mesh_.process_comm() == nullptr ? rows : job_rows_;
+  find_plans(args, structure, local_rows, job_rows, params, trace);
+  while (!compare_programs(entries_, rows, sharded, job_rows)) {
+    job_rows = rows;
+    rows = local_rows;
+    find_plans(args, structure, local_rows, job_rows, params, trace);
+  }
+  job_rows_ = rows;
+  for (int r = 0; r < local; ++r)
+    if (entries_[r]) outs[r].resize(entries_[r]->exe->output_types.size());  // one Array per plan output
   int64_t total = 0;
   for (int64_t n : rows) total += n;
   const int first = mesh_.first_replica();

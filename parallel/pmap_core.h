@@ -62,8 +62,18 @@ class PmapCore {
   std::vector<int64_t> gather_job(const std::vector<int64_t>& local_words) const;
   // This process's first tracing error of the current step (MPI: reported by every rank).
   std::string trace_error_;
-  void compare_programs(const std::vector<const CompiledEntry*>& entries, std::vector<int64_t>& rows,
-                        const std::vector<uint8_t>& sharded);
+  // Traces or finds local replica plans, compiled for the job's shard rows `job_rows` when
+  // they are uneven (all_gather concatenates the real shards).
+  void find_plans(std::vector<FlatArgs>& args, const std::vector<uint64_t>& structure,
+                  const std::vector<int64_t>& rows, const std::vector<int64_t>& job_rows,
+                  const std::function<std::vector<std::string>(TraceContext&, int replica)>& params,
+                  const TraceFn& trace);
+  // Gathers every replica's program fingerprint and rows (rows: from this process's replicas'
+  // to the job's). False, before any comparison, when the job's rows are not `assumed` and
+  // the plans depend on which they are (uneven either way): every process sees the same and
+  // traces again. Otherwise throws when the replicas traced different programs.
+  bool compare_programs(const std::vector<const CompiledEntry*>& entries, std::vector<int64_t>& rows,
+                        const std::vector<uint8_t>& sharded, const std::vector<int64_t>& assumed);
   void check_divergence(const CompiledEntry& entry, std::vector<std::vector<Array>>& outs);
 
   Mesh mesh_;
@@ -72,6 +82,9 @@ class PmapCore {
   JitCore jit_;
   int64_t steps_ = 0;
   std::vector<const CompiledEntry*> entries_;  // per local replica, reused
+  // The job's shard rows of the last step, which the next assumes before the program
+  // comparison gathers the real ones: one meeting a step while the split does not change.
+  std::vector<int64_t> job_rows_;
 };
 
 // The fingerprint of a compiled program that replicas must agree on, and its description.
