@@ -188,5 +188,34 @@ TEST(RunElastic, GivesUpAfterMaxRestarts) {
   fs::remove_all(dir);
 }
 
+
+// mpirun that hangs after an abort line (as across a network split), or prints nothing: the
+// launcher ends it after the grace or the progress bound instead of waiting for it.
+TEST(RunElastic, EndsAnMpirunThatHangs) {
+  const fs::path dir = scratch_dir();
+  const fs::path aborting = dir / "aborting", silent = dir / "silent";
+  std::ofstream(aborting) << "#!/bin/sh\necho 'aborting the job (rank 0 of 2, mpi): stall'\nexec sleep 60\n";
+  std::ofstream(silent) << "#!/bin/sh\nexec sleep 60\n";
+  fs::permissions(aborting, fs::perms::owner_all);
+  fs::permissions(silent, fs::perms::owner_all);
+  LaunchOptions o;
+  o.hosts = parse_host_list("a");
+  o.rsh_agent = "true";
+  o.tmpdir = dir.string();
+  o.max_restarts = 0;
+  o.abort_grace_s = 0.5;
+  o.command = {"train"};
+  for (const fs::path& mpirun : {aborting, silent}) {
+    o.mpirun = mpirun.string();
+    o.progress_timeout_s = mpirun == silent ? 0.5 : 0;
+    std::ostringstream log;
+    EXPECT_EQ(run_elastic(o, log), 128 + 9) << log.str();  // ended by SIGKILL
+    EXPECT_NE(log.str().find(mpirun == silent ? "the job printed nothing for 0.5 s: ending mpirun"
+                                              : "mpirun still ran 0.5 s after the first abort: ending mpirun"),
+              std::string::npos) << log.str();
+  }
+  fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace fjit::launch

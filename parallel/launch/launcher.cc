@@ -73,11 +73,11 @@ Attempt watch(const std::vector<std::string>& argv, const LaunchOptions& o, std:
     take();
     if (mpirun.poll_exit()) break;
     if (first_abort && seconds_since(*first_abort) > o.abort_grace_s) {
-      a.ended_because = fmt::format("mpirun still ran {:.0f} s after the first abort", o.abort_grace_s);
+      a.ended_because = fmt::format("mpirun still ran {:g} s after the first abort", o.abort_grace_s);
       break;
     }
     if (o.progress_timeout_s > 0 && seconds_since(last_output) > o.progress_timeout_s) {
-      a.ended_because = fmt::format("the job printed nothing for {:.0f} s", o.progress_timeout_s);
+      a.ended_because = fmt::format("the job printed nothing for {:g} s", o.progress_timeout_s);
       break;
     }
   }
@@ -196,7 +196,7 @@ int run_elastic(const LaunchOptions& o, std::ostream& log) {
         unclean.emplace(h.name, marker);
       }
       log << fmt::format("fjit_launch: dropping {}: {}\n", h.name,
-                         !answers ? fmt::format("no answer through the rsh agent within {:.0f} s",
+                         !answers ? fmt::format("no answer through the rsh agent within {:g} s",
                                                 o.probe_timeout_s)
                                   : named ? "the job's output names it as failed"
                                           : "its clean-up did not finish in time");
