@@ -117,6 +117,15 @@ args=(--log-dir "$work/plain/logs")
 expect_error 1 "--log-dir $work/plain/logs: $work/plain is a regular file"
 args=(--model cnn --checkpoint-dir "$work/full" --resume)
 expect_error 1 "$work/full/ckpt-6.safetensors: the checkpoint holds model mlp 784,512,256,10, this run's is cnn dropout 0"
+# Another replica count on resume (an elastic restart): refused where the global batch of 8
+# does not divide over it, resumed where it does.
+args=(--replicas 3 --checkpoint-dir "$work/full" --resume)
+expect_error 1 "$work/full/ckpt-6.safetensors: saved by 2 replicas, resumed by 3: the global batch of 8 does not divide over 3 replicas"
+mkdir -p "$work/four" && cp "$work/split/ckpt-3.safetensors" "$work/four/"
+"$bin" "${small[@]}" --replicas 4 --checkpoint-dir "$work/four" --resume > "$work/four.out" 2>&1 ||
+  fail "a 2-replica checkpoint resumed by 4 replicas exited $?"
+grep -q 'resumed from .*ckpt-3.safetensors' "$work/four.out" && [ -f "$work/four/ckpt-6.safetensors" ] ||
+  fail "4 replicas did not resume from step 3 and reach step 6"
 
 args=(--epochs 0)
 expect_error 2 "option --epochs: '0' is not an integer >= 1"

@@ -104,6 +104,17 @@ void Trainer::load(const std::string& path) {
       throw std::runtime_error(fmt::format("{}: saved with global batch {}, this run uses {}: the "
                                            "data position would not carry over",
                                            path, batch_size, options_.batch_size));
+    // Another replica count (an elastic restart on fewer hosts, say): the data position is
+    // a global batch's index and the optimizer state is whole on every replica, so both carry
+    // over; the global batch must divide over the new count, so that every replica's share
+    // of it stays whole.
+    const std::string saved_replicas = io::metadata_str(ck, "replicas");
+    if (!saved_replicas.empty() && saved_replicas != std::to_string(mesh_.size()) &&
+        options_.batch_size % mesh_.size() != 0)
+      throw std::runtime_error(fmt::format(
+          "{}: saved by {} replicas, resumed by {}: the global batch of {} does not divide over {} "
+          "replicas; resume with a replica count that divides it", path, saved_replicas,
+          mesh_.size(), options_.batch_size, mesh_.size()));
     const int64_t batch = io::metadata_int(ck, "batch_in_epoch");
     if (batch > batches_per_epoch())
       throw std::runtime_error(fmt::format("{}: batch {} of an epoch of {} batches", path, batch,

@@ -15,74 +15,13 @@
 # usage: multihost_test.sh TRAIN_BINARY FIXTURE_DIR MPIRUN
 set -uo pipefail
 bin=$1 fixture=$2 mpirun=$3
-skip() { echo "skipped: $*"; exit 77; }
-[ "$(id -u)" -eq 0 ] || skip "needs root (network namespaces)"
-for tool in unshare nsenter ip; do
-  command -v "$tool" > /dev/null || skip "no $tool (util-linux, iproute2)"
-done
-
-work=$(mktemp -d "${TMPDIR:-/tmp}/fjit_multihost.XXXXXX")
-holders=()
-# Ends every process inside the simulated hosts (the namespaces' holders, OpenMPI's daemon,
-# stopped ranks), so that the namespaces and the veth pair go with them.
-cleanup() {
-  local holder ns pid
-  for holder in "${holders[@]}"; do
-    ns=$(readlink "/proc/$holder/ns/net" 2> /dev/null) || continue
-    for pid in /proc/[0-9]*; do
-      pid=${pid#/proc/}
-      [ "$pid" != "$holder" ] && [ "$(readlink "/proc/$pid/ns/net" 2> /dev/null)" = "$ns" ] &&
-        kill -KILL "$pid" 2> /dev/null
-    done
-    kill -KILL "$holder" 2> /dev/null
-  done
-  wait 2> /dev/null
-  rm -rf "$work"
-}
-trap cleanup EXIT
-trap 'exit 1' INT TERM
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
-
-# A simulated host: a process holding new network and UTS namespaces, named $1, lo up.
-start_host() {
-  unshare --net --uts sh -c "hostname $1 && ip link set lo up && exec sleep 3600" 2> "$work/$1.err" &
-  local pid=$! i
-  holders+=("$pid")
-  for i in $(seq 50); do
-    [ "$(nsenter -t "$pid" --uts hostname 2> /dev/null)" = "$1" ] && { echo "$pid" > "$work/$1.pid"; return 0; }
-    kill -0 "$pid" 2> /dev/null || break
-    sleep 0.1
-  done
-  skip "cannot make network and UTS namespaces: $(cat "$work/$1.err")"
-}
-start_host fjit-node1
-start_host fjit-node2
-node1=$(cat "$work/fjit-node1.pid") node2=$(cat "$work/fjit-node2.pid")
-nsenter -t "$node1" --net ip link add fjit0 type veth peer name fjit0 netns "$node2" 2> "$work/veth.err" ||
-  skip "cannot make a veth pair: $(cat "$work/veth.err")"
-nsenter -t "$node1" --net sh -c 'ip addr add 10.231.0.1/24 dev fjit0 && ip link set fjit0 up' &&
-  nsenter -t "$node2" --net sh -c 'ip addr add 10.231.0.2/24 dev fjit0 && ip link set fjit0 up' ||
-  skip "cannot configure the veth pair"
-
-# OpenMPI's rsh agent: `agent [options] HOST COMMAND...` runs COMMAND in HOST's namespaces.
-cat > "$work/agent" << EOF
-#!/bin/sh
-while [ \$# -gt 0 ] && [ "\${1#-}" != "\$1" ]; do shift; done
-host=\$1
-shift
-[ -f "$work/\$host.pid" ] || { echo "agent: no simulated host \$host" >&2; exit 255; }
-exec nsenter -t "\$(cat "$work/\$host.pid")" --net --uts /bin/sh -c "\$*"
-EOF
-chmod +x "$work/agent"
+. "$(dirname "$0")/twohost_ns.sh"  # the hosts, $work, $agent, fail, skip
 printf 'fjit-node1 slots=1\nfjit-node2 slots=1\n' > "$work/hosts1"
 printf 'fjit-node1 slots=2\nfjit-node2 slots=2\n' > "$work/hosts2"
-mkdir -p "$work/ompi"
-unset OMPI_MCA_btl OMPI_MCA_rmaps_base_oversubscribe
 export FJIT_INTRA_OP_THREADS=1  # the same on every rank of both jobs, whatever the placement
 # mpirun on fjit-node1; the hostfile and the job follow.
 multihost=(nsenter -t "$node1" --net --uts "$mpirun" --allow-run-as-root --bind-to none
-  --mca plm_rsh_agent "$work/agent" --mca plm_rsh_no_tree_spawn 1
+  --mca plm_rsh_agent "$agent" --mca plm_rsh_no_tree_spawn 1
   --mca orte_tmpdir_base "$work/ompi" --mca btl tcp,self
   --mca btl_tcp_if_include fjit0 --mca oob_tcp_if_include fjit0 --display-map)
 onehost=("$mpirun" --allow-run-as-root --oversubscribe --bind-to none)

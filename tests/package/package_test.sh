@@ -19,7 +19,7 @@ case "$mode" in
     cmake --install "$build" --prefix "$work/prefix" > "$work/install.log"
     for f in lib/cmake/fjit/fjitConfig.cmake lib/cmake/fjit/fjitConfigVersion.cmake \
              lib/pkgconfig/fjit.pc include/fjit/fjit.h include/fjit/core/base/version.h \
-             include/fjit/core/ir/ops.def lib/libfjit_core.a bin/fjit_timeline bin/fjit_verify; do
+             include/fjit/core/ir/ops.def lib/libfjit_core.a bin/fjit_timeline bin/fjit_verify bin/fjit_launch; do
       p=$(find "$work/prefix" -path "*/${f#lib/}" -o -path "*/$f" | head -n 1)
       [ -n "$p" ] || { echo "not installed: $f"; exit 1; }
     done
