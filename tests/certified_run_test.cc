@@ -106,5 +106,41 @@ TEST(CertifiedRun, VerifyFindsABitFlippedInOneReplicasGradient) {
   fs::remove_all(dir);
 }
 
+// The sentinel: nothing raised on a clean run (every step recomputed, K = 1), and the flip named
+// on the replica that recomputed the flipped share, at the step it happened.
+TEST(CertifiedRun, SentinelIsQuietOnACleanRun) {
+  TrainOptions o = run_options("", 4);
+  o.checkpoint_dir.clear();
+  o.sentinel_every = 1;
+  Trainer t(Mesh::threads(2), o, fixture());
+  for (int i = 0; i < 4; ++i) ASSERT_NO_THROW(t.step());
+  // The sentinel changes nothing of what the step computes.
+  TrainOptions plain = o;
+  plain.sentinel_every = 0;
+  Trainer u(Mesh::threads(2), plain, fixture());
+  for (int i = 0; i < 4; ++i) u.step();
+  fjit::testing::expect_bit_equal(t.params(), u.params(), "param");
+}
+
+TEST(CertifiedRun, SentinelNamesTheReplicaWhoseGradientFlipped) {
+  FlipGuard flip({.step = 3, .replica = 1, .param = "b3"});
+  TrainOptions o = run_options("", 6);
+  o.checkpoint_dir.clear();
+  o.sentinel_every = 2;  // step indices 0, 2, 4: the flip's step 3 has index 2
+  o.batch_size = 9;      // equal shards of 3 rows: the sentinel gathers them
+  Trainer t(Mesh::threads(3), o, fixture());
+  t.step();
+  t.step();
+  std::string error;
+  try {
+    t.step();
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  EXPECT_NE(error.find("sentinel: at step index 2, replica 1's gradient"), std::string::npos) << error;
+  EXPECT_NE(error.find("differs from replica 0's recomputation"), std::string::npos) << error;
+  EXPECT_EQ(t.steps_done(), 3);
+}
+
 }  // namespace
 }  // namespace fjit::examples

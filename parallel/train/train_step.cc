@@ -38,6 +38,32 @@ Tensor flipped(const Tensor& g, const testing::GradientFlip& flip, const Tensor&
   return g * (1.0 - 2.0 * (hit * constant(first)));
 }
 
+// A fixed linear form over a gradient dict: sum of g * w in float64, w pseudo-random in [1, 2)
+// from a fixed key (never zero, so any changed element changes the sketch unless changes
+// cancel exactly), the same on every replica.
+Tensor sketch(const TensorDict& grads) {
+  Tensor total;
+  uint32_t k = 0;
+  for (const auto& [name, g] : grads) {
+    const Tensor w = uniform(fold_in(PRNGKey(0x5e471e1), k++), g.shape(), DType::f64) + 1.0;
+    Tensor s = sum(cast(g, DType::f64) * w);
+    total = total.defined() ? total + s : s;
+  }
+  return total;
+}
+
+// Row `index` (an i32 scalar) of x's leading axis after splitting it into `n` equal blocks:
+// a one-hot weighted sum, exact for any finite values.
+Tensor block_of(const Tensor& gathered, int64_t n, const Tensor& index) {
+  Shape blocks = gathered.shape();
+  blocks[0] /= n;
+  blocks.insert(blocks.begin(), n);
+  Shape one_hot_shape(blocks.size(), 1);
+  one_hot_shape[0] = n;
+  const Tensor one_hot = reshape(cast(eq(iota(DType::i32, {n}), index), gathered.dtype()), one_hot_shape);
+  return sum(reshape(gathered, blocks) * one_hot, {0});
+}
+
 }  // namespace
 
 std::tuple<TensorDict, TensorDict, Tensor, Tensor, Tensor> TrainStepFn::operator()(
@@ -55,6 +81,35 @@ std::tuple<TensorDict, TensorDict, Tensor, Tensor, Tensor> TrainStepFn::operator
   auto [scaled_loss, grads, logits] = accumulate_gradients_aux(loss_fn, micro_batches)(params, x, y);
   const Tensor loss = scaling.on ? scaled_loss / loss_scale : scaled_loss;
   if (const auto& flip = testing::gradient_flip()) grads.set(flip->param, flipped(grads.at(flip->param), *flip, step, axis));
+  if (sentinel_every > 0) {
+    // step % K == 0 in float64 (exact for any i32 step), then only then the recomputation.
+    const Tensor s = cast(step, DType::f64);
+    const Tensor q = cast(cast(s * (1.0 / static_cast<double>(sentinel_every)), DType::i32), DType::f64);
+    const Tensor due = eq(s - q * static_cast<double>(sentinel_every), scalar(DType::f64, 0.0));
+    const Tensor me = axis_index(axis);
+    auto [recomputed, reported, neighbour] = cond(due, [&](const Tensor&) {
+      const Tensor all_sketches = all_gather(reshape(sketch(grads), {1}), axis);
+      const int64_t n = all_sketches.dim(0);
+      const Tensor next = cast(where(eq(me, scalar(DType::i32, static_cast<double>(n - 1))),
+                                     scalar(DType::f64, 0.0), cast(me, DType::f64) + 1.0), DType::i32);
+      const Tensor xn = block_of(all_gather(x, axis), n, next);
+      const Tensor yn = block_of(all_gather(y, axis), n, next);
+      Tensor key_n;
+      if (model.uses_key) key_n = fold_in(fold_in(PRNGKey(seed), step), next);
+      auto loss_n = [&](const Params& p, const Tensor& xs, const Tensor& ys) {
+        auto [l, logits] = model_loss(model, p, xs, ys, true, key_n);
+        return std::tuple{scaling.on ? l * loss_scale : l, logits};
+      };
+      auto [ln, gn, logits_n] = accumulate_gradients_aux(loss_n, micro_batches)(params, xn, yn);
+      return std::tuple{sketch(gn), reshape(block_of(all_sketches, n, next), {}), next};
+    }, [&](const Tensor&) {
+      return std::tuple{scalar(DType::f64, 0.0), scalar(DType::f64, 0.0), me};
+    }, s);
+    check(eq(recomputed, reported) || (!isfinite(recomputed) && !isfinite(reported)),
+          "sentinel: at step index {}, replica {}'s gradient (sketch {}) differs from replica {}'s "
+          "recomputation of it: a silent data corruption on one of them",
+          step, neighbour, reported, me);
+  }
   // Checked before the all-reduce: only the replica with bad data raises, and is named.
   check(isfinite(loss), "loss {} is not finite", loss);
   std::tuple<TensorDict, TensorDict, Tensor> update;

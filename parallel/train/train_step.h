@@ -52,6 +52,12 @@ struct TrainStepFn {
   uint64_t seed = 0;  // of the dropout keys
   GradScaling scaling;
   DType compute_dtype = DType::f32;  // the layers' policy while tracing (core/nn/precision.h)
+  // Silent-data-corruption sentinel (0: off): every K steps (step index % K == 0) each replica
+  // also computes the gradient of replica (r + 1) mod N's shard, and compares a 64-bit-float
+  // sketch of it (a fixed pseudo-random linear form) with the sketch of the gradient that
+  // replica computed, before the all-reduce. A mismatch fails a check on replica r that names
+  // replica r + 1, the step and both sketches. Needs equal shards on every replica.
+  int64_t sentinel_every = 0;
   std::tuple<TensorDict, TensorDict, Tensor, Tensor, Tensor> operator()(
       const Params& params, const Params& state, const Tensor& x, const Tensor& y,
       const Tensor& step, const Tensor& loss_scale) const;

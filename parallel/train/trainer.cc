@@ -110,7 +110,8 @@ Trainer::Trainer(Mesh mesh, TrainOptions options, Model model, io::Dataset train
                       .seed = options_.seed,
                       .scaling = {.on = loss_scaling_on(options_),
                                   .grad_dtype = options_.grad_dtype == "f16" ? DType::f16 : DType::f32},
-                      .compute_dtype = options_.compute_dtype == "bf16" ? DType::bf16 : DType::f32},
+                      .compute_dtype = options_.compute_dtype == "bf16" ? DType::bf16 : DType::f32,
+                      .sentinel_every = options_.sentinel_every},
           pmap_options("train_step"))),
       eval_step_(make_eval_step(mesh_, [this] {
         PmapOptions o = pmap_options("eval_step");
