@@ -52,16 +52,18 @@ Tensor sketch(const TensorDict& grads) {
   return total;
 }
 
-// Row `index` (an i32 scalar) of x's leading axis after splitting it into `n` equal blocks:
-// a one-hot weighted sum, exact for any finite values.
+// Block `index` (an i32 scalar) of x's leading axis split into `n` equal blocks: a one-hot
+// weighted sum, exact for any finite values.
 Tensor block_of(const Tensor& gathered, int64_t n, const Tensor& index) {
   Shape blocks = gathered.shape();
   blocks[0] /= n;
   blocks.insert(blocks.begin(), n);
   Shape one_hot_shape(blocks.size(), 1);
   one_hot_shape[0] = n;
-  const Tensor one_hot = reshape(cast(eq(iota(DType::i32, {n}), index), gathered.dtype()), one_hot_shape);
-  return sum(reshape(gathered, blocks) * one_hot, {0});
+  // In float64, exact for every f32 and integer value, then back to the data's own dtype (u8
+  // pixels, i32 labels), so the recomputation reads what the replica itself read.
+  const Tensor one_hot = reshape(cast(eq(iota(DType::i32, {n}), index), DType::f64), one_hot_shape);
+  return cast(sum(reshape(cast(gathered, DType::f64), blocks) * one_hot, {0}), gathered.dtype());
 }
 
 }  // namespace
@@ -88,7 +90,12 @@ std::tuple<TensorDict, TensorDict, Tensor, Tensor, Tensor> TrainStepFn::operator
     const Tensor due = eq(s - q * static_cast<double>(sentinel_every), scalar(DType::f64, 0.0));
     const Tensor me = axis_index(axis);
     auto [recomputed, reported, neighbour] = cond(due, [&](const Tensor&) {
-      const Tensor all_sketches = all_gather(reshape(sketch(grads), {1}), axis);
+      // This replica's share again, by the same sub-plan that recomputes the neighbour's: the
+      // main plan's gradient may differ from it in the last bits (other kernels, fusions).
+      auto [lo, own, logits_o] = accumulate_gradients_aux(loss_fn, micro_batches)(params, x, y);
+      if (const auto& flip = testing::gradient_flip())
+        own.set(flip->param, flipped(own.at(flip->param), *flip, step, axis));
+      const Tensor all_sketches = all_gather(reshape(sketch(own), {1}), axis);
       const int64_t n = all_sketches.dim(0);
       const Tensor next = cast(where(eq(me, scalar(DType::i32, static_cast<double>(n - 1))),
                                      scalar(DType::f64, 0.0), cast(me, DType::f64) + 1.0), DType::i32);

@@ -2,7 +2,9 @@
 // on demand. When set before a step is traced, replica `replica`'s gradient of parameter
 // `param` has the sign bit of its first element flipped (a single-bit flip: x * -1 changes
 // that bit alone) at step `step` (counting from 1, as step records do), before the all-reduce;
-// every other step and replica computes as without it. Tests of certified runs use it to show
+// every other step and replica computes as without it. The sentinel's recomputation of the
+// replica's own share (TrainStepFn::sentinel_every) is flipped alike: the seam models a replica
+// whose arithmetic is faulty at that step. Tests of certified runs use it to show
 // fjit_verify and the sentinel finding the flip. Never set in production code.
 #pragma once
 
