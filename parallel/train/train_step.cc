@@ -10,6 +10,7 @@
 #include "core/trace/collectives.h"
 #include "core/trace/random.h"
 #include "parallel/train/averaged_update.h"
+#include "parallel/train/sentinel.h"
 #include "parallel/train/train_step_testing.h"
 
 namespace fjit::training {
@@ -24,11 +25,8 @@ std::tuple<Tensor, Tensor> model_loss(const Model& model, const Params& p, const
   return {mean(softmax_cross_entropy(logits, y)), logits};
 }
 
-namespace {
-
-// The test seam's sign flip of element 0 of `g` on one replica at one step (train_step_testing.h).
-Tensor flipped(const Tensor& g, const testing::GradientFlip& flip, const Tensor& step,
-               const std::string& axis) {
+Tensor testing::flipped_gradient(const Tensor& g, const GradientFlip& flip, const Tensor& step,
+                                 const std::string& axis) {
   Array first(g.dtype(), g.shape());
   std::fill_n(static_cast<char*>(first.raw()), first.nbytes(), 0);
   if (g.dtype() == DType::f32 && first.size() > 0) first.data<float>()[0] = 1.0f;
@@ -38,85 +36,31 @@ Tensor flipped(const Tensor& g, const testing::GradientFlip& flip, const Tensor&
   return g * (1.0 - 2.0 * (hit * constant(first)));
 }
 
-// A fixed linear form over a gradient dict: sum of g * w in float64, w pseudo-random in [1, 2)
-// from a fixed key (never zero, so any changed element changes the sketch unless changes
-// cancel exactly), the same on every replica.
-Tensor sketch(const TensorDict& grads) {
-  Tensor total;
-  uint32_t k = 0;
-  for (const auto& [name, g] : grads) {
-    const Tensor w = uniform(fold_in(PRNGKey(0x5e471e1), k++), g.shape(), DType::f64) + 1.0;
-    Tensor s = sum(cast(g, DType::f64) * w);
-    total = total.defined() ? total + s : s;
-  }
-  return total;
-}
-
-// Block `index` (an i32 scalar) of x's leading axis split into `n` equal blocks: a one-hot
-// weighted sum, exact for any finite values.
-Tensor block_of(const Tensor& gathered, int64_t n, const Tensor& index) {
-  Shape blocks = gathered.shape();
-  blocks[0] /= n;
-  blocks.insert(blocks.begin(), n);
-  Shape one_hot_shape(blocks.size(), 1);
-  one_hot_shape[0] = n;
-  // In float64, exact for every f32 and integer value, then back to the data's own dtype (u8
-  // pixels, i32 labels), so the recomputation reads what the replica itself read.
-  const Tensor one_hot = reshape(cast(eq(iota(DType::i32, {n}), index), DType::f64), one_hot_shape);
-  return cast(sum(reshape(cast(gathered, DType::f64), blocks) * one_hot, {0}), gathered.dtype());
-}
-
-}  // namespace
-
 std::tuple<TensorDict, TensorDict, Tensor, Tensor, Tensor> TrainStepFn::operator()(
     const Params& params, const Params& state, const Tensor& x, const Tensor& y,
     const Tensor& step, const Tensor& loss_scale) const {
-  Tensor key;
-  if (model.uses_key)
-    key = fold_in(fold_in(PRNGKey(seed), step), axis_index(axis));
-  auto loss_fn = [&](const Params& p, const Tensor& xs, const Tensor& ys) {
-    PrecisionScope precision({.compute = compute_dtype});
-    auto [loss, logits] = model_loss(model, p, xs, ys, true, key);
-    return std::tuple{scaling.on ? loss * loss_scale : loss, logits};
+  // The gradient of the share of replica `replica` (an i32 scalar: its dropout key), whose
+  // rows are xs, ys: this replica's own, or, for the sentinel, its neighbour's.
+  auto share_gradient = [&](const Tensor& xs, const Tensor& ys, const Tensor& replica) {
+    Tensor key;
+    if (model.uses_key) key = fold_in(fold_in(PRNGKey(seed), step), replica);
+    auto loss_fn = [&](const Params& p, const Tensor& xb, const Tensor& yb) {
+      PrecisionScope precision({.compute = compute_dtype});
+      auto [loss, logits] = model_loss(model, p, xb, yb, true, key);
+      return std::tuple{scaling.on ? loss * loss_scale : loss, logits};
+    };
+    // One micro-batch is plain value_and_grad; more accumulate over slices of the shard.
+    return accumulate_gradients_aux(loss_fn, micro_batches)(params, xs, ys);
   };
-  // One micro-batch is plain value_and_grad; more accumulate over slices of the shard.
-  auto [scaled_loss, grads, logits] = accumulate_gradients_aux(loss_fn, micro_batches)(params, x, y);
+  auto [scaled_loss, grads, logits] = share_gradient(x, y, axis_index(axis));
   const Tensor loss = scaling.on ? scaled_loss / loss_scale : scaled_loss;
-  if (const auto& flip = testing::gradient_flip()) grads.set(flip->param, flipped(grads.at(flip->param), *flip, step, axis));
-  if (sentinel_every > 0) {
-    // step % K == 0 in float64 (exact for any i32 step), then only then the recomputation.
-    const Tensor s = cast(step, DType::f64);
-    const Tensor q = cast(cast(s * (1.0 / static_cast<double>(sentinel_every)), DType::i32), DType::f64);
-    const Tensor due = eq(s - q * static_cast<double>(sentinel_every), scalar(DType::f64, 0.0));
-    const Tensor me = axis_index(axis);
-    auto [recomputed, reported, neighbour] = cond(due, [&](const Tensor&) {
-      // This replica's share again, by the same sub-plan that recomputes the neighbour's: the
-      // main plan's gradient may differ from it in the last bits (other kernels, fusions).
-      auto [lo, own, logits_o] = accumulate_gradients_aux(loss_fn, micro_batches)(params, x, y);
-      if (const auto& flip = testing::gradient_flip())
-        own.set(flip->param, flipped(own.at(flip->param), *flip, step, axis));
-      const Tensor all_sketches = all_gather(reshape(sketch(own), {1}), axis);
-      const int64_t n = all_sketches.dim(0);
-      const Tensor next = cast(where(eq(me, scalar(DType::i32, static_cast<double>(n - 1))),
-                                     scalar(DType::f64, 0.0), cast(me, DType::f64) + 1.0), DType::i32);
-      const Tensor xn = block_of(all_gather(x, axis), n, next);
-      const Tensor yn = block_of(all_gather(y, axis), n, next);
-      Tensor key_n;
-      if (model.uses_key) key_n = fold_in(fold_in(PRNGKey(seed), step), next);
-      auto loss_n = [&](const Params& p, const Tensor& xs, const Tensor& ys) {
-        auto [l, logits] = model_loss(model, p, xs, ys, true, key_n);
-        return std::tuple{scaling.on ? l * loss_scale : l, logits};
-      };
-      auto [ln, gn, logits_n] = accumulate_gradients_aux(loss_n, micro_batches)(params, xn, yn);
-      return std::tuple{sketch(gn), reshape(block_of(all_sketches, n, next), {}), next};
-    }, [&](const Tensor&) {
-      return std::tuple{scalar(DType::f64, 0.0), scalar(DType::f64, 0.0), me};
-    }, s);
-    check(eq(recomputed, reported) || (!isfinite(recomputed) && !isfinite(reported)),
-          "sentinel: at step index {}, replica {}'s gradient (sketch {}) differs from replica {}'s "
-          "recomputation of it: a silent data corruption on one of them",
-          step, neighbour, reported, me);
-  }
+  if (const auto& flip = testing::gradient_flip())
+    grads.set(flip->param, testing::flipped_gradient(grads.at(flip->param), *flip, step, axis));
+  if (sentinel_every > 0)
+    check_gradient_sentinel(grads, x, y, step, sentinel_every, axis,
+                            [&](const Tensor& xs, const Tensor& ys, const Tensor& replica) {
+                              return std::get<1>(share_gradient(xs, ys, replica));
+                            });
   // Checked before the all-reduce: only the replica with bad data raises, and is named.
   check(isfinite(loss), "loss {} is not finite", loss);
   std::tuple<TensorDict, TensorDict, Tensor> update;

@@ -52,14 +52,8 @@ struct TrainStepFn {
   uint64_t seed = 0;  // of the dropout keys
   GradScaling scaling;
   DType compute_dtype = DType::f32;  // the layers' policy while tracing (core/nn/precision.h)
-  // Silent-data-corruption sentinel (0: off): every K steps (step index % K == 0) each replica
-  // computes, in one sub-plan, the gradient of its own shard and that of replica (r + 1) mod N,
-  // and compares a float64 sketch (a fixed pseudo-random linear form) of the latter with the
-  // sketch replica r + 1 made of its own, before the all-reduce. A mismatch fails a check on
-  // replica r naming replica r + 1, the step and the sketch. It finds a replica whose
-  // arithmetic is wrong (the same share computed twice, by two replicas, differs); a one-off
-  // flip in the gradient the main plan all-reduces is fjit_verify's to find. Needs equal
-  // shards on every replica.
+  // The silent-data-corruption sentinel (parallel/train/sentinel.h) every K steps; 0: off.
+  // Needs equal shards on every replica.
   int64_t sentinel_every = 0;
   std::tuple<TensorDict, TensorDict, Tensor, Tensor, Tensor> operator()(
       const Params& params, const Params& state, const Tensor& x, const Tensor& y,
