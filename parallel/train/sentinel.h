@@ -13,10 +13,11 @@
 //    bit-identical (fjit's kernels do not depend on the replica, the buffer or the thread
 //    count), and a clean run never raises. What it finds: a replica whose gradient differs from
 //    what its neighbour computes for it (a faulty core, a flipped bit).
-//  - The sketch is sum(g * w) in float64 over every gradient tensor, w a fixed pseudo-random
-//    weight in [1, 2) per element (the same on every replica): any single changed element
-//    changes it. Non-finite sketches on both sides compare equal (the finite-loss and norm
-//    checks report those).
+//  - The sketch is sum(g * w) in float64 over every gradient tensor, w an outer product of
+//    fixed pseudo-random vectors in [1, 2), one per axis (the same on every replica): a single
+//    changed element changes it, and so does a swap of two elements in different rows and
+//    columns. Non-finite sketches on both sides compare equal (the finite-loss and norm checks
+//    report those).
 //  - Off the due steps the recomputation is not run (a cond); the step computes exactly what it
 //    computes without the sentinel.
 //  - Every replica's rows must have the same shape (the all-gather): the trainer refuses a

@@ -56,11 +56,20 @@ std::tuple<TensorDict, TensorDict, Tensor, Tensor, Tensor> TrainStepFn::operator
   const Tensor loss = scaling.on ? scaled_loss / loss_scale : scaled_loss;
   if (const auto& flip = testing::gradient_flip())
     grads.set(flip->param, testing::flipped_gradient(grads.at(flip->param), *flip, step, axis));
-  if (sentinel_every > 0)
-    check_gradient_sentinel(grads, x, y, step, sentinel_every, axis,
+  if (sentinel_every > 0) {
+    // The sentinel sketches what the all-reduce reads: pmean's operand, the gradient times the
+    // replica's mean weight (the same node, so the gradient is not written twice each step; the
+    // weights are equal, as the sentinel needs equal shards); with loss scaling, the gradient.
+    auto reduced = [&](TensorDict g) {
+      if (!scaling.on)
+        for (const std::string& name : g.names()) g.set(name, mul(g.at(name), detail::mean_scale(g.at(name).dtype())));
+      return g;
+    };
+    check_gradient_sentinel(reduced(grads), x, y, step, sentinel_every, axis,
                             [&](const Tensor& xs, const Tensor& ys, const Tensor& replica) {
-                              return std::get<1>(share_gradient(xs, ys, replica));
+                              return reduced(std::get<1>(share_gradient(xs, ys, replica)));
                             });
+  }
   // Checked before the all-reduce: only the replica with bad data raises, and is named.
   check(isfinite(loss), "loss {} is not finite", loss);
   std::tuple<TensorDict, TensorDict, Tensor> update;
