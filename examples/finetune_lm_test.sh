@@ -11,7 +11,7 @@
 #            and exports; a Llama (--arch llama, grouped-query attention) pretrained, exported,
 #            fine-tuned with LoRA, its merged export reloaded (the same validation loss).
 #   mpi      the LoRA run under `MPIEXEC -n 2`: the thread run's validation lines and final
-#            checkpoint, byte for byte.
+#            checkpoint state (checkpoint_state.sh).
 # usage: finetune_lm_test.sh threads|mpi TRAIN_LM FINETUNE_LM CORPUS [MPIEXEC -n 2 FLAGS...]
 set -uo pipefail
 mode=$1 train_lm=$2 bin=$3 corpus=$4
@@ -22,6 +22,7 @@ failures=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 val_lines() { grep '^== step' "$1" | sed -e 's/ (eval.*//'; }
 final_val() { sed -n -e 's/^final validation: \([0-9.]*\).*/\1/p' "$1"; }
+. "$(dirname "$0")/checkpoint_state.sh"
 final_ckpt() { ls "$1"/ckpt-*.safetensors | sort -V | tail -1; }
 # run NAME CMD...: the command's output in $work/NAME.out; a failure is reported with it.
 run() {
@@ -74,7 +75,7 @@ if [ "$mode" = threads ]; then
   run cut "$bin" "${lora[@]}" --replicas 2 --checkpoint-dir "$work/cut" --max-steps 10
   run resumed "$bin" "${lora[@]}" --replicas 2 --checkpoint-dir "$work/cut" --resume
   grep -q 'resumed from .*ckpt-10' "$work/resumed.out" || fail "the run did not resume from step 10"
-  cmp "$(final_ckpt "$work/lora")" "$(final_ckpt "$work/cut")" ||
+  same_state "$(final_ckpt "$work/lora")" "$(final_ckpt "$work/cut")" ||
     fail "the resumed LoRA run's final checkpoint differs from the uninterrupted run's"
   # Another base is refused on resume.
   "$bin" "${lora[@]}" --init-from "$work/merged" --replicas 2 --checkpoint-dir "$work/cut" --resume \
@@ -113,7 +114,7 @@ if [ "$mode" = mpi ]; then
   grep -q 'replica(s) (MPI ranks)' "$work/lora_mpi.out" || fail "the MPI run did not use MPI ranks"
   diff <(val_lines "$work/lora_threads.out") <(val_lines "$work/lora_mpi.out") ||
     fail "MPI ranks and thread replicas fine-tuned differently"
-  cmp "$(final_ckpt "$work/threads")" "$(final_ckpt "$work/mpi")" ||
+  same_state "$(final_ckpt "$work/threads")" "$(final_ckpt "$work/mpi")" ||
     fail "the MPI run's final checkpoint differs from the thread run's"
   [ -s "$work/peft/adapter_model.safetensors" ] || fail "the MPI run exported no adapter"
 fi

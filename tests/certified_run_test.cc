@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <stdexcept>
 
 #include "core/io/state_hash.h"
 #include "lib/trainer.h"
@@ -104,6 +105,86 @@ TEST(CertifiedRun, VerifyFindsABitFlippedInOneReplicasGradient) {
   const training::VerifyResult next = training::verify_interval(ckpts[1].second, ckpts[2].second, factory(3));
   EXPECT_TRUE(next.identical) << next.summary;
   fs::remove_all(dir);
+}
+
+// The sentinel: nothing raised on a clean run (every step recomputed, K = 1), and the flip named
+// on the replica that recomputed the flipped share, at the step it happened.
+TEST(CertifiedRun, SentinelIsQuietOnACleanRun) {
+  TrainOptions o = run_options("", 4);
+  o.checkpoint_dir.clear();
+  o.sentinel_every = 1;
+  Trainer t(Mesh::threads(2), o, fixture());
+  for (int i = 0; i < 4; ++i) ASSERT_NO_THROW(t.step());
+  // The sentinel changes nothing of what the step computes.
+  TrainOptions plain = o;
+  plain.sentinel_every = 0;
+  Trainer u(Mesh::threads(2), plain, fixture());
+  for (int i = 0; i < 4; ++i) u.step();
+  fjit::testing::expect_bit_equal(t.params(), u.params(), "param");
+}
+
+TEST(CertifiedRun, SentinelNamesTheReplicaWhoseGradientFlipped) {
+  FlipGuard flip({.step = 3, .replica = 1, .param = "b3"});
+  TrainOptions o = run_options("", 6);
+  o.checkpoint_dir.clear();
+  o.sentinel_every = 2;  // step indices 0, 2, 4: the flip's step 3 has index 2
+  o.batch_size = 9;      // equal shards of 3 rows: the sentinel gathers them
+  Trainer t(Mesh::threads(3), o, fixture());
+  t.step();
+  t.step();
+  std::string error;
+  try {
+    t.step();
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  EXPECT_NE(error.find("sentinel: at step index 2, replica 1's gradient"), std::string::npos) << error;
+  EXPECT_NE(error.find("differs from replica 0's recomputation"), std::string::npos) << error;
+  EXPECT_EQ(t.steps_done(), 3);
+}
+
+// The sentinel on shares of real size (the MLP at 64 rows a replica, as the example's batch of
+// 128 on 2 replicas; the CNN with dropout, so each replica's key matters), every step checked:
+// nothing raised, and the parameters are those of the same run without the sentinel.
+class SentinelModels : public ::testing::TestWithParam<std::tuple<const char*, int>> {};
+
+TEST_P(SentinelModels, QuietOnEveryStepOfACleanRun) {
+  const std::string model = std::get<0>(GetParam());
+  const int replicas = std::get<1>(GetParam());
+  TrainOptions o;
+  o.model = model;
+  o.dropout = model == "mlp" ? 0.0 : 0.1;
+  o.batch_size = (model == "mlp" ? 64 : 16) * replicas;
+  o.seed = 3;
+  o.log_every = 0;
+  o.epochs = 10;
+  o.sentinel_every = 1;
+  const int steps = model == "mlp" ? 12 : 4;
+  const io::Dataset data = fjit::testing::synthetic_images(4 * o.batch_size, 7);
+  Trainer t(Mesh::threads(replicas), o, data);
+  for (int i = 0; i < steps; ++i) ASSERT_TRUE(t.step().has_value());
+  TrainOptions plain = o;
+  plain.sentinel_every = 0;
+  Trainer u(Mesh::threads(replicas), plain, data);
+  for (int i = 0; i < steps; ++i) ASSERT_TRUE(u.step().has_value());
+  fjit::testing::expect_bit_equal(t.params(), u.params(), model + " parameters");
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, SentinelModels,
+                         ::testing::Combine(::testing::Values("mlp", "cnn"), ::testing::Values(2, 3)));
+
+TEST(CertifiedRun, SentinelRefusesSharesOfDifferentSizes) {
+  TrainOptions o = run_options("", 4);
+  o.checkpoint_dir.clear();
+  o.sentinel_every = 10;
+  o.batch_size = 8;  // 3, 3 and 2 rows on 3 replicas
+  std::string error;
+  try {
+    Trainer(Mesh::threads(3), o, fixture());
+  } catch (const std::invalid_argument& e) {
+    error = e.what();
+  }
+  EXPECT_NE(error.find("a global batch of 8 does not split evenly over 3 replicas"), std::string::npos) << error;
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include "core/nn/precision.h"
 #include "core/trace/collectives.h"
 #include "parallel/train/averaged_update.h"
+#include "parallel/train/train_step_testing.h"
 
 namespace fjit::lm {
 
@@ -51,6 +52,8 @@ std::tuple<TensorDict, TensorDict, Tensor, Tensor> LmStepFn::train(
     return scaling.on ? loss * loss_scale : loss;
   };
   auto [scaled_loss, grads] = value_and_grad(loss_fn)(trainable);
+  if (const auto& flip = training::testing::gradient_flip())
+    grads.set(flip->param, training::testing::flipped_gradient(grads.at(flip->param), *flip, step, axis));
   const Tensor loss = scaling.on ? scaled_loss / loss_scale : scaled_loss;
   check(isfinite(loss), "loss {} is not finite", loss);
   std::tuple<TensorDict, TensorDict, Tensor> update;

@@ -7,9 +7,11 @@
 #include <stdexcept>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "core/base/metrics.h"
 #include "core/io/checkpoint.h"
+#include "core/io/state_hash.h"
 #include "core/io/tokenizer.h"
 #include "parallel/train/primary_work.h"
 #include "parallel/train/trainer.h"
@@ -129,6 +131,7 @@ LmTrainer::LmTrainer(Mesh mesh, LmOptions options, ArrayDict initial)
   buffers_[0] = LmStepOut{std::move(params), std::move(state), Array(), Array()};
   step_ = Array(DType::i32, {});
   scale_ = Array::scalar(1.0f);
+  chain_ = io::kChainStart;
   if (loss_scaling_on(options_))
     scaler_ = training::make_loss_scale(options_.loss_scale, options_.loss_scale_growth_interval, "train_lm");
 }
@@ -173,6 +176,7 @@ std::optional<StepStats> LmTrainer::step() {
   s.lr = schedule_(step);
   s.loss = std::get<2>(out).item<float>();
   last_grad_norm_ = std::get<3>(out).item<float>();
+  step_records_.push_back(training::step_record(steps_done_, s.loss, static_cast<float>(last_grad_norm_)));
   s.metrics = {{"grad norm", last_grad_norm_, false}};
   if (scaler_) s.metrics.push_back({"loss scale", scaler_->scale(), false});
   return s;
@@ -209,14 +213,20 @@ void LmTrainer::save(const std::string& path) {
                    {"lr_schedule", schedule_.describe()}};
     if (scaler_) ck.metadata["loss_scale"] = scaler_->state();
     io::set_config(ck, run_config(options_));
+    ck.metadata["replicas"] = std::to_string(mesh_.size());
+    ck.metadata["step_records"] = fmt::format("{}", fmt::join(step_records_, ","));
+    const std::string chain = io::set_chain(ck, chain_, steps_done_);
     io::save_checkpoint(path, ck);
+    chain_ = chain;
   });
+  step_records_.clear();
 }
 
 void LmTrainer::load(const std::string& path) {
   ArrayDict params = trainable_params(), state = optimizer_state();
   uint64_t position[4] = {0, 0, 0, 0};  // step, data position, seed, skipped steps
   char scale_state[64] = {};         // the loss scale's state, when the run scales its loss
+  std::string chain;                 // the checkpoint's link (the primary's)
   training::run_on_primary(mesh_, "checkpoint load " + path, [&] {
     io::Checkpoint ck = io::load_checkpoint(path);
     io::require_checksum(ck, "so it cannot be resumed from");
@@ -240,6 +250,7 @@ void LmTrainer::load(const std::string& path) {
     const int64_t skipped = io::metadata_int(ck, "skipped_steps");
     training::check_update_count(ck, step, skipped);
     position[3] = static_cast<uint64_t>(skipped);
+    chain = io::verify_chain(ck, step);
     training::read_checkpoint_tensors(ck, params, state);
     if (scaler_) {
       const std::string saved = io::metadata_str(ck, "loss_scale");
@@ -269,6 +280,8 @@ void LmTrainer::load(const std::string& path) {
   buffers_conformed_ = false;
   steps_done_ = static_cast<int64_t>(position[0]);
   skipped_steps_ = static_cast<int64_t>(position[3]);
+  if (mesh_.is_primary()) chain_ = chain;
+  step_records_.clear();
 }
 
 Progress LmTrainer::make_progress() const {

@@ -29,6 +29,12 @@
 //    = step - skipped steps. The constructor checks every output path (checkpoint_dir, the
 //    token file, export_hf, FJIT_TIMELINE, ...) before it writes anything.
 //  - Every replica runs the same calls (evaluate() and save() included: they run collectives).
+//  - Certified runs (as the classifier trainer's, parallel/train/verify.h): every checkpoint
+//    carries the hash chain of core/io/state_hash.h (its state hash, chained to the previous
+//    checkpoint's; a run's first to kChainStart, a resumed run's to the one it resumed from),
+//    checked at load, and the step records (loss and gradient norm bits) of the steps since
+//    the previous checkpoint, with the replica count, so lm::verify_lm_interval
+//    (parallel/lm/lm_verify.h) can re-execute an interval and compare.
 #pragma once
 
 #include <cstdint>
@@ -85,6 +91,8 @@ class LmTrainer {
   const LmOptions& options() const { return options_; }
   const Mesh& mesh() const { return mesh_; }
   double last_grad_norm() const { return last_grad_norm_; }
+  // What each step since the last checkpoint saved or loaded reported (training::step_record).
+  const std::vector<std::string>& step_records() const { return step_records_; }
   // The loss scale's policy; null when the run does not scale its loss.
   DynamicLossScale* loss_scale() { return scaler_ ? &*scaler_ : nullptr; }
 
@@ -112,6 +120,8 @@ class LmTrainer {
   int64_t skipped_steps_ = 0;  // of steps_done_, those a check skipped (no update)
   int64_t run_started_at_ = 0;
   double last_grad_norm_ = 0;
+  std::string chain_;  // the hash chain's value at the last checkpoint saved or loaded
+  std::vector<std::string> step_records_;
 };
 
 }  // namespace fjit::lm

@@ -96,6 +96,9 @@ void add_options(CLI::App& app, TrainOptions& o, const std::vector<std::string>&
   add.compute_dtype_option(o.compute_dtype);
   integer("--divergence-check-every", o.divergence_check_every, 0,
           "compare replicas' parameters every K steps (0 = off)");
+  integer("--sentinel", o.sentinel_every, 0,
+          "every K steps each replica recomputes the next replica's gradient share and compares "
+          "(silent data corruption; 0 = off)");
 }
 
 std::unique_ptr<CLI::App> make_app(const std::string& program, TrainOptions& o,

@@ -46,6 +46,9 @@ struct TrainOptions {
   int64_t max_steps = -1;            // stop after this many steps in all (-1: no limit)
   int64_t eval_batch_size = 1000;
   int divergence_check_every = 0;    // compare replicas' parameters every K steps (0: off)
+  // Every K steps each replica recomputes its neighbour's gradient share and compares
+  // (TrainStepFn::sentinel_every; 0: off).
+  int64_t sentinel_every = 0;
   std::vector<int64_t> layers = {784, 512, 256, 10};  // the MLP's
   // The model, picked by name from the program's ModelMenu (parallel/train/model.h); layers
   // and dropout are what the examples' models read of the options (examples/lib/models.h).

@@ -10,6 +10,7 @@
 #include "core/trace/collectives.h"
 #include "core/trace/random.h"
 #include "parallel/train/averaged_update.h"
+#include "parallel/train/sentinel.h"
 #include "parallel/train/train_step_testing.h"
 
 namespace fjit::training {
@@ -24,11 +25,8 @@ std::tuple<Tensor, Tensor> model_loss(const Model& model, const Params& p, const
   return {mean(softmax_cross_entropy(logits, y)), logits};
 }
 
-namespace {
-
-// The test seam's sign flip of element 0 of `g` on one replica at one step (train_step_testing.h).
-Tensor flipped(const Tensor& g, const testing::GradientFlip& flip, const Tensor& step,
-               const std::string& axis) {
+Tensor testing::flipped_gradient(const Tensor& g, const GradientFlip& flip, const Tensor& step,
+                                 const std::string& axis) {
   Array first(g.dtype(), g.shape());
   std::fill_n(static_cast<char*>(first.raw()), first.nbytes(), 0);
   if (g.dtype() == DType::f32 && first.size() > 0) first.data<float>()[0] = 1.0f;
@@ -38,23 +36,40 @@ Tensor flipped(const Tensor& g, const testing::GradientFlip& flip, const Tensor&
   return g * (1.0 - 2.0 * (hit * constant(first)));
 }
 
-}  // namespace
-
 std::tuple<TensorDict, TensorDict, Tensor, Tensor, Tensor> TrainStepFn::operator()(
     const Params& params, const Params& state, const Tensor& x, const Tensor& y,
     const Tensor& step, const Tensor& loss_scale) const {
-  Tensor key;
-  if (model.uses_key)
-    key = fold_in(fold_in(PRNGKey(seed), step), axis_index(axis));
-  auto loss_fn = [&](const Params& p, const Tensor& xs, const Tensor& ys) {
-    PrecisionScope precision({.compute = compute_dtype});
-    auto [loss, logits] = model_loss(model, p, xs, ys, true, key);
-    return std::tuple{scaling.on ? loss * loss_scale : loss, logits};
+  // The gradient of the share of replica `replica` (an i32 scalar: its dropout key), whose
+  // rows are xs, ys: this replica's own, or, for the sentinel, its neighbour's.
+  auto share_gradient = [&](const Tensor& xs, const Tensor& ys, const Tensor& replica) {
+    Tensor key;
+    if (model.uses_key) key = fold_in(fold_in(PRNGKey(seed), step), replica);
+    auto loss_fn = [&](const Params& p, const Tensor& xb, const Tensor& yb) {
+      PrecisionScope precision({.compute = compute_dtype});
+      auto [loss, logits] = model_loss(model, p, xb, yb, true, key);
+      return std::tuple{scaling.on ? loss * loss_scale : loss, logits};
+    };
+    // One micro-batch is plain value_and_grad; more accumulate over slices of the shard.
+    return accumulate_gradients_aux(loss_fn, micro_batches)(params, xs, ys);
   };
-  // One micro-batch is plain value_and_grad; more accumulate over slices of the shard.
-  auto [scaled_loss, grads, logits] = accumulate_gradients_aux(loss_fn, micro_batches)(params, x, y);
+  auto [scaled_loss, grads, logits] = share_gradient(x, y, axis_index(axis));
   const Tensor loss = scaling.on ? scaled_loss / loss_scale : scaled_loss;
-  if (const auto& flip = testing::gradient_flip()) grads.set(flip->param, flipped(grads.at(flip->param), *flip, step, axis));
+  if (const auto& flip = testing::gradient_flip())
+    grads.set(flip->param, testing::flipped_gradient(grads.at(flip->param), *flip, step, axis));
+  if (sentinel_every > 0) {
+    // The sentinel sketches what the all-reduce reads: pmean's operand, the gradient times the
+    // replica's mean weight (the same node, so the gradient is not written twice each step; the
+    // weights are equal, as the sentinel needs equal shards); with loss scaling, the gradient.
+    auto reduced = [&](TensorDict g) {
+      if (!scaling.on)
+        for (const std::string& name : g.names()) g.set(name, mul(g.at(name), detail::mean_scale(g.at(name).dtype())));
+      return g;
+    };
+    check_gradient_sentinel(reduced(grads), x, y, step, sentinel_every, axis,
+                            [&](const Tensor& xs, const Tensor& ys, const Tensor& replica) {
+                              return reduced(std::get<1>(share_gradient(xs, ys, replica)));
+                            });
+  }
   // Checked before the all-reduce: only the replica with bad data raises, and is named.
   check(isfinite(loss), "loss {} is not finite", loss);
   std::tuple<TensorDict, TensorDict, Tensor> update;

@@ -52,6 +52,9 @@ struct TrainStepFn {
   uint64_t seed = 0;  // of the dropout keys
   GradScaling scaling;
   DType compute_dtype = DType::f32;  // the layers' policy while tracing (core/nn/precision.h)
+  // The silent-data-corruption sentinel (parallel/train/sentinel.h) every K steps; 0: off.
+  // Needs equal shards on every replica.
+  int64_t sentinel_every = 0;
   std::tuple<TensorDict, TensorDict, Tensor, Tensor, Tensor> operator()(
       const Params& params, const Params& state, const Tensor& x, const Tensor& y,
       const Tensor& step, const Tensor& loss_scale) const;

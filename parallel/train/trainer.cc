@@ -110,7 +110,8 @@ Trainer::Trainer(Mesh mesh, TrainOptions options, Model model, io::Dataset train
                       .seed = options_.seed,
                       .scaling = {.on = loss_scaling_on(options_),
                                   .grad_dtype = options_.grad_dtype == "f16" ? DType::f16 : DType::f32},
-                      .compute_dtype = options_.compute_dtype == "bf16" ? DType::bf16 : DType::f32},
+                      .compute_dtype = options_.compute_dtype == "bf16" ? DType::bf16 : DType::f32,
+                      .sentinel_every = options_.sentinel_every},
           pmap_options("train_step"))),
       eval_step_(make_eval_step(mesh_, [this] {
         PmapOptions o = pmap_options("eval_step");
@@ -127,6 +128,12 @@ Trainer::Trainer(Mesh mesh, TrainOptions options, Model model, io::Dataset train
     throw std::invalid_argument(fmt::format("Trainer: a global batch of {} cannot feed {} replicas "
                                             "with {} micro-batches each", options_.batch_size,
                                             mesh_.size(), options_.micro_batches));
+  if (options_.sentinel_every > 0 && (options_.batch_size % mesh_.size() != 0 || !options_.examples_per_process.empty()))
+    throw std::invalid_argument(fmt::format("Trainer: the sentinel (--sentinel {}) recomputes a neighbour's share of "
+                                            "the batch and needs every replica's share the same size: a global "
+                                            "batch of {} does not split evenly over {} replicas{}",
+                                            options_.sentinel_every, options_.batch_size, mesh_.size(),
+                                            options_.examples_per_process.empty() ? "" : " (examples per process)"));
   if (batches_.steps_per_epoch() == 0)
     throw std::invalid_argument(fmt::format("Trainer: {} training examples make no batch of {}",
                                             batches_.batches().num_examples(),

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
+#include <memory>
 #include <stdexcept>
 
 #include <fmt/format.h>
@@ -45,6 +46,22 @@ io::Checkpoint load_link(const std::string& path) {
 }  // namespace
 
 VerifyResult verify_interval(const std::string& from, const std::string& to, const TrainerFactory& make) {
+  std::unique_ptr<Trainer> trainer;  // built when the checkpoints have passed their checks
+  auto t = [&]() -> Trainer& {
+    if (!trainer) trainer = make();
+    return *trainer;
+  };
+  return verify_interval(from, to,
+                         Replay{.load = [&](const std::string& path) { t().load(path); },
+                                .steps_done = [&] { return t().steps_done(); },
+                                .step = [&] { return t().step().has_value(); },
+                                .last_record = [&] { return t().step_records().back(); },
+                                .state = [&] {
+                                  return checkpoint_tensors(t().params(), t().optimizer_state());
+                                }});
+}
+
+VerifyResult verify_interval(const std::string& from, const std::string& to, const Replay& replay) {
   const io::Checkpoint a = load_link(from), b = load_link(to);
   VerifyResult r;
   r.from = from;
@@ -58,21 +75,20 @@ VerifyResult verify_interval(const std::string& from, const std::string& to, con
                                          "link is {})", to, from, io::kChainPrevKey,
                                          io::metadata_str(b, io::kChainPrevKey),
                                          io::metadata_str(a, io::kChainKey)));
-  std::unique_ptr<Trainer> trainer = make();
-  trainer->load(from);
+  replay.load(from);
   const std::vector<std::string> recorded = split(io::metadata_str(b, "step_records"), ',');
   size_t k = 0;
-  while (trainer->steps_done() < r.to_step && trainer->step()) {
-    const std::string& mine = trainer->step_records().back();
+  while (replay.steps_done() < r.to_step && replay.step()) {
+    const std::string mine = replay.last_record();
     if (r.first_diverging_step < 0 && (k >= recorded.size() || recorded[k] != mine))
-      r.first_diverging_step = trainer->steps_done();
+      r.first_diverging_step = replay.steps_done();
     ++k;
   }
-  if (trainer->steps_done() != r.to_step)
+  if (replay.steps_done() != r.to_step)
     throw std::runtime_error(fmt::format("{}: the re-execution ended at step {}, before step {}", to,
-                                         trainer->steps_done(), r.to_step));
+                                         replay.steps_done(), r.to_step));
   if (r.first_diverging_step < 0 && k != recorded.size()) r.first_diverging_step = r.from_step + 1;
-  const io::NamedArrays now = checkpoint_tensors(trainer->params(), trainer->optimizer_state());
+  const io::NamedArrays now = replay.state();
   for (const auto& [name, saved] : b.tensors) {
     auto it = std::find_if(now.begin(), now.end(), [&](const auto& t) { return t.first == name; });
     const int64_t at = it == now.end() ? 0 : first_difference(saved, it->second);

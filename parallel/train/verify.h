@@ -42,6 +42,17 @@ using TrainerFactory = std::function<std::unique_ptr<Trainer>()>;
 // Re-executes from checkpoint `from` to checkpoint `to` with a trainer from `make`.
 VerifyResult verify_interval(const std::string& from, const std::string& to, const TrainerFactory& make);
 
+// What re-executing an interval needs of a trainer, for trainers other than Trainer (the
+// language model's, parallel/lm/lm_verify.h): each call acts on one trainer, built fresh.
+struct Replay {
+  std::function<void(const std::string&)> load;     // resume from a checkpoint
+  std::function<int64_t()> steps_done;
+  std::function<bool()> step;                       // one step; false once the run is over
+  std::function<std::string()> last_record;         // step_record of the step just run
+  std::function<io::NamedArrays()> state;           // the tensors a checkpoint would hold
+};
+VerifyResult verify_interval(const std::string& from, const std::string& to, const Replay& replay);
+
 // The periodic checkpoints of `dir` (io::checkpoint_path's names), by step.
 std::vector<std::pair<int64_t, std::string>> list_checkpoints(const std::string& dir);
 

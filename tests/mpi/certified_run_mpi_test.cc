@@ -74,6 +74,48 @@ TEST(CertifiedRunMpi, VerifyOnThreadsFindsTheFlipOfOneRank) {
   MPI_Barrier(MPI_COMM_WORLD);
 }
 
+// The sentinel under MPI: the flip on the last rank is named by the rank before it, and every
+// rank stops with the same check report.
+TEST(CertifiedRunMpi, SentinelNamesTheFlippedRank) {
+  const int n = mesh().size();
+  training::testing::gradient_flip() = training::testing::GradientFlip{.step = 3, .replica = n - 1, .param = "b3"};
+  TrainOptions o = run_options("");
+  o.checkpoint_dir.clear();
+  o.checkpoint_every = 0;
+  o.batch_size = 3 * n;  // equal shards: the sentinel gathers them
+  o.sentinel_every = 2;  // step indices 0, 2, ...: the flip's step 3 has index 2
+  Trainer t(mesh(), o, fixture());
+  std::string error;
+  try {
+    for (int i = 0; i < 4; ++i) t.step();
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  training::testing::gradient_flip().reset();
+  EXPECT_NE(error.find("sentinel: at step index 2, replica " + std::to_string(n - 1) + "'s gradient"),
+            std::string::npos) << error;
+  EXPECT_NE(error.find("differs from replica " + std::to_string(n - 2) + "'s recomputation"),
+            std::string::npos) << error;
+  EXPECT_EQ(t.steps_done(), 3);
+}
+
+// The sentinel on every step of a clean run on ranks, the MLP at 64 rows a rank and the CNN
+// with dropout: nothing raised on any rank.
+TEST(CertifiedRunMpi, SentinelIsQuietOnEveryStepOfACleanRun) {
+  for (const std::string model : {"mlp", "cnn"}) {
+    TrainOptions o;
+    o.model = model;
+    o.dropout = model == "mlp" ? 0.0 : 0.1;
+    o.batch_size = (model == "mlp" ? 64 : 16) * mesh().size();
+    o.seed = 3;
+    o.log_every = 0;
+    o.epochs = 10;
+    o.sentinel_every = 1;
+    Trainer t(mesh(), o, fjit::testing::synthetic_images(4 * o.batch_size, 7));
+    for (int i = 0; i < (model == "mlp" ? 12 : 4); ++i) ASSERT_TRUE(t.step().has_value()) << model;
+  }
+}
+
 }  // namespace
 }  // namespace fjit::examples
 
