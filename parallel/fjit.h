@@ -10,6 +10,7 @@
 #include "checks/replay.h"
 #include "checks/step_check_handler.h"
 #include "core/autodiff/autodiff.h"
+#include "core/autodiff/vmap.h"
 #include "core/base/config.h"
 #include "core/base/log.h"
 #include "core/base/metrics.h"
