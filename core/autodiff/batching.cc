@@ -121,7 +121,7 @@ std::vector<Batched> batch_graph(const Graph& g, const std::vector<Batched>& par
     bool any = false;
     for (int in : src.inputs) {
       ins.push_back(map[in]);
-      any = any || map[in].batched || !map[in].per_example.empty();
+      any = any || map[in].batched || !map[in].per_example.empty() || !map[in].results.empty();
     }
     if (!any) {  // no batched operand: the node as it is
       Node n = src;
@@ -145,6 +145,25 @@ Batched batch_source(const BatchArgs& a) {
   throw std::logic_error(std::string("vmap: ") + op_name(a.node.op) + " has no operands to batch");
 }
 
+namespace {
+// cond(pred [B], operands...): both branches batched, each result selected per example by its
+// predicate (as JAX batches a cond with a batched predicate: both branches run).
+Batched cond_as_select(const BatchArgs& a) {
+  const Region& region = *a.node.attrs.region;
+  const std::vector<Batched> operands(a.ins.begin() + 1, a.ins.end());
+  const std::vector<Batched> t = batch_graph(*region.graphs.at(0), operands, a.size);
+  const std::vector<Batched> f = batch_graph(*region.graphs.at(1), operands, a.size);
+  const Tensor pred = a.ins[0].t;  // bool [B]
+  Batched r;
+  r.t = pred;
+  for (size_t k = 0; k < t.size(); ++k) {
+    const Tensor tk = materialize(t[k], a.size), fk = materialize(f[k], a.size);
+    r.results.push_back({where(pad_rank(pred, tk.rank() - 1), tk, fk), true, {}, {}});
+  }
+  return r;
+}
+}  // namespace
+
 // One op per example: a random draw from each example's key (JAX's rule for a batched key),
 // fold_in of batched data.
 Batched batch_per_example(const BatchArgs& a) {
@@ -158,10 +177,11 @@ Batched batch_per_example(const BatchArgs& a) {
 }
 
 // A control op (scan, fori_loop, while_loop, cond, custom_vjp, remat) with a batched operand:
-// one op per example, each over its own rows; the `output` nodes stack their results. A
-// batched predicate of cond is thus a branch per example, which selects as JAX's select does.
+// one op per example, each over its own rows; the `output` nodes stack their results. A cond
+// whose predicate is batched is a select of its two batched branches instead.
 Batched batch_control(const BatchArgs& a) {
   Batched r;
+  if (a.node.op == Op::Cond && a.ins.at(0).batched) return cond_as_select(a);
   for (int64_t i = 0; i < a.size; ++i) {
     std::vector<Tensor> ins;
     for (const Batched& b : a.ins) ins.push_back(b.batched ? example(b.t, i) : b.t);
@@ -173,6 +193,7 @@ Batched batch_control(const BatchArgs& a) {
 
 Batched batch_output(const BatchArgs& a) {
   const Batched& ctl = a.ins.at(0);
+  if (!ctl.results.empty()) return ctl.results.at(static_cast<size_t>(a.node.attrs.index));
   if (ctl.per_example.empty())
     throw std::logic_error("vmap: an output of a control op that was not batched per example");
   std::vector<Tensor> rows;

@@ -23,6 +23,8 @@ struct Batched {
   Tensor t;
   bool batched = false;
   std::vector<Tensor> per_example;
+  // A cond with a batched predicate, batched as a select: its results.
+  std::vector<Batched> results;
 };
 
 struct BatchArgs {

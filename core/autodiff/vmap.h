@@ -28,9 +28,11 @@
 //    batched key (u32[B, 2]) gives each example the draw of its own key.
 //  - check() inside f passes when it holds for every example; a failure reports the values
 //    of the first failing example and, after its message, "(vmap batch element i)".
-//  - Control flow (scan, fori_loop, while_loop, cond, custom_vjp, remat) with a batched
-//    operand runs as one op per example, whose results are stacked (a batched cond
-//    predicate thus takes each example's own branch).
+//  - A cond whose predicate is batched runs both branches on the batch and selects each
+//    example's result by its predicate, as JAX does (so a check or collective in either
+//    branch runs for every example). Other control flow (scan, fori_loop, while_loop, cond
+//    with a shared predicate, custom_vjp, remat) with a batched operand runs as one op per
+//    example, whose results are stacked: correct, but its cost grows with B ops.
 #pragma once
 
 #include <functional>
