@@ -209,6 +209,39 @@ TEST(Vmap, PerExampleGradientsEqualALoopOfGrad) {
   }
 }
 
+// The products of a plan: its "matmul <type>" instructions, in order.
+std::vector<std::string> products(const std::string& plan) {
+  std::vector<std::string> out;
+  for (size_t at = plan.find("= matmul "); at != std::string::npos; at = plan.find("= matmul ", at + 1))
+    out.push_back(plan.substr(at + 2, plan.find(' ', at + 9) - at - 2));
+  return out;
+}
+
+// vmap of the example loss is the hand-batched loss's computation: the same GEMMs over the
+// whole batch (not one per example), the rest reshapes and a sum over each example's row.
+TEST(Vmap, TheBatchedLossRunsTheHandBatchedProducts) {
+  ArrayDict p;
+  p.set("w1", random_f32({4, 5}, 9));
+  p.set("b1", random_f32({5}, 10));
+  p.set("w2", random_f32({5, 3}, 11));
+  p.set("b2", random_f32({3}, 12));
+  const Array x = random_f32({8, 4}, 13);
+  const Array y = Array::from_vector<int32_t>({0, 2, 1, 1, 0, 2, 1, 0}, {8});
+  auto batched = jit([](const TensorDict& q, const Tensor& xs, const Tensor& ys) {
+    return mean(vmap(example_loss, {kUnbatched, 0, 0})(q, xs, ys));
+  });
+  auto hand = jit([](const TensorDict& q, const Tensor& xs, const Tensor& ys) {
+    Tensor h = tanh(matmul(xs, q["w1"]) + q["b1"]);
+    return mean(softmax_xent(matmul(h, q["w2"]) + q["b2"], ys));
+  });
+  const Array a = batched(p, x, y), b = hand(p, x, y);
+  EXPECT_NEAR(a.item<float>(), b.item<float>(), 1e-6);
+  const std::vector<std::string> pv = products(batched.core().last_entry()->exe->plan_string());
+  const std::vector<std::string> ph = products(hand.core().last_entry()->exe->plan_string());
+  EXPECT_EQ(pv, ph);
+  EXPECT_EQ(pv, (std::vector<std::string>{"matmul f32[8,5]", "matmul f32[8,3]"}));
+}
+
 TEST(Vmap, RandomKeysFollowJax) {
   auto f = jit([](const Tensor& key, const Tensor& x) {
     auto draw = [](const Tensor& k, const Tensor& v) { return v + uniform(k, {3}); };
