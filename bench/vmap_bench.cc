@@ -6,6 +6,8 @@
 //   BM_PerExampleGradVmap   jit(vmap(grad(example_loss))): every example's gradient
 //   BM_PerExampleGradLoop   the same gradients from a host loop calling jit(grad(example_loss))
 //                           on each example (what one must do without vmap)
+//   BM_TraceCompileVmapGrad a fresh jit of vmap(grad(example_loss)) traced, compiled and run
+//                           once on 2 examples
 // Every call writes into the same result buffers (run_into), as a training loop does: the
 // per-example gradients are B times the parameters (100 MiB here), and a fresh buffer each call
 // would time the page faults of a new allocation.
@@ -112,6 +114,23 @@ void BM_PerExampleGradLoop(benchmark::State& state) {
   }
 }
 BENCHMARK(BM_PerExampleGradLoop);
+
+// A fresh jit of vmap(grad(example_loss)) traced, compiled and run once on 2 examples: an
+// upper bound of vmap(grad)'s trace and compile time.
+void BM_TraceCompileVmapGrad(benchmark::State& state) {
+  const ArrayDict p = params();
+  Array x(DType::f32, {2, kD});
+  std::memcpy(x.raw(), inputs().raw(), x.nbytes());
+  const Array y = Array::from_vector<int32_t>({1, 2}, {2});
+  for (auto _ : state) {
+    auto f = jit([](const TensorDict& q, const Tensor& xs, const Tensor& ys) {
+      return vmap(grad(example_loss), {kUnbatched, 0, 0})(q, xs, ys);
+    });
+    ArrayDict out = f(p, x, y);
+    benchmark::DoNotOptimize(out.value(0).raw());
+  }
+}
+BENCHMARK(BM_TraceCompileVmapGrad)->Unit(benchmark::kMillisecond);
 
 }  // namespace
 
