@@ -276,6 +276,41 @@ TEST(Vmap, ScanAndCondWithABatchedPredicate) {
   expect_close(batched(xs), stack_rows(rows), 0, "fori_loop + cond");
 }
 
+int count_of(const std::string& text, const std::string& what) {
+  int n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+Tensor scan_loss(const Tensor& c0, const Tensor& xs) {  // c0 [2], xs [4, 2]
+  auto [c, ys] = scan([](const Tensor& c, const Tensor& x) { return std::pair{tanh(c * x + 1.0), c + x}; }, c0, xs);
+  return sum(c) + sum(ys * ys);
+}
+
+// A scan over a batch is one loop of the batched body (not one loop per example), forward and
+// through its VJP, with the loop's values.
+TEST(Vmap, AScanOverABatchIsOneLoopForwardAndBackward) {
+  const int64_t B = 3;
+  const Array c0 = random_f32({B, 2}, 20), xs = random_f32({B, 4, 2}, 21);
+  auto batched = jit([](const Tensor& c, const Tensor& x) { return vmap(scan_loss)(c, x); });
+  auto grads = jit([](const Tensor& c, const Tensor& x) { return vmap(grad(scan_loss, argnums<0, 1>))(c, x); });
+  auto one = jit(scan_loss);
+  auto one_grad = jit([](const Tensor& c, const Tensor& x) { return grad(scan_loss, argnums<0, 1>)(c, x); });
+  std::vector<Array> rows, gc, gx;
+  for (int64_t i = 0; i < B; ++i) {
+    rows.push_back(one(row(c0, i), row(xs, i)));
+    auto [a, b] = one_grad(row(c0, i), row(xs, i));
+    gc.push_back(a);
+    gx.push_back(b);
+  }
+  expect_close(batched(c0, xs), stack_rows(rows), 1e-6, "scan forward");
+  auto [dc, dx] = grads(c0, xs);
+  expect_close(dc, stack_rows(gc), 1e-6, "scan grad wrt the carry");
+  expect_close(dx, stack_rows(gx), 1e-6, "scan grad wrt xs");
+  EXPECT_EQ(count_of(batched.core().last_entry()->exe->plan_string(), "= scan"), 1);
+  EXPECT_EQ(count_of(grads.core().last_entry()->exe->plan_string(), "= scan"), 2);  // forward, backward
+}
+
 TEST(Vmap, ACheckReportsTheFirstFailingBatchElement) {
   JitOptions o;
   o.checks = CheckMode::user;

@@ -162,6 +162,59 @@ Batched cond_as_select(const BatchArgs& a) {
   }
   return r;
 }
+// scan over a batch: one scan whose body is the example body batched. Every carry is batched
+// (an unbatched one broadcast), batched xs iterate as [L, B, ...], and the stacked results come
+// back as [B, L, ...].
+Batched scan_batched(const BatchArgs& a) {
+  const Region& old = *a.node.attrs.region;
+  const int nc = old.num_carry, nx = old.num_xs;
+  std::vector<Tensor> ins;
+  std::vector<ValueType> types;
+  std::vector<char> batched;
+  for (size_t i = 0; i < a.ins.size(); ++i) {
+    const Batched& b = a.ins[i];
+    const int k = static_cast<int>(i);
+    Tensor t = k < nc ? materialize(b, a.size) : (k < nc + nx && b.batched ? move_axis(b.t, 0, 1) : b.t);
+    Shape s = t.shape();
+    if (k >= nc && k < nc + nx) s.erase(s.begin());  // the body sees one row
+    ins.push_back(t);
+    types.push_back({t.dtype(), s});
+    batched.push_back(k < nc || b.batched);
+  }
+  const Graph& body = *old.graphs.at(0);
+  detail::TracedRegion tr = detail::trace_region("vmap of scan", types, [&](const std::vector<Tensor>& ph) {
+    std::vector<Batched> ps;
+    for (size_t i = 0; i < ph.size(); ++i) ps.push_back({ph[i], batched[i] != 0, {}, {}});
+    std::vector<Tensor> r;
+    for (const Batched& o : batch_graph(body, ps, a.size)) r.push_back(materialize(o, a.size));
+    return r;
+  }, Loc::current());
+  auto region = std::make_shared<Region>(old);
+  region->graphs = {tr.graph};
+  region->outputs.clear();
+  std::vector<ValueType> body_out;
+  for (int o : tr.graph->outputs) body_out.push_back({tr.graph->node(o).dtype, tr.graph->node(o).shape});
+  auto stacked = [&](ValueType t) {
+    t.shape.insert(t.shape.begin(), old.length);
+    return t;
+  };
+  const int ny = static_cast<int>(body_out.size()) - nc;
+  for (int j = 0; j < nc; ++j) region->outputs.push_back(body_out[j]);
+  for (int k = 0; k < ny; ++k) region->outputs.push_back(stacked(body_out[nc + k]));
+  for (int j = 0; j < nc; ++j) region->outputs.push_back(stacked(body_out[j]));
+  region->finish();
+  detail::tag_loop_sites(tr.sites, region->loop.c_str(), region->site);
+  Attrs at = a.node.attrs;
+  at.region = region;
+  ins.insert(ins.end(), tr.captured.begin(), tr.captured.end());
+  const Tensor node = emit(a.node, ins, at, {a.node.dtype, a.node.shape});
+  Batched r;
+  r.t = node;
+  for (int j = 0; j < nc; ++j) r.results.push_back({detail::control_output(node, j), true, {}, {}});
+  for (int k = nc; k < nc + ny + nc; ++k)
+    r.results.push_back({move_axis(detail::control_output(node, k), 1, 0), true, {}, {}});
+  return r;
+}
 }  // namespace
 
 // One op per example: a random draw from each example's key (JAX's rule for a batched key),
@@ -176,12 +229,14 @@ Batched batch_per_example(const BatchArgs& a) {
   return {stack(rows), true, {}};
 }
 
-// A control op (scan, fori_loop, while_loop, cond, custom_vjp, remat) with a batched operand:
-// one op per example, each over its own rows; the `output` nodes stack their results. A cond
-// whose predicate is batched is a select of its two batched branches instead.
+// A control op with a batched operand: a scan (fori_loop) is one scan of the batched body; a
+// cond whose predicate is batched, a select of its two batched branches; the others
+// (while_loop, cond with a shared predicate, custom_vjp, remat), one op per example, each over
+// its own rows, whose results the `output` nodes stack.
 Batched batch_control(const BatchArgs& a) {
   Batched r;
   if (a.node.op == Op::Cond && a.ins.at(0).batched) return cond_as_select(a);
+  if (a.node.op == Op::Scan) return scan_batched(a);
   for (int64_t i = 0; i < a.size; ++i) {
     std::vector<Tensor> ins;
     for (const Batched& b : a.ins) ins.push_back(b.batched ? example(b.t, i) : b.t);

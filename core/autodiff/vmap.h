@@ -30,9 +30,10 @@
 //    of the first failing example and, after its message, "(vmap batch element i)".
 //  - A cond whose predicate is batched runs both branches on the batch and selects each
 //    example's result by its predicate, as JAX does (so a check or collective in either
-//    branch runs for every example). Other control flow (scan, fori_loop, while_loop, cond
-//    with a shared predicate, custom_vjp, remat) with a batched operand runs as one op per
-//    example, whose results are stacked: correct, but its cost grows with B ops.
+//    branch runs for every example). A scan or fori_loop is one loop over the batched body.
+//    Other control flow (while_loop, cond with a shared predicate, custom_vjp, remat) with a
+//    batched operand runs as one op per example, whose results are stacked: correct, but its
+//    cost grows with B ops.
 #pragma once
 
 #include <functional>
