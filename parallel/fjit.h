@@ -12,6 +12,7 @@
 #include "core/autodiff/autodiff.h"
 #include "core/autodiff/jacobian.h"
 #include "core/autodiff/jvp.h"
+#include "core/autodiff/vmap.h"
 #include "core/base/config.h"
 #include "core/base/log.h"
 #include "core/base/metrics.h"

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "core/autodiff/batching.h"
 #include "core/ir/shape_rules.h"
 #include "fjit.h"
 
@@ -25,6 +26,39 @@ TEST(OpTable, NamesRoundTripAndRulesMatchDifferentiability) {
     EXPECT_EQ(jvp_rule(op) != nullptr, op_is_differentiable(op)) << op_name(op);
     if (op_is_elementwise(op)) {
       EXPECT_EQ(op_kernel_family(op), KernelFamily::kElementwiseFamily) << op_name(op);
+    }
+  }
+}
+
+// The batch column: every row names a rule of the batching table (a missing one would not
+// link), the rule's name fits the op's kind, and a rule named by a row is the one vmap runs.
+TEST(OpTable, BatchColumnNamesARuleThatFitsTheKind) {
+  for (int i = 0; i < kNumOps; ++i) {
+    const Op op = static_cast<Op>(i);
+    const std::string rule = op_batch_rule(op);
+    EXPECT_NE(batching::batch_rule(op), nullptr) << op_name(op);
+    EXPECT_FALSE(rule.empty()) << op_name(op);
+    EXPECT_NE(rule, "unbatchable") << op_name(op) << ": every op of the table batches";
+    switch (op_kind(op)) {
+      case OpKind::kUnary: case OpKind::kBinary: case OpKind::kCompare: case OpKind::kLogical:
+      case OpKind::kSelect:
+        EXPECT_EQ(rule, "elementwise") << op_name(op);
+        break;
+      case OpKind::kReduce: EXPECT_EQ(rule, "axis_shift") << op_name(op); break;
+      case OpKind::kMatMul: EXPECT_EQ(rule, "matmul") << op_name(op); break;
+      case OpKind::kControl:
+        EXPECT_EQ(rule, op == Op::Output ? "output" : "control") << op_name(op);
+        break;
+      case OpKind::kSource: EXPECT_EQ(rule, "source") << op_name(op); break;
+      default: break;
+    }
+    if (op_arity(op) == 0) {
+      EXPECT_EQ(rule, "source") << op_name(op);
+    }
+    for (int j = 0; j < i; ++j) {  // equal names, equal functions: the table reads the column
+      if (rule == op_batch_rule(static_cast<Op>(j))) {
+        EXPECT_EQ(batching::batch_rule(op), batching::batch_rule(static_cast<Op>(j))) << op_name(op);
+      }
     }
   }
 }

@@ -16,15 +16,16 @@ struct OpInfo {
   bool has_input_check;
   CheckKind input_check;
   KernelFamily family;
+  const char* batch;
 };
 
 constexpr OpInfo kOps[] = {
 #define no_check false, CheckKind::user
 #define check(k) true, CheckKind::k
-#define FJIT_OP(name, str, kind, arity, dtype, vjp, jvp, finite, input_check, family, builder) \
-  {str, OpKind::kind, arity, DTypeRule::dtype, std::string_view(#vjp) != "none",              \
-   std::string_view(#jvp) != "none",                                                          \
-   Finite::finite, input_check, KernelFamily::family},
+#define FJIT_OP(name, str, kind, arity, dtype, vjp, jvp, finite, input_check, family, builder, batch) \
+  {str, OpKind::kind, arity, DTypeRule::dtype, std::string_view(#vjp) != "none",                     \
+   std::string_view(#jvp) != "none",                                                                 \
+   Finite::finite, input_check, KernelFamily::family, #batch},
 #include "core/ir/ops.def"
 #undef FJIT_OP
 #undef check
@@ -48,6 +49,9 @@ constexpr bool rows_consistent() {
     if (o.dtype == DTypeRule::kToBool && o.differentiable) return false;
     // Forward and reverse mode differentiate the same ops.
     if (o.has_jvp != o.differentiable) return false;
+    // Every elementwise op batches by broadcasting; an op without operands is never batched.
+    if (elementwise && std::string_view(o.batch) != "elementwise") return false;
+    if (o.arity == 0 && std::string_view(o.batch) != "source") return false;
   }
   return true;
 }
@@ -63,6 +67,7 @@ int op_arity(Op op) { return info(op).arity; }
 DTypeRule op_dtype_rule(Op op) { return info(op).dtype; }
 bool op_is_differentiable(Op op) { return info(op).differentiable; }
 bool op_has_jvp(Op op) { return info(op).has_jvp; }
+const char* op_batch_rule(Op op) { return info(op).batch; }
 bool op_may_overflow(Op op) { return info(op).finite == Finite::kMayOverflow; }
 std::optional<CheckKind> op_input_check(Op op) {
   if (!info(op).has_input_check) return std::nullopt;

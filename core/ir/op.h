@@ -80,5 +80,8 @@ bool op_may_overflow(Op op);
 // core/ir/check_kinds.def says which operand it reads; nullopt for no_check.
 std::optional<CheckKind> op_input_check(Op op);
 KernelFamily op_kernel_family(Op op);
+// The name of the op's batching rule (the row's batch column): vmap (core/autodiff/vmap.h)
+// runs batch_<name>, which core/autodiff/ must define, so a row naming no rule fails to link.
+const char* op_batch_rule(Op op);
 
 }  // namespace fjit

@@ -27,7 +27,7 @@ Tensor iota(DType dtype, const Shape& shape, int64_t axis = 0, Loc loc = Loc::cu
 // exp, log, log1p, sqrt, rsqrt, tanh, sigmoid, relu, sign, isfinite, logical_not, ...
 #define FJIT_BUILDER_custom
 #define FJIT_BUILDER_unary(fn) Tensor fn(const Tensor& x, Loc loc = Loc::current());
-#define FJIT_OP(name, str, kind, arity, dtype, vjp, jvp, finite, input_check, family, builder) \
+#define FJIT_OP(name, str, kind, arity, dtype, vjp, jvp, finite, input_check, family, builder, batch) \
   FJIT_BUILDER_##builder
 #include "core/ir/ops.def"
 #undef FJIT_OP

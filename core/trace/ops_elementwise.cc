@@ -49,7 +49,7 @@ Tensor iota(DType dtype, const Shape& shape, int64_t axis, Loc loc) {
     static constexpr Op kOp = op_named(#fn);         \
     return unary(#fn, kOp, x, &loc);                 \
   }
-#define FJIT_OP(name, str, kind, arity, dtype, vjp, jvp, finite, input_check, family, builder) \
+#define FJIT_OP(name, str, kind, arity, dtype, vjp, jvp, finite, input_check, family, builder, batch) \
   FJIT_BUILDER_##builder
 #include "core/ir/ops.def"
 #undef FJIT_OP
