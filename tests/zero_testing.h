@@ -93,8 +93,16 @@ inline ZeroTestRun zero_test_run(const Mesh& mesh, int zero_stage, int steps, in
 inline void expect_same_bits(const ZeroTestRun& ref, const ZeroTestRun& zero, const char* what) {
   ASSERT_EQ(ref.params.size(), zero.params.size());
   for (size_t t = 0; t < ref.params.size(); ++t) {
-    for (const auto& [name, p] : ref.params[t])
+    for (const auto& [name, p] : ref.params[t]) {
+      if (!p.bit_equal(zero.params[t].at(name))) {
+        const Array& z = zero.params[t].at(name);
+        std::string d;
+        for (int64_t i = 0; i < p.size(); ++i)
+          if (p.data<float>()[i] != z.data<float>()[i]) d += std::to_string(i) + ":" + std::to_string(p.data<float>()[i]) + "/" + std::to_string(z.data<float>()[i]) + " ";
+        ADD_FAILURE() << d.substr(0, 600);
+      }
       ASSERT_TRUE(p.bit_equal(zero.params[t].at(name))) << what << ": parameter " << name << " after step " << t + 1;
+    }
     EXPECT_EQ(ref.losses[t], zero.losses[t]) << what << ": loss of step " << t + 1;
     EXPECT_EQ(ref.norms[t], zero.norms[t]) << what << ": gradient norm of step " << t + 1;
   }
