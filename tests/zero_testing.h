@@ -1,7 +1,7 @@
 // What the ZeRO tests share (tests/zero_test.cc with thread replicas, tests/mpi/zero_mpi_test.cc
 // with MPI ranks): a small MLP classifier whose parameters have sizes that 2 and 3 do not
 // divide (7x37, 37, 37x3, 3), its batches, and a run of the data-parallel training step
-// (parallel/train/train_step.h) replicated or with ZeRO stage 1, recording every step's
+// (parallel/train/train_step.h) replicated or with ZeRO stage 1 or 2, recording every step's
 // parameters and loss bits. Test-only, header-only.
 #pragma once
 
@@ -89,22 +89,22 @@ inline ZeroTestRun zero_test_run(const Mesh& mesh, int zero_stage, int steps, in
   return run;
 }
 
-// Every step's parameters bit-identical, and the same loss and gradient norm bits.
-inline void expect_same_bits(const ZeroTestRun& ref, const ZeroTestRun& zero, const char* what) {
+// Every step's parameters bit-identical, and the same loss bits; the same gradient norm bits
+// when `norm_bits` (stage 2 sums the norm's squares in another order: within 1e-5 then).
+inline void expect_same_bits(const ZeroTestRun& ref, const ZeroTestRun& zero, const char* what, bool norm_bits = true) {
   ASSERT_EQ(ref.params.size(), zero.params.size());
   for (size_t t = 0; t < ref.params.size(); ++t) {
-    for (const auto& [name, p] : ref.params[t]) {
-      if (!p.bit_equal(zero.params[t].at(name))) {
-        const Array& z = zero.params[t].at(name);
-        std::string d;
-        for (int64_t i = 0; i < p.size(); ++i)
-          if (p.data<float>()[i] != z.data<float>()[i]) d += std::to_string(i) + ":" + std::to_string(p.data<float>()[i]) + "/" + std::to_string(z.data<float>()[i]) + " ";
-        ADD_FAILURE() << d.substr(0, 600);
-      }
+    for (const auto& [name, p] : ref.params[t])
       ASSERT_TRUE(p.bit_equal(zero.params[t].at(name))) << what << ": parameter " << name << " after step " << t + 1;
-    }
     EXPECT_EQ(ref.losses[t], zero.losses[t]) << what << ": loss of step " << t + 1;
-    EXPECT_EQ(ref.norms[t], zero.norms[t]) << what << ": gradient norm of step " << t + 1;
+    if (norm_bits) {
+      EXPECT_EQ(ref.norms[t], zero.norms[t]) << what << ": gradient norm of step " << t + 1;
+    } else {
+      float a, b;
+      std::memcpy(&a, &ref.norms[t], sizeof a);
+      std::memcpy(&b, &zero.norms[t], sizeof b);
+      EXPECT_NEAR(a, b, 1e-5 * a) << what << ": gradient norm of step " << t + 1;
+    }
   }
 }
 

@@ -1,4 +1,4 @@
-// The examples' MLP trainer with --zero 1 (ZeRO stage 1, parallel/train/zero.h) on 2 and 3
+// The examples' MLP trainer with --zero 1 and --zero 2 (ZeRO, parallel/train/zero.h) on 2 and 3
 // thread replicas: 20 steps give the replicated trainer's losses and parameters bit for bit;
 // checkpoints and the divergence check are refused with it.
 #include <gtest/gtest.h>
@@ -8,11 +8,13 @@
 namespace fjit {
 namespace {
 
-TEST(ZeroTrainer, Stage1TrainsBitIdenticallyOnThreads) {
+TEST(ZeroTrainer, TrainsBitIdenticallyOnThreads) {
   for (int n : {2, 3}) {
-    SCOPED_TRACE(::testing::Message() << n << " replicas");
-    testing::expect_same_training(testing::zero_trainer_run(Mesh::threads(n), 0),
-                                  testing::zero_trainer_run(Mesh::threads(n), 1));
+    const auto ref = testing::zero_trainer_run(Mesh::threads(n), 0);
+    for (int stage : {1, 2}) {
+      SCOPED_TRACE(::testing::Message() << n << " replicas, stage " << stage);
+      testing::expect_same_training(ref, testing::zero_trainer_run(Mesh::threads(n), stage));
+    }
   }
 }
 

@@ -1,4 +1,4 @@
-// The examples' MLP trainer run for 20 steps replicated and with --zero 1, for
+// The examples' MLP trainer run for 20 steps replicated and with --zero 1 or 2, for
 // tests/zero_trainer_test.cc (thread replicas) and tests/mpi/zero_mpi_test.cc (MPI ranks).
 // Test-only, header-only.
 #pragma once

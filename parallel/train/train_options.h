@@ -50,7 +50,7 @@ struct TrainOptions {
   // (TrainStepFn::sentinel_every; 0: off).
   int64_t sentinel_every = 0;
   // ZeRO stage (parallel/train/zero.h): 0 replicated optimizer state, 1 sharded over the
-  // replicas. Stage 1 has no checkpoints (checkpoint_dir and resume are refused) and no
+  // replicas, 2 also the gradients reduce-scattered. ZeRO has no checkpoints (checkpoint_dir and resume are refused) and no
   // divergence check (replicas' states differ by design).
   int zero_stage = 0;
   std::vector<int64_t> layers = {784, 512, 256, 10};  // the MLP's

@@ -77,7 +77,9 @@ std::tuple<TensorDict, TensorDict, Tensor, Tensor, Tensor> TrainStepFn::operator
   // Checked before the all-reduce: only the replica with bad data raises, and is named.
   check(isfinite(loss), "loss {} is not finite", loss);
   std::tuple<TensorDict, TensorDict, Tensor> update;
-  if (zero_stage == 1) {
+  if (zero_stage == 2) {
+    update = zero2_adamw_update(params, grads, state, optimizer, schedule, step, max_grad_norm, axis);
+  } else if (zero_stage == 1) {
     const TensorDict mean_grads = scaling.on ? averaged_unscaled_gradients(grads, loss_scale, scaling.grad_dtype, axis)
                                              : pmean(grads, axis);
     update = zero1_adamw_update_of_mean(params, mean_grads, state, optimizer, schedule, step, max_grad_norm, axis);
@@ -127,8 +129,10 @@ Tensor CorrectCountFn::operator()(const Params& params, const Tensor& x, const T
 TrainStep make_train_step(const Mesh& mesh, TrainStepFn fn, PmapOptions options) {
   if (options.jit.name == "fn") options.jit.name = "train_step";
   const std::string axis = fn.axis;
-  if (fn.zero_stage != 0 && fn.zero_stage != 1)
-    throw std::invalid_argument(fmt::format("make_train_step: zero_stage {} is not implemented (0 or 1)", fn.zero_stage));
+  if (fn.zero_stage < 0 || fn.zero_stage > 2)
+    throw std::invalid_argument(fmt::format("make_train_step: zero_stage {} is not implemented (0, 1 or 2)", fn.zero_stage));
+  if (fn.zero_stage == 2 && fn.scaling.on)
+    throw std::invalid_argument("make_train_step: zero_stage 2 does not take loss scaling (use zero_stage 1)");
   // Arguments 4 and 5, the step counter and the loss scale, are scalars every replica gets
   // whole; with ZeRO, argument 1, the optimizer state, is sharded.
   PmapArgOptions args{{4, 5}, {}};

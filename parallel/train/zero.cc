@@ -96,6 +96,45 @@ std::tuple<TensorDict, TensorDict, Tensor> zero1_adamw_update_of_mean(
   return {gather_slices(next_slices, params, n, axis), next_state, norm};
 }
 
+std::tuple<TensorDict, TensorDict, Tensor> zero2_adamw_update(
+    const Params& params, const TensorDict& grads, const Params& state, const AdamW& optimizer,
+    const Schedule& schedule, const Tensor& step, double max_grad_norm, const std::string& axis) {
+  const int n = TraceContext::current()->num_replicas;
+  // pmean's operand (the gradient times the replica's mean weight), flat and zero-padded to
+  // N k, reduce-scattered: each replica receives the sum's block it updates, the same bits as
+  // that block of pmean(grads).
+  TensorDict padded;
+  bool all_f64 = true;
+  for (const auto& [name, p] : params) {
+    const Tensor& g = grads.at(name);
+    const int64_t k = zero_shard_size(g.size(), n);
+    Tensor flat = reshape(mul(g, detail::mean_scale(g.dtype())), {g.size()});
+    if (n * k > g.size()) flat = concat({flat, full(g.dtype(), {n * k - g.size()}, 0.0)}, 0);
+    padded.set(name, flat);
+    all_f64 = all_f64 && g.dtype() == DType::f64;
+  }
+  const TensorDict g_slices = psum_scatter(padded, axis);
+  // The global norm from every replica's sum of squares of its blocks (the padding adds 0):
+  // the same value as the replicated step's up to the order of the additions.
+  const DType acc = all_f64 ? DType::f64 : DType::f32;
+  Tensor partial;
+  for (const auto& [name, g] : g_slices) {
+    Tensor s = cast(sum(square(g), {}, false), acc);
+    partial = partial.defined() ? add(partial, s) : s;
+  }
+  Tensor norm = sqrt(psum(partial, axis));
+  check(isfinite(norm) && norm < max_grad_norm,
+        "global gradient norm {} is not finite or not below {}", norm,
+        scalar(norm.dtype(), max_grad_norm));
+  const Tensor me = axis_index(axis);
+  TensorDict p_slices;
+  for (const auto& [name, p] : params) p_slices.set(name, own_slice(p, n, me));
+  AdamW opt = optimizer;
+  opt.lr = schedule(step);
+  auto [next_slices, next_state] = opt.update(p_slices, g_slices, state);
+  return {gather_slices(next_slices, params, n, axis), next_state, norm};
+}
+
 ArrayDict zero_local_state(const ArrayDict& first, const std::vector<const std::vector<Array>*>& others,
                            size_t offset) {
   if (others.empty()) return first;

@@ -1,4 +1,4 @@
-// ZeRO stage 1 (Rajbhandari et al. 2020, "ZeRO: Memory Optimizations Toward Training Trillion
+// ZeRO stages 1 and 2 (Rajbhandari et al. 2020, "ZeRO: Memory Optimizations Toward Training Trillion
 // Parameter Models"): the optimizer state sharded over the data axis.
 //
 // Each state tensor is held flat: parameter p's numel elements are padded with zeros to
@@ -18,8 +18,10 @@
 // (local_size * k; under MPI, one rank's k), and the step's new shards come back per replica
 // (Pmapped::replica_outputs, gathered by zero_local_state).
 //
-// Not here: stage 2 (reduce-scattered gradients), stage 3 (sharded parameters), clipping by
-// the global norm (clip_norm must be 0), parameter groups, and checkpoints of sharded state.
+// Stage 2 (zero2_adamw_update) also reduce-scatters the gradients instead of all-reducing them.
+//
+// Not here: stage 3 (sharded parameters), clipping by the global norm, parameter groups,
+// loss scaling with stage 2, the language model's step, and checkpoints of sharded state.
 #pragma once
 
 #include <cstdint>
@@ -49,6 +51,16 @@ int64_t zero_state_bytes_per_replica(const ArrayDict& params, int replicas);
 // `state` holds this replica's shards. Returns {params', state' (shards), global norm}.
 std::tuple<TensorDict, TensorDict, Tensor> zero1_adamw_update_of_mean(
     const Params& params, const TensorDict& mean_grads, const Params& state, const AdamW& optimizer,
+    const Schedule& schedule, const Tensor& step, double max_grad_norm, const std::string& axis);
+
+// ZeRO stage 2: the same update from this replica's gradients before averaging. pmean's
+// operand is reduce-scattered (psum_scatter, bucketed) instead of all-reduced, so each replica
+// receives only the block of the averaged gradient it updates: the same bits as that block of
+// the all-reduce, hence the same parameters. The global norm is the square root of the sum
+// over replicas of each block's sum of squares: its bits may differ from the replicated
+// step's (another order of additions). Returns {params', state' (shards), global norm}.
+std::tuple<TensorDict, TensorDict, Tensor> zero2_adamw_update(
+    const Params& params, const TensorDict& grads, const Params& state, const AdamW& optimizer,
     const Schedule& schedule, const Tensor& step, double max_grad_norm, const std::string& axis);
 
 // The whole sharded state of this process's replicas after a step: replica 0's shards
