@@ -14,6 +14,10 @@
 // shard as given. PmapOptions::replicated_args lists Array arguments to replicate instead.
 // The call returns this process's first replica's outputs; after pmean they are the same on
 // every replica (enable the divergence check to verify that).
+// PmapArgOptions::sharded_dicts lists ArrayDict arguments to shard instead: each entry of rank
+// >= 1 is split along axis 0 like a sharded Array (a rank's own rows under MPI), entries of
+// rank 0 are replicated (a ZeRO step's optimizer state, parallel/train/zero.h). Outputs that
+// differ by replica (such a state's new shards) are read with replica_outputs().
 #pragma once
 
 #include <utility>
@@ -28,14 +32,16 @@ namespace fjit {
 
 struct PmapArgOptions {
   std::vector<int> replicated_args;
+  std::vector<int> sharded_dicts;
 };
 
 template <class F>
 class Pmapped {
  public:
-  Pmapped(Mesh mesh, std::string axis, F fn, PmapOptions options, std::vector<int> replicated)
+  Pmapped(Mesh mesh, std::string axis, F fn, PmapOptions options, std::vector<int> replicated,
+          std::vector<int> sharded_dicts = {})
       : fn_(std::move(fn)), core_(std::make_shared<PmapCore>(std::move(mesh), std::move(axis), std::move(options))),
-        replicated_(std::move(replicated)) {}
+        replicated_(std::move(replicated)), sharded_dicts_(std::move(sharded_dicts)) {}
 
   template <class... A>
   auto operator()(const A&... args) {
@@ -56,6 +62,11 @@ class Pmapped {
     if constexpr (!detail::kJitCallOk<F, A...>) return StepResult{};
     else return run_into_checked(out, args...);
   }
+
+  // The flat outputs (leaves in the order of the result's tuple and dicts) of this process's
+  // local replica r in the last call. Replica 0's were moved into what the call returned or
+  // wrote; those of r >= 1 stay here until the next call.
+  std::vector<Array>& replica_outputs(int r) { return outs_.at(static_cast<size_t>(r)); }
 
   PmapCore& core() { return *core_; }
   JitCore& jit_core() { return core_->jit(); }
@@ -97,6 +108,14 @@ class Pmapped {
   bool is_replicated(int arg) const {
     return std::find(replicated_.begin(), replicated_.end(), arg) != replicated_.end();
   }
+  bool is_sharded_dict(int arg) const {
+    return std::find(sharded_dicts_.begin(), sharded_dicts_.end(), arg) != sharded_dicts_.end();
+  }
+  // A sharded dict's entry as replica `local` sees it: its rows, or the whole of a scalar.
+  const Array& dict_leaf(int arg, size_t i, int local) const {
+    const auto& shards = dict_shards_[arg][i];
+    return shards.empty() ? *dict_whole_[arg][i] : shards[std::min<size_t>(local, shards.size() - 1)];
+  }
 
   template <class A>
   void add_arg(const A& a, int arg, int local) {
@@ -110,6 +129,26 @@ class Pmapped {
         return;
       }
     }
+    if constexpr (std::is_same_v<A, ArrayDict>) {
+      if (is_sharded_dict(arg)) {
+        if (local == 0) {
+          dict_shards_[arg].assign(a.size(), {});
+          dict_whole_[arg].assign(a.size(), nullptr);
+          for (size_t i = 0; i < a.size(); ++i) {
+            dict_whole_[arg][i] = &a.value(i);
+            if (a.value(i).rank() > 0) dict_shards_[arg][i] = core_->mesh().shard(a.value(i));
+          }
+        }
+        FlatArgs& f = flat_[local];
+        f.structure_hash = detail::mix_hash(f.structure_hash, 2 + a.size());
+        for (size_t i = 0; i < a.size(); ++i) {
+          f.structure_hash = detail::mix_hash(f.structure_hash, detail::hash_string(a.name(i)));
+          f.leaves.push_back(&dict_leaf(arg, i, local));
+          f.arg_of_leaf.push_back(arg);
+        }
+        return;
+      }
+    }
     detail::ArgTraits<A>::flatten(a, flat_[local], arg);
   }
 
@@ -120,6 +159,8 @@ class Pmapped {
     weights_.resize(local);
     outs_.resize(local);
     shards_.resize(sizeof...(A));
+    dict_shards_.resize(sizeof...(A));
+    dict_whole_.resize(sizeof...(A));
     rows_source_ = -1;
     for (int r = 0; r < local; ++r) {
       flat_[r].clear();
@@ -138,6 +179,12 @@ class Pmapped {
     for (size_t i = 0; i < sharded_.size(); ++i) {
       const int arg = flat_[0].arg_of_leaf[i];
       sharded_[i] = arg < static_cast<int>(sizeof...(A)) && !shards_[arg].empty();
+    }
+    for (int arg = 0; arg < static_cast<int>(sizeof...(A)); ++arg) {
+      if (dict_shards_[arg].empty()) continue;
+      size_t i = 0;
+      while (i < flat_[0].arg_of_leaf.size() && flat_[0].arg_of_leaf[i] != arg) ++i;
+      for (size_t j = 0; j < dict_shards_[arg].size(); ++j) sharded_[i + j] = !dict_shards_[arg][j].empty();
     }
     return core_->step(
         flat_, weights_, outs_, rows, sharded_,
@@ -179,6 +226,15 @@ class Pmapped {
       // cache compares, so use the shard of the replica whose flat args are being compiled.
       const Array* leaf = compiling_leaf(arg);
       return detail::ArgTraits<Array>::make(leaf ? *leaf : a, ctx, path, paths);
+    } else if constexpr (std::is_same_v<A, ArrayDict>) {
+      if (!is_sharded_dict(arg)) return detail::ArgTraits<A>::make(a, ctx, path, paths);
+      TensorDict out;  // the shapes of the shards of the replica being compiled
+      for (size_t i = 0; i < a.size(); ++i) {
+        const Array& leaf = dict_leaf(arg, i, lookup_replica_);
+        paths.push_back(path + "." + a.name(i));
+        out.set(a.name(i), ctx.parameter(leaf.dtype(), leaf.shape(), paths.back()));
+      }
+      return out;
     } else {
       return detail::ArgTraits<A>::make(a, ctx, path, paths);
     }
@@ -192,6 +248,11 @@ class Pmapped {
   F fn_;
   std::shared_ptr<PmapCore> core_;
   std::vector<int> replicated_;
+  std::vector<int> sharded_dicts_;
+  // Per argument that is a sharded dict, per entry: its local shards (empty for a scalar,
+  // which every replica reads whole from dict_whole_).
+  std::vector<std::vector<std::vector<Array>>> dict_shards_;
+  std::vector<std::vector<const Array*>> dict_whole_;
   std::vector<FlatArgs> flat_;
   std::vector<Array> weights_;
   std::vector<uint8_t> sharded_;  // per leaf of flat_[0]: split along axis 0
@@ -206,7 +267,8 @@ template <class F>
 Pmapped<F> pmap(const Mesh& mesh, const std::string& axis, F fn, PmapOptions options = {},
                 PmapArgOptions args = {}) {
   if (options.jit.name == "fn") options.jit.name = "pmap";
-  return Pmapped<F>(mesh, axis, std::move(fn), std::move(options), std::move(args.replicated_args));
+  return Pmapped<F>(mesh, axis, std::move(fn), std::move(options), std::move(args.replicated_args),
+                    std::move(args.sharded_dicts));
 }
 
 }  // namespace fjit

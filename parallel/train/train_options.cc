@@ -99,6 +99,8 @@ void add_options(CLI::App& app, TrainOptions& o, const std::vector<std::string>&
   integer("--sentinel", o.sentinel_every, 0,
           "every K steps each replica recomputes the next replica's gradient share and compares "
           "(silent data corruption; 0 = off)");
+  integer("--zero", o.zero_stage, 0, "ZeRO stage: 1 shards the optimizer state over the replicas, 2 also "
+          "reduce-scatters the gradients (0 = off; no checkpoints)");
 }
 
 std::unique_ptr<CLI::App> make_app(const std::string& program, TrainOptions& o,

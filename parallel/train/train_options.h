@@ -49,6 +49,10 @@ struct TrainOptions {
   // Every K steps each replica recomputes its neighbour's gradient share and compares
   // (TrainStepFn::sentinel_every; 0: off).
   int64_t sentinel_every = 0;
+  // ZeRO stage (parallel/train/zero.h): 0 replicated optimizer state, 1 sharded over the
+  // replicas, 2 also the gradients reduce-scattered. ZeRO has no checkpoints (checkpoint_dir and resume are refused) and no
+  // divergence check (replicas' states differ by design).
+  int zero_stage = 0;
   std::vector<int64_t> layers = {784, 512, 256, 10};  // the MLP's
   // The model, picked by name from the program's ModelMenu (parallel/train/model.h); layers
   // and dropout are what the examples' models read of the options (examples/lib/models.h).

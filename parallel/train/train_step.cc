@@ -1,6 +1,9 @@
 #include "parallel/train/train_step.h"
 
 #include <algorithm>
+#include <stdexcept>
+
+#include <fmt/format.h>
 
 #include "checks/check.h"
 #include "core/autodiff/autodiff.h"
@@ -12,6 +15,7 @@
 #include "parallel/train/averaged_update.h"
 #include "parallel/train/sentinel.h"
 #include "parallel/train/train_step_testing.h"
+#include "parallel/train/zero.h"
 
 namespace fjit::training {
 
@@ -73,7 +77,13 @@ std::tuple<TensorDict, TensorDict, Tensor, Tensor, Tensor> TrainStepFn::operator
   // Checked before the all-reduce: only the replica with bad data raises, and is named.
   check(isfinite(loss), "loss {} is not finite", loss);
   std::tuple<TensorDict, TensorDict, Tensor> update;
-  if (scaling.on) {
+  if (zero_stage == 2) {
+    update = zero2_adamw_update(params, grads, state, optimizer, schedule, step, max_grad_norm, axis);
+  } else if (zero_stage == 1) {
+    const TensorDict mean_grads = scaling.on ? averaged_unscaled_gradients(grads, loss_scale, scaling.grad_dtype, axis)
+                                             : pmean(grads, axis);
+    update = zero1_adamw_update_of_mean(params, mean_grads, state, optimizer, schedule, step, max_grad_norm, axis);
+  } else if (scaling.on) {
     update = adamw_update_of_mean(params, averaged_unscaled_gradients(grads, loss_scale, scaling.grad_dtype, axis),
                                   state, optimizer, schedule, step, max_grad_norm, /*clip_norm=*/0);
   } else {
@@ -119,8 +129,15 @@ Tensor CorrectCountFn::operator()(const Params& params, const Tensor& x, const T
 TrainStep make_train_step(const Mesh& mesh, TrainStepFn fn, PmapOptions options) {
   if (options.jit.name == "fn") options.jit.name = "train_step";
   const std::string axis = fn.axis;
-  // Arguments 4 and 5, the step counter and the loss scale, are scalars every replica gets whole.
-  return pmap(mesh, axis, std::move(fn), std::move(options), PmapArgOptions{{4, 5}});
+  if (fn.zero_stage < 0 || fn.zero_stage > 2)
+    throw std::invalid_argument(fmt::format("make_train_step: zero_stage {} is not implemented (0, 1 or 2)", fn.zero_stage));
+  if (fn.zero_stage == 2 && fn.scaling.on)
+    throw std::invalid_argument("make_train_step: zero_stage 2 does not take loss scaling (use zero_stage 1)");
+  // Arguments 4 and 5, the step counter and the loss scale, are scalars every replica gets
+  // whole; with ZeRO, argument 1, the optimizer state, is sharded.
+  PmapArgOptions args{{4, 5}, {}};
+  if (fn.zero_stage > 0) args.sharded_dicts = {1};
+  return pmap(mesh, axis, std::move(fn), std::move(options), std::move(args));
 }
 
 EvalStep make_eval_step(const Mesh& mesh, PmapOptions options, Model model, DType compute_dtype) {

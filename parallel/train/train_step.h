@@ -55,6 +55,11 @@ struct TrainStepFn {
   // The silent-data-corruption sentinel (parallel/train/sentinel.h) every K steps; 0: off.
   // Needs equal shards on every replica.
   int64_t sentinel_every = 0;
+  // ZeRO stage (parallel/train/zero.h): 0 replicated optimizer state; 1 the state sharded over
+  // `axis` (the step's state argument then holds this replica's shards, from zero_init_state,
+  // and make_train_step passes it as a sharded dict); 2 also the gradients reduce-scattered
+  // (not with loss scaling). Stage 3 is not implemented.
+  int zero_stage = 0;
   std::tuple<TensorDict, TensorDict, Tensor, Tensor, Tensor> operator()(
       const Params& params, const Params& state, const Tensor& x, const Tensor& y,
       const Tensor& step, const Tensor& loss_scale) const;

@@ -13,6 +13,7 @@
 #include "core/io/state_hash.h"
 #include "parallel/train/primary_work.h"
 #include "parallel/train/train_scalars.h"
+#include "parallel/train/zero.h"
 
 namespace fjit::training {
 
@@ -111,7 +112,8 @@ Trainer::Trainer(Mesh mesh, TrainOptions options, Model model, io::Dataset train
                       .scaling = {.on = loss_scaling_on(options_),
                                   .grad_dtype = options_.grad_dtype == "f16" ? DType::f16 : DType::f32},
                       .compute_dtype = options_.compute_dtype == "bf16" ? DType::bf16 : DType::f32,
-                      .sentinel_every = options_.sentinel_every},
+                      .sentinel_every = options_.sentinel_every,
+                      .zero_stage = options_.zero_stage},
           pmap_options("train_step"))),
       eval_step_(make_eval_step(mesh_, [this] {
         PmapOptions o = pmap_options("eval_step");
@@ -134,6 +136,13 @@ Trainer::Trainer(Mesh mesh, TrainOptions options, Model model, io::Dataset train
                                             "batch of {} does not split evenly over {} replicas{}",
                                             options_.sentinel_every, options_.batch_size, mesh_.size(),
                                             options_.examples_per_process.empty() ? "" : " (examples per process)"));
+  if (options_.zero_stage != 0 && (!options_.checkpoint_dir.empty() || options_.resume ||
+                                   options_.divergence_check_every > 0))
+    throw std::invalid_argument(fmt::format("Trainer: --zero {} has no checkpoints of sharded state and no "
+                                            "divergence check (replicas' states differ): --checkpoint-dir '{}'{}{}",
+                                            options_.zero_stage, options_.checkpoint_dir,
+                                            options_.resume ? ", --resume" : "",
+                                            options_.divergence_check_every > 0 ? ", --divergence-check-every" : ""));
   if (batches_.steps_per_epoch() == 0)
     throw std::invalid_argument(fmt::format("Trainer: {} training examples make no batch of {}",
                                             batches_.batches().num_examples(),
@@ -141,7 +150,7 @@ Trainer::Trainer(Mesh mesh, TrainOptions options, Model model, io::Dataset train
   chain_ = io::kChainStart;
   ArrayDict params = mesh_.replicate(model_.init(options_.seed));
   AdamW opt{.lr = options_.lr, .weight_decay = options_.weight_decay};
-  ArrayDict state = opt.init_state(params);
+  ArrayDict state = options_.zero_stage ? zero_init_state(params, mesh_) : opt.init_state(params);
   buffers_[0] = TrainStepOut{std::move(params), std::move(state), Array(), Array(), Array()};
   step_ = Array(DType::i32, {});
   if (loss_scaling_on(options_))
@@ -182,6 +191,12 @@ StepStats Trainer::train_on(const io::Batch& batch) {
   if (scaler_) scale_.data<float>()[0] = scaler_->scale();
   StepResult r = train_step_.run_into(out, std::get<0>(in), std::get<1>(in), batch["images"],
                                       batch["labels"], step_, scale_);
+  if (options_.zero_stage && mesh_.local_size() > 1) {
+    // This process's other replicas' state shards follow replica 0's.
+    std::vector<const std::vector<Array>*> others;
+    for (int k = 1; k < mesh_.local_size(); ++k) others.push_back(&train_step_.replica_outputs(k));
+    std::get<1>(out) = zero_local_state(std::get<1>(out), others, std::get<0>(out).size());
+  }
   if (scaler_) scaler_->update(r.raised(CheckKind::loss_scale_overflow), r.skipped);
   if (r.skipped) ++skipped_steps_;
   current_ = 1 - current_;

@@ -34,6 +34,9 @@
 //    checkpoint's (io/state_hash.h; verified at load), the command line and replica count that
 //    made it, and each step's loss and gradient norm (bits) since the previous checkpoint, so
 //    that verify_interval (parallel/train/verify.h) can re-execute the interval.
+//  - With options.zero_stage 1 or 2 (ZeRO, parallel/train/zero.h), optimizer_state() holds
+//    this process's replicas' shards of the state, and the parameters are bit-identical to
+//    the replicated run's; checkpoints, resume and the divergence check are refused with it.
 //  - run() checks every output path (checkpoint_dir, log_dir, FJIT_TIMELINE, ...) before the
 //    first step.
 #pragma once

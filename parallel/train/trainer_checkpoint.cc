@@ -51,6 +51,8 @@ void check_run_outputs(const Mesh& mesh, const io::OutputPaths& paths) {
 }
 
 void Trainer::save(const std::string& path) {
+  if (options_.zero_stage != 0)
+    throw std::runtime_error("Trainer::save " + path + ": checkpoints of ZeRO-sharded optimizer state are not implemented");
   // The agreement doubles as the barrier: nobody reads the file before rank 0 has renamed it
   // into place, and a failed save fails on every rank instead of leaving the others waiting.
   run_on_primary(mesh_, "checkpoint save " + path, [&] {
@@ -80,6 +82,8 @@ void Trainer::save(const std::string& path) {
 }
 
 void Trainer::load(const std::string& path) {
+  if (options_.zero_stage != 0)
+    throw std::runtime_error("Trainer::load " + path + ": checkpoints of ZeRO-sharded optimizer state are not implemented");
   // Replica 0 reads and verifies the file; the other processes (MPI ranks) receive its tensors and
   // position by broadcast, so they need not see the file, and an error on rank 0 fails every
   // rank instead of leaving the others waiting in the next collective.

@@ -1,0 +1,163 @@
+#include "parallel/train/zero.h"
+
+#include <cstring>
+#include <map>
+#include <stdexcept>
+
+#include "checks/check.h"
+#include "core/trace/collectives.h"
+
+namespace fjit::training {
+
+int64_t zero_shard_size(int64_t numel, int replicas) {
+  if (replicas < 1) throw std::invalid_argument("zero_shard_size: replicas must be >= 1");
+  return (numel + replicas - 1) / replicas;
+}
+
+ArrayDict zero_init_state(const ArrayDict& params, const Mesh& mesh) {
+  ArrayDict state;
+  for (const char* moment : {"m.", "v."})
+    for (const auto& [name, p] : params)
+      state.set(moment + name, Array::zeros(p.dtype(), {mesh.local_size() * zero_shard_size(p.size(), mesh.size())}));
+  state.set("step", Array::scalar<int32_t>(0));
+  return state;
+}
+
+int64_t zero_state_bytes_per_replica(const ArrayDict& params, int replicas) {
+  int64_t bytes = static_cast<int64_t>(sizeof(int32_t));  // the step counter
+  for (const auto& [name, p] : params)
+    bytes += 2 * zero_shard_size(p.size(), replicas) * static_cast<int64_t>(dtype_size(p.dtype()));
+  return bytes;
+}
+
+namespace {
+
+// Replica `me`'s block [me k, (me + 1) k) of x's elements, zero-padded to N k.
+Tensor own_slice(const Tensor& x, int n, const Tensor& me) {
+  const int64_t k = zero_shard_size(x.size(), n);
+  Tensor flat = reshape(x, {x.size()});
+  if (n * k > x.size()) flat = concat({flat, full(x.dtype(), {n * k - x.size()}, 0.0)}, 0);
+  return reshape(take(reshape(flat, {n, k}), reshape(me, {1}), 0), {k});
+}
+
+// Every replica's slices of the parameters put back whole: one all-gather per dtype of the
+// slices packed back to back, then each parameter's N blocks unpadded and reshaped.
+TensorDict gather_slices(const TensorDict& slices, const Params& like, int n, const std::string& axis) {
+  const Loc loc = Loc::current();
+  detail::require_axis("zero all_gather", axis, loc);
+  std::map<DType, std::vector<std::string>> by_dtype;
+  for (const auto& [name, s] : slices) by_dtype[s.dtype()].push_back(name);
+  TensorDict out;
+  for (const auto& [dtype, names] : by_dtype) {
+    std::vector<Tensor> flat;
+    int64_t m = 0;
+    for (const std::string& name : names) {
+      flat.push_back(slices.at(name));
+      m += slices.at(name).size();
+    }
+    Tensor packed = flat.size() == 1 ? flat[0] : concat(flat, 0, loc);
+    Tensor all = reshape(detail::collective("all_gather", Op::AllGather, packed, ReduceOp::sum, axis,
+                                            {dtype, {n * m}}, loc),
+                         {n, m}, loc);
+    int64_t off = 0;
+    for (const std::string& name : names) {
+      const Tensor& p = like.at(name);
+      const int64_t k = slices.at(name).size();
+      Tensor blocks = reshape(slice(all, {0, off}, {n, off + k}, {1, 1}, loc), {n * k}, loc);
+      out.set(name, reshape(slice(blocks, {0}, {p.size()}, {1}, loc), p.shape(), loc));
+      off += k;
+    }
+  }
+  TensorDict ordered;  // the parameters' order
+  for (const auto& [name, p] : like) ordered.set(name, out.at(name));
+  return ordered;
+}
+
+}  // namespace
+
+std::tuple<TensorDict, TensorDict, Tensor> zero1_adamw_update_of_mean(
+    const Params& params, const TensorDict& mean_grads, const Params& state, const AdamW& optimizer,
+    const Schedule& schedule, const Tensor& step, double max_grad_norm, const std::string& axis) {
+  // The norm of the whole averaged gradient, as the replicated step checks it.
+  Tensor norm = global_norm(mean_grads);
+  check(isfinite(norm) && norm < max_grad_norm,
+        "global gradient norm {} is not finite or not below {}", norm,
+        scalar(norm.dtype(), max_grad_norm));
+  const int n = TraceContext::current()->num_replicas;
+  const Tensor me = axis_index(axis);
+  TensorDict p_slices, g_slices;
+  for (const auto& [name, p] : params) {
+    p_slices.set(name, own_slice(p, n, me));
+    g_slices.set(name, own_slice(mean_grads.at(name), n, me));
+  }
+  AdamW opt = optimizer;
+  opt.lr = schedule(step);
+  auto [next_slices, next_state] = opt.update(p_slices, g_slices, state);
+  return {gather_slices(next_slices, params, n, axis), next_state, norm};
+}
+
+std::tuple<TensorDict, TensorDict, Tensor> zero2_adamw_update(
+    const Params& params, const TensorDict& grads, const Params& state, const AdamW& optimizer,
+    const Schedule& schedule, const Tensor& step, double max_grad_norm, const std::string& axis) {
+  const int n = TraceContext::current()->num_replicas;
+  // pmean's operand (the gradient times the replica's mean weight), flat and zero-padded to
+  // N k, reduce-scattered: each replica receives the sum's block it updates, the same bits as
+  // that block of pmean(grads).
+  TensorDict padded;
+  bool all_f64 = true;
+  for (const auto& [name, p] : params) {
+    const Tensor& g = grads.at(name);
+    const int64_t k = zero_shard_size(g.size(), n);
+    Tensor flat = reshape(mul(g, detail::mean_scale(g.dtype())), {g.size()});
+    if (n * k > g.size()) flat = concat({flat, full(g.dtype(), {n * k - g.size()}, 0.0)}, 0);
+    padded.set(name, flat);
+    all_f64 = all_f64 && g.dtype() == DType::f64;
+  }
+  const TensorDict g_slices = psum_scatter(padded, axis);
+  // The global norm from every replica's sum of squares of its blocks (the padding adds 0):
+  // the same value as the replicated step's up to the order of the additions.
+  const DType acc = all_f64 ? DType::f64 : DType::f32;
+  Tensor partial;
+  for (const auto& [name, g] : g_slices) {
+    Tensor s = cast(sum(square(g), {}, false), acc);
+    partial = partial.defined() ? add(partial, s) : s;
+  }
+  Tensor norm = sqrt(psum(partial, axis));
+  check(isfinite(norm) && norm < max_grad_norm,
+        "global gradient norm {} is not finite or not below {}", norm,
+        scalar(norm.dtype(), max_grad_norm));
+  const Tensor me = axis_index(axis);
+  TensorDict p_slices;
+  for (const auto& [name, p] : params) p_slices.set(name, own_slice(p, n, me));
+  AdamW opt = optimizer;
+  opt.lr = schedule(step);
+  auto [next_slices, next_state] = opt.update(p_slices, g_slices, state);
+  return {gather_slices(next_slices, params, n, axis), next_state, norm};
+}
+
+ArrayDict zero_local_state(const ArrayDict& first, const std::vector<const std::vector<Array>*>& others,
+                           size_t offset) {
+  if (others.empty()) return first;
+  ArrayDict out;
+  for (size_t i = 0; i < first.size(); ++i) {
+    const Array& a = first.value(i);
+    if (a.rank() == 0) {
+      out.set(first.name(i), a);
+      continue;
+    }
+    const int64_t k = a.shape()[0];
+    Array whole(a.dtype(), {k * static_cast<int64_t>(1 + others.size())});
+    const size_t bytes = a.nbytes();
+    std::memcpy(whole.raw(), a.raw(), bytes);
+    for (size_t r = 0; r < others.size(); ++r) {
+      const Array& s = others[r]->at(offset + i);
+      if (s.shape() != a.shape() || s.dtype() != a.dtype())
+        throw std::invalid_argument("zero_local_state: replica shards of '" + first.name(i) + "' differ in shape");
+      std::memcpy(static_cast<char*>(whole.raw()) + (r + 1) * bytes, s.raw(), bytes);
+    }
+    out.set(first.name(i), std::move(whole));
+  }
+  return out;
+}
+
+}  // namespace fjit::training

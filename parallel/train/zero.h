@@ -1,0 +1,73 @@
+// ZeRO stages 1 and 2 (Rajbhandari et al. 2020, "ZeRO: Memory Optimizations Toward Training Trillion
+// Parameter Models"): the optimizer state sharded over the data axis.
+//
+// Each state tensor is held flat: parameter p's numel elements are padded with zeros to
+// N * k, k = ceil(numel / N), and replica i holds elements [i k, (i + 1) k) ("m.<name>" and
+// "v.<name>" of shape [k]; the padding updates zeros to zeros and is never read back). The
+// i32 counter "step" stays whole on every replica. So a replica holds about 1/N of the state.
+//
+// The step (parallel/train/train_step.h with zero_stage = 1) all-reduces the gradients as the
+// replicated step does, checks their global norm on the whole averaged gradient, updates this
+// replica's slice of every parameter with its slice of the state, and all-gathers the updated
+// slices into whole parameters (one all-gather per dtype). The update is elementwise, so each
+// element is computed from the same bits as in the replicated step: the parameters are
+// bit-identical to it (tests/zero_test.cc, tests/mpi/zero_mpi_test.cc).
+//
+// On the host, a sharded state is an ArrayDict passed to pmap as a sharded dict
+// (PmapArgOptions::sharded_dicts): its entries hold the rows of this process's replicas
+// (local_size * k; under MPI, one rank's k), and the step's new shards come back per replica
+// (Pmapped::replica_outputs, gathered by zero_local_state).
+//
+// Stage 2 (zero2_adamw_update) also reduce-scatters the gradients instead of all-reducing them.
+//
+// Not here: stage 3 (sharded parameters), clipping by the global norm, parameter groups,
+// loss scaling with stage 2, the language model's step, and checkpoints of sharded state.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "core/lib/optimizers.h"
+#include "core/lib/schedules.h"
+#include "parallel/mesh.h"
+
+namespace fjit::training {
+
+// Elements of a parameter of `numel` elements that each of `replicas` replicas holds.
+int64_t zero_shard_size(int64_t numel, int replicas);
+
+// The initial sharded AdamW state of `params` for this process's replicas of `mesh`: zeros
+// of shape [local_size * k] for each moment, and step 0.
+ArrayDict zero_init_state(const ArrayDict& params, const Mesh& mesh);
+
+// Bytes of the optimizer state one replica holds: the sharded state's (entries of shape
+// [k] and the step counter) for `replicas` > 1 or zero_stage 1, the whole state's otherwise.
+int64_t zero_state_bytes_per_replica(const ArrayDict& params, int replicas);
+
+// The traced update of ZeRO stage 1 from gradients already averaged over `axis`: this
+// replica's slice of each parameter and of the state updated, the parameters all-gathered.
+// `state` holds this replica's shards. Returns {params', state' (shards), global norm}.
+std::tuple<TensorDict, TensorDict, Tensor> zero1_adamw_update_of_mean(
+    const Params& params, const TensorDict& mean_grads, const Params& state, const AdamW& optimizer,
+    const Schedule& schedule, const Tensor& step, double max_grad_norm, const std::string& axis);
+
+// ZeRO stage 2: the same update from this replica's gradients before averaging. pmean's
+// operand is reduce-scattered (psum_scatter, bucketed) instead of all-reduced, so each replica
+// receives only the block of the averaged gradient it updates: the same bits as that block of
+// the all-reduce, hence the same parameters. The global norm is the square root of the sum
+// over replicas of each block's sum of squares: its bits may differ from the replicated
+// step's (another order of additions). Returns {params', state' (shards), global norm}.
+std::tuple<TensorDict, TensorDict, Tensor> zero2_adamw_update(
+    const Params& params, const TensorDict& grads, const Params& state, const AdamW& optimizer,
+    const Schedule& schedule, const Tensor& step, double max_grad_norm, const std::string& axis);
+
+// The whole sharded state of this process's replicas after a step: replica 0's shards
+// (`first`, what the step returned) followed along axis 0 by those of replicas 1 ..
+// local_size - 1, read from their flat outputs (`replica_outputs(r)`), where the state's
+// entries begin at leaf `offset`. The step counter is replica 0's.
+ArrayDict zero_local_state(const ArrayDict& first, const std::vector<const std::vector<Array>*>& others,
+                           size_t offset);
+
+}  // namespace fjit::training
