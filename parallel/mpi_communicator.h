@@ -129,6 +129,9 @@ class MpiCommunicator final : public Communicator {
   class WindowWaiter;
   void all_reduce_segment(unsigned char* data, int count, DType dtype, ReduceOp op);
   unsigned char* scratch(size_t nbytes);
+  // Block r of `in` to every other rank r, and rank r's block for this one to out + r * block,
+  // in nonblocking rounds under the stall policy (reduce_scatter, all_to_all).
+  void exchange_blocks(const unsigned char* in, unsigned char* out, size_t block, int tag);
   // The shared-memory window of all_reduce and all_reduce_apply (allocated by every rank at
   // its first call), or false when the ranks do not share one machine or it does not fit.
   bool shared_window();

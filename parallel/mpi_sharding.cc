@@ -20,6 +20,20 @@ constexpr size_t kPieceBytes = size_t{1} << 30;
 
 }  // namespace
 
+void MpiCommunicator::exchange_blocks(const unsigned char* in, unsigned char* out, size_t block, int tag) {
+  for (size_t done = 0; done < block; done += kPieceBytes) {
+    const int n = static_cast<int>(std::min(kPieceBytes, block - done));
+    MPI_Request* req = requests_.data();
+    int n_req = 0;
+    for (int r = 0; r < size_; ++r) {
+      if (r == rank_) continue;
+      MPI_Irecv(out + r * block + done, n, MPI_BYTE, r, tag, comm_, &req[n_req++]);
+      MPI_Isend(in + r * block + done, n, MPI_BYTE, r, tag, comm_, &req[n_req++]);
+    }
+    wait(n_req, req);
+  }
+}
+
 void MpiCommunicator::reduce_scatter(const void* send, void* recv, int64_t count, DType dtype, ReduceOp op) {
   const size_t esize = static_cast<size_t>(dtype_size(dtype));
   const size_t block = count > 0 ? static_cast<size_t>(count) * esize : 0;
@@ -29,17 +43,7 @@ void MpiCommunicator::reduce_scatter(const void* send, void* recv, int64_t count
   const auto* in = static_cast<const unsigned char*>(send);
   // Every rank's copy of this rank's block, then one rank-order combine (all_reduce's bits).
   unsigned char* received = scratch(block * static_cast<size_t>(size_));
-  for (size_t done = 0; done < block; done += kPieceBytes) {
-    const int n = static_cast<int>(std::min(kPieceBytes, block - done));
-    MPI_Request* req = requests_.data();
-    int n_req = 0;
-    for (int r = 0; r < size_; ++r) {
-      if (r == rank_) continue;
-      MPI_Irecv(received + r * block + done, n, MPI_BYTE, r, kTagReduceScatter, comm_, &req[n_req++]);
-      MPI_Isend(in + r * block + done, n, MPI_BYTE, r, kTagReduceScatter, comm_, &req[n_req++]);
-    }
-    wait(n_req, req);
-  }
+  exchange_blocks(in, received, block, kTagReduceScatter);
   for (int r = 0; r < size_; ++r) inputs_[r] = r == rank_ ? in + rank_ * block : received + r * block;
   void* out[1] = {recv};
   combine_in_rank_order(inputs_.data(), size_, out, 1, 0, count, dtype, op);
@@ -52,17 +56,7 @@ void MpiCommunicator::all_to_all(const void* send, void* recv, size_t nbytes_per
   const auto* in = static_cast<const unsigned char*>(send);
   auto* out = static_cast<unsigned char*>(recv);
   if (block > 0) std::memmove(out + rank_ * block, in + rank_ * block, block);
-  for (size_t done = 0; done < block; done += kPieceBytes) {
-    const int n = static_cast<int>(std::min(kPieceBytes, block - done));
-    MPI_Request* req = requests_.data();
-    int n_req = 0;
-    for (int r = 0; r < size_; ++r) {
-      if (r == rank_) continue;
-      MPI_Irecv(out + r * block + done, n, MPI_BYTE, r, kTagAllToAll, comm_, &req[n_req++]);
-      MPI_Isend(in + r * block + done, n, MPI_BYTE, r, kTagAllToAll, comm_, &req[n_req++]);
-    }
-    wait(n_req, req);
-  }
+  exchange_blocks(in, out, block, kTagAllToAll);
 }
 
 void MpiCommunicator::permute(const void* send, void* recv, size_t nbytes, int send_to, int recv_from) {

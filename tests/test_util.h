@@ -1,5 +1,5 @@
 // Helpers shared by tests: capturing fjit's log output, setting an environment variable,
-// random arrays, the message of an expected exception.
+// random arrays, rows of a batch, the message of an expected exception.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -8,10 +8,12 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <random>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "core/base/log.h"
 #include "core/ir/array.h"
@@ -124,6 +126,23 @@ inline void expect_bit_equal(const ArrayDict& a, const ArrayDict& b, const std::
 inline ArrayDict deep_copy(const ArrayDict& d) {
   ArrayDict out;
   for (const auto& [name, a] : d) out.set(name, a.clone());
+  return out;
+}
+
+// Row i of a host array, along axis 0 (example i of a batch).
+inline Array row(const Array& a, int64_t i) {
+  Array out(a.dtype(), Shape(a.shape().begin() + 1, a.shape().end()));
+  std::memcpy(out.raw(), static_cast<const char*>(a.raw()) + out.nbytes() * static_cast<size_t>(i), out.nbytes());
+  return out;
+}
+
+// Arrays of one shape stacked along a new axis 0 (the inverse of row).
+inline Array stack_rows(const std::vector<Array>& rows) {
+  Shape s{static_cast<int64_t>(rows.size())};
+  s.insert(s.end(), rows[0].shape().begin(), rows[0].shape().end());
+  Array out(rows[0].dtype(), s);
+  for (size_t i = 0; i < rows.size(); ++i)
+    std::memcpy(static_cast<char*>(out.raw()) + rows[i].nbytes() * i, rows[i].raw(), rows[i].nbytes());
   return out;
 }
 

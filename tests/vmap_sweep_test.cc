@@ -49,20 +49,8 @@ Array random_operand(const ValueType& t, const SweepCase& c, uint32_t seed) {
   return a;
 }
 
-Array row(const Array& a, int64_t i) {
-  Array out(a.dtype(), Shape(a.shape().begin() + 1, a.shape().end()));
-  std::memcpy(out.raw(), static_cast<const char*>(a.raw()) + out.nbytes() * static_cast<size_t>(i), out.nbytes());
-  return out;
-}
-
-Array stack_rows(const std::vector<Array>& rows) {
-  Shape s{static_cast<int64_t>(rows.size())};
-  s.insert(s.end(), rows[0].shape().begin(), rows[0].shape().end());
-  Array out(rows[0].dtype(), s);
-  for (size_t i = 0; i < rows.size(); ++i)
-    std::memcpy(static_cast<char*>(out.raw()) + rows[i].nbytes() * i, rows[i].raw(), rows[i].nbytes());
-  return out;
-}
+using testing::row;
+using testing::stack_rows;
 
 std::string key(size_t i) { return std::string(1, static_cast<char>('a' + i)); }
 

@@ -17,23 +17,8 @@ namespace {
 
 using testing::random_f32;
 
-// Example i of a host array batched along axis 0.
-Array row(const Array& a, int64_t i) {
-  Shape s(a.shape().begin() + 1, a.shape().end());
-  Array out(a.dtype(), s);
-  const size_t bytes = out.nbytes();
-  std::memcpy(out.raw(), static_cast<const char*>(a.raw()) + bytes * static_cast<size_t>(i), bytes);
-  return out;
-}
-
-Array stack_rows(const std::vector<Array>& rows) {
-  Shape s{static_cast<int64_t>(rows.size())};
-  s.insert(s.end(), rows[0].shape().begin(), rows[0].shape().end());
-  Array out(rows[0].dtype(), s);
-  for (size_t i = 0; i < rows.size(); ++i)
-    std::memcpy(static_cast<char*>(out.raw()) + rows[i].nbytes() * i, rows[i].raw(), rows[i].nbytes());
-  return out;
-}
+using testing::row;
+using testing::stack_rows;
 
 // tol 0: bit for bit.
 void expect_close(const Array& got, const Array& want, double tol, const std::string& what) {
