@@ -49,10 +49,11 @@ case $kind in
     export LSAN_OPTIONS="suppressions=$here/lsan.supp:print_suppressions=0:${LSAN_OPTIONS:-}"
     export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:${UBSAN_OPTIONS:-}"
     status=0
-    # multihost_train_2hosts is left out: it tests the launch across two network namespaces,
-    # whose remote ranks do not get the environment below, and runs the same training code
-    # as the one-host MPI tests do here.
-    locked ctest --test-dir "$build" -j "$jobs" --output-on-failure \
+    # The multi-host tests (multihost_train_2hosts, elastic_restart_*: label multihost) are
+    # left out: they test launching across two network namespaces, whose remote ranks do not
+    # get the environment below, and run the same training code as the one-host MPI tests do
+    # here (launch_test covers the launcher's own code).
+    locked ctest --test-dir "$build" -j "$jobs" --output-on-failure -LE multihost \
       -E "^package_|_fails_to_compile$|_mpi|mpi_|^multihost_" "$@" || status=1
     # The MPI tests: OpenMPI's allocations are only recognisable (lsan.supp) with full stacks
     # and with its components kept loaded until exit.
