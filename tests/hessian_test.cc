@@ -108,6 +108,22 @@ TEST(Hessian, MlpHvpMatchesHostGradientDifferences) {
   }
 }
 
+// `hv` against central differences of the jitted gradient `g` at w along v (w and v [3]).
+template <class G>
+void expect_gradient_differences(const Array& hv, G& g, const Array& w, const Array& v) {
+  const double h = 1e-5;
+  Array wu = w.clone(), wd = w.clone();
+  for (int i = 0; i < 3; ++i) {
+    wu.data<double>()[i] += h * v.data<double>()[i];
+    wd.data<double>()[i] -= h * v.data<double>()[i];
+  }
+  const Array gu = g(wu), gd = g(wd);
+  for (int i = 0; i < 3; ++i) {
+    const double fd = (gu.data<double>()[i] - gd.data<double>()[i]) / (2 * h);
+    EXPECT_NEAR(hv.data<double>()[i], fd, 1e-8 + 1e-7 * std::abs(fd)) << i;
+  }
+}
+
 // A loss through a scan: the carry, the rows and a captured weight all feed it.
 Tensor scan_loss(const Tensor& w, const Tensor& xs) {
   auto [c, ys] = scan([&](const Tensor& c, const Tensor& r) {
@@ -125,18 +141,9 @@ TEST(Hessian, HvpThroughScanMatchesGradientDifferences) {
   });
   auto g = jit([&](const Tensor& w) { return grad(loss)(w); });
   auto [hv, hmv] = f(w, v);
-  const double h = 1e-5;
-  Array wu = w.clone(), wd = w.clone();
-  for (int i = 0; i < 3; ++i) {
-    wu.data<double>()[i] += h * v.data<double>()[i];
-    wd.data<double>()[i] -= h * v.data<double>()[i];
-  }
-  const Array gu = g(wu), gd = g(wd);
-  for (int i = 0; i < 3; ++i) {
-    const double fd = (gu.data<double>()[i] - gd.data<double>()[i]) / (2 * h);
-    EXPECT_NEAR(hv.data<double>()[i], fd, 1e-8 + 1e-7 * std::abs(fd)) << i;
-    EXPECT_NEAR(hmv.data<double>()[i], hv.data<double>()[i], 1e-12 * (1 + std::abs(fd))) << i;
-  }
+  expect_gradient_differences(hv, g, w, v);
+  for (int i = 0; i < 3; ++i)
+    EXPECT_NEAR(hmv.data<double>()[i], hv.data<double>()[i], 1e-12 * (1 + std::abs(hv.data<double>()[i]))) << i;
 }
 
 // fori_loop is a scan over the trip count: its HVP too, against gradient differences.
@@ -149,17 +156,7 @@ TEST(Hessian, HvpThroughForiLoop) {
   auto f = jit([&](const Tensor& w, const Tensor& v) { return hvp(loss)(w, v); });
   auto g = jit([&](const Tensor& w) { return grad(loss)(w); });
   const Array hv = f(w, v);
-  const double h = 1e-5;
-  Array wu = w.clone(), wd = w.clone();
-  for (int i = 0; i < 3; ++i) {
-    wu.data<double>()[i] += h * v.data<double>()[i];
-    wd.data<double>()[i] -= h * v.data<double>()[i];
-  }
-  const Array gu = g(wu), gd = g(wd);
-  for (int i = 0; i < 3; ++i) {
-    const double fd = (gu.data<double>()[i] - gd.data<double>()[i]) / (2 * h);
-    EXPECT_NEAR(hv.data<double>()[i], fd, 1e-8 + 1e-7 * std::abs(fd)) << i;
-  }
+  expect_gradient_differences(hv, g, w, v);
 }
 
 // Reverse over forward: the gradient of <1, J t> for f = sin is -sin(x) t, in closed form.
