@@ -12,6 +12,7 @@
 #include "parallel/lm/lm_verify.h"
 #include "parallel/train/train_step_testing.h"
 #include "tests/test_util.h"
+#include "tests/tiny_lm.h"
 
 namespace fjit::lm {
 namespace {
@@ -28,23 +29,8 @@ LmRun make_run(const std::string& name) {
   r.dir = fs::temp_directory_path() / ("fjit_lm_verify_" + name + "_" + std::to_string(::getpid()));
   fs::remove_all(r.dir);
   fs::create_directories(r.dir);
-  {
-    std::ofstream corpus(r.dir / "corpus.txt");
-    for (int i = 0; i < 200; ++i) corpus << "the quick brown fox " << i << " jumps over the lazy dog\n";
-  }
-  LmOptions& o = r.options;
-  o.model.context = 16;
-  o.model.dim = 16;
-  o.model.layers = 1;
-  o.model.heads = 2;
-  o.steps = 6;
-  o.batch_size = 6;
-  o.warmup_steps = 0;
-  o.eval_every = 0;
-  o.log_every = 0;
-  o.corpus = (r.dir / "corpus.txt").string();
-  o.checkpoint_dir = (r.dir / "ckpt").string();
-  o.checkpoint_every = 2;
+  r.options = testing::tiny_lm_options(r.dir, 6);
+  r.options.checkpoint_every = 2;
   return r;
 }
 

@@ -23,6 +23,7 @@
 #include "parallel/communicator_reduce.h"
 #include "tests/fixture_data.h"
 #include "tests/test_util.h"
+#include "tests/tiny_lm.h"
 
 namespace fjit::examples {
 namespace {
@@ -312,22 +313,7 @@ TEST(LossScale, LanguageModelTrainerSkipsAForcedOverflowExactly) {
   const auto dir = std::filesystem::temp_directory_path() / ("fjit_loss_scale_lm_" + std::to_string(::getpid()));
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
-  {
-    std::ofstream corpus(dir / "corpus.txt");
-    for (int i = 0; i < 200; ++i) corpus << "the quick brown fox " << i << " jumps over the lazy dog\n";
-  }
-  lm::LmOptions o;
-  o.model.context = 16;
-  o.model.dim = 16;
-  o.model.layers = 1;
-  o.model.heads = 2;
-  o.steps = 6;
-  o.batch_size = 4;
-  o.warmup_steps = 0;
-  o.eval_every = 0;
-  o.log_every = 0;
-  o.corpus = (dir / "corpus.txt").string();
-  o.checkpoint_dir = (dir / "ckpt").string();
+  lm::LmOptions o = testing::tiny_lm_options(dir, 4);
   o.grad_dtype = "f16";  // dynamic loss scale by default
   lm::LmTrainer t(Mesh::threads(2), o);
   ASSERT_NE(t.loss_scale(), nullptr);
