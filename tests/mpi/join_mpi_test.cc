@@ -53,9 +53,24 @@ Array concat_rows(const std::vector<io::Batch>& parts, const std::string& name) 
 
 // Each rank's examples: counts that differ by more than one batch (and a rank that runs out
 // in the first epoch), as when each rank reads its own files.
+// Examples per rank, unequal at any rank count: 24, 8, 40, then the same pattern 4 larger.
 std::vector<int64_t> rank_counts(int ranks) {
-  const std::vector<int64_t> counts = {24, 8, 40};
-  return std::vector<int64_t>(counts.begin(), counts.begin() + ranks);
+  const int64_t pattern[] = {24, 8, 40};
+  std::vector<int64_t> counts;
+  for (int r = 0; r < ranks; ++r) counts.push_back(pattern[r % 3] + 4 * (r / 3));
+  return counts;
+}
+
+// The trainer's parts of the 16-example fixture: 10 and 3 over 2 ranks; 9, 2 and 5 over 3;
+// beyond 3 ranks, parts of 2 and 1 after a first, longest part that takes the rest.
+std::vector<int64_t> trainer_parts(int ranks) {
+  if (ranks == 2) return {10, 3};
+  if (ranks == 3) return {9, 2, 5};
+  std::vector<int64_t> parts(ranks);
+  int64_t rest = 16;
+  for (int r = 1; r < ranks; ++r) rest -= parts[r] = r % 3 == 2 ? 1 : 2;
+  parts[0] = rest;
+  return parts;
 }
 
 // Linear least squares in float64, plain SGD: the means are exact to float64 rounding.
@@ -151,19 +166,19 @@ TEST(JoinMpi, StepByStepAgreementRunsUntilTheLastRankIsDone) {
 }
 
 // The examples' trainer with --examples-per-process: each rank trains on its own part of the
-// training set (parts of 10 and 3 examples over 2 ranks; 9, 2 and 5 over 3), in local batches
-// of 3 (2 over 3 ranks). It ends after the longest part's steps, and equals one replica of the
-// same train step over the ranks' rows of each step.
+// training set (trainer_parts), in local batches of 3 over 2 ranks and of 2 beyond. It ends
+// after the longest part's steps, and equals one replica of the same train step over the
+// ranks' rows of each step.
 TEST(JoinMpi, TrainerWithUnequalPartsEqualsOneReplicaOverTheSameRows) {
   const io::Dataset& data = testing::fixture();  // tests/fixture_data.h
   const int ranks = mesh().size();
   TrainOptions o;
-  o.batch_size = 6;
+  o.batch_size = ranks <= 3 ? 6 : 2 * ranks;
   o.epochs = 2;
   o.seed = 3;
   o.log_every = 0;
   o.layers = {784, 32, 10};
-  o.examples_per_process = ranks == 2 ? std::vector<int64_t>{10, 3} : std::vector<int64_t>{9, 2, 5};
+  o.examples_per_process = trainer_parts(ranks);
   o.divergence_check_every = 1;
   Trainer trainer(mesh(), o, data);
   std::vector<float> losses;
