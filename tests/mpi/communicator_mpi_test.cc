@@ -41,6 +41,18 @@ MpiCommunicator& comm() {
 
 using testing::LogCapture;
 
+// Whether every rank runs on this machine (the shared-memory tests need it; on simulated
+// hosts, tests/mpi/multihost_gtests.sh, the ranks do not). The same answer on every rank.
+bool ranks_share_a_machine() {
+  MPI_Comm node;
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+  int on_node = 0, world = 0;
+  MPI_Comm_size(node, &on_node);
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  MPI_Comm_free(&node);
+  return on_node == world;
+}
+
 // One round of whole buffers (small, or mid-sized with non-eager chunks) and chunked rounds.
 // ... and 300007: several 1 MiB segments for 4- and 8-byte types, the last one short.
 constexpr int64_t kCounts[] = {1, 17, 1000, 3000, 70001, 300007};
@@ -174,6 +186,7 @@ TEST(MpiCommunicator, AllReduceApplyHandsOverTheRankOrderSumOnce) {
 // workspace, and still get the rank-order sum. Also all_reduce of a buffer in the workspace,
 // and a workspace that grows.
 TEST(MpiCommunicator, SharedWorkspaceSourcesAreReadWhereTheyLie) {
+  if (!ranks_share_a_machine()) GTEST_SKIP() << "the ranks are on different machines";
   MpiCommunicator c(MPI_COMM_WORLD, test_policy());
   const int n = c.size(), me = c.rank();
   const int64_t count = 300007;  // several 1 MiB window segments
@@ -216,6 +229,7 @@ TEST(MpiCommunicator, SharedWorkspaceSourcesAreReadWhereTheyLie) {
 // would abort the job in MPI_Win_allocate_shared: the communicator does without, says so
 // once, and gives the same bits.
 TEST(MpiCommunicator, WithTooLittleSharedMemoryItDoesWithout) {
+  if (!ranks_share_a_machine()) GTEST_SKIP() << "the ranks are on different machines";
   MpiCommunicator c(MPI_COMM_WORLD, test_policy()), messages(MPI_COMM_WORLD, test_policy());
   messages.set_shared_memory(false);
   c.set_shared_memory_budget(int64_t{1} << 20);  // less than the window takes

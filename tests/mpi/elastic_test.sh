@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# fjit_launch (parallel/launch/launcher.h) on two simulated hosts (tests/mpi/twohost_ns.sh;
+# fjit_launch (parallel/launch/launcher.h) on two simulated hosts (tests/mpi/sim_hosts_ns.sh;
 # registered with CTest by tests/mpi/multihost_tests.cmake). The job, 1 rank on each of
 # fjit-node1 and fjit-node2, checkpoints every 100 steps; fjit_launch runs in fjit-node1.
 #   kill   every process of fjit-node2 (OpenMPI's daemon, its rank) is killed mid-run: the
@@ -16,7 +16,7 @@
 # usage: elastic_test.sh kill|split TRAIN_BINARY FIXTURE_DIR MPIRUN FJIT_LAUNCH
 set -uo pipefail
 mode=$1 bin=$2 fixture=$3 mpirun=$4 launch=$5
-. "$(dirname "$0")/twohost_ns.sh"  # the hosts, $work, $agent, link_down, link_up, fail, skip
+. "$(dirname "$0")/sim_hosts_ns.sh"  # the hosts, $work, $agent, link_down, link_up, fail, skip
 . "$(dirname "$0")/../../examples/fixture_data.sh"
 . "$(dirname "$0")/../../examples/checkpoint_state.sh"
 export FJIT_INTRA_OP_THREADS=1

@@ -60,7 +60,7 @@ case $kind in
     # and with its components kept loaded until exit.
     ASAN_OPTIONS="fast_unwind_on_malloc=0:$ASAN_OPTIONS" \
       OMPI_MCA_mca_base_component_disable_dlclose=1 PMIX_MCA_mca_base_component_disable_dlclose=1 \
-      locked ctest --test-dir "$build" -j "$jobs" --output-on-failure -R "_mpi|mpi_" -LE ranks48 "$@" || status=1
+      locked ctest --test-dir "$build" -j "$jobs" --output-on-failure -R "_mpi|mpi_" -LE "ranks48|multihost" "$@" || status=1
     exit $status
     ;;
   thread)

@@ -1,14 +1,18 @@
-# Sourced by the multi-host tests (multihost_test.sh, elastic_test.sh): two machines simulated
-# on this one. Two network + UTS namespaces are the hosts fjit-node1 and fjit-node2, joined by
-# a veth pair (fjit0, 10.231.0.1 and 10.231.0.2); `$agent HOST COMMAND...` is an rsh agent
-# (OpenMPI's plm_rsh_agent, fjit_launch's --rsh-agent) that runs COMMAND in HOST's namespaces.
-# Like ssh across a split network, the agent cannot reach fjit-node2 while the link is down
-# (link_down): it waits until the link is back (link_up) or its caller gives up.
+# Sourced by the multi-host tests (multihost_test.sh, elastic_test.sh): several machines
+# simulated on this one. $FJIT_SIM_HOSTS (default 2) network + UTS namespaces are the hosts
+# fjit-node1, fjit-node2, ...; each has an interface fjit0 with the address 10.231.0.K.
+#   - Two hosts are joined directly by a veth pair.
+#   - More hosts are joined through a bridge in a namespace of its own (the switch), one veth
+#     pair a host.
+# `$agent HOST COMMAND...` is an rsh agent (OpenMPI's plm_rsh_agent, fjit_launch's
+# --rsh-agent) that runs COMMAND in HOST's namespaces. Like ssh across a split network, the
+# agent cannot reach fjit-node2 while its link is down (link_down): it waits until the link is
+# back (link_up) or its caller gives up.
 #
-# After sourcing: $work (a scratch directory, removed on exit with every process of both
-# hosts), $node1 $node2 (the pids holding each host's namespaces), $agent, fail (counts
-# failures in $failures), skip (exit 77), in_host HOST CMD... Exits 77 (skipped) when not
-# root, or when namespaces or the veth pair cannot be made.
+# After sourcing: $work (a scratch directory, removed on exit with every process of every
+# host), $nhosts, $node1 $node2 (the pids holding the first two hosts' namespaces), $agent,
+# fail (counts failures in $failures), skip (exit 77), in_host HOST CMD... Exits 77 (skipped)
+# when not root, or when namespaces or the veth pairs cannot be made.
 set -uo pipefail
 skip() { echo "skipped: $*"; exit 77; }
 [ "$(id -u)" -eq 0 ] || skip "needs root (network namespaces)"
@@ -56,14 +60,30 @@ start_host() {
   done
   skip "cannot make network and UTS namespaces: $(cat "$work/$1.err")"
 }
-start_host fjit-node1
-start_host fjit-node2
+nhosts=${FJIT_SIM_HOSTS:-2}
+for k in $(seq "$nhosts"); do start_host "fjit-node$k"; done
 node1=$(cat "$work/fjit-node1.pid") node2=$(cat "$work/fjit-node2.pid")
-nsenter -t "$node1" --net ip link add fjit0 type veth peer name fjit0 netns "$node2" 2> "$work/veth.err" ||
-  skip "cannot make a veth pair: $(cat "$work/veth.err")"
-nsenter -t "$node1" --net sh -c 'ip addr add 10.231.0.1/24 dev fjit0 && ip link set fjit0 up' &&
-  nsenter -t "$node2" --net sh -c 'ip addr add 10.231.0.2/24 dev fjit0 && ip link set fjit0 up' ||
-  skip "cannot configure the veth pair"
+# Host K's end of its link: fjit0, 10.231.0.K, up.
+configure_end() {
+  nsenter -t "$(cat "$work/fjit-node$1.pid")" --net sh -c "ip addr add 10.231.0.$1/24 dev fjit0 && ip link set fjit0 up" ||
+    skip "cannot configure fjit-node$1's end of its link"
+}
+if [ "$nhosts" -eq 2 ]; then
+  nsenter -t "$node1" --net ip link add fjit0 type veth peer name fjit0 netns "$node2" 2> "$work/veth.err" ||
+    skip "cannot make a veth pair: $(cat "$work/veth.err")"
+else
+  start_host fjit-switch
+  switch=$(cat "$work/fjit-switch.pid")
+  nsenter -t "$switch" --net sh -c 'ip link add br0 type bridge && ip link set br0 up' 2> "$work/veth.err" ||
+    skip "cannot make a bridge: $(cat "$work/veth.err")"
+  for k in $(seq "$nhosts"); do
+    nsenter -t "$switch" --net sh -c \
+      "ip link add port$k type veth peer name fjit0 netns $(cat "$work/fjit-node$k.pid") &&
+       ip link set port$k master br0 && ip link set port$k up" 2> "$work/veth.err" ||
+      skip "cannot make fjit-node$k's veth pair: $(cat "$work/veth.err")"
+  done
+fi
+for k in $(seq "$nhosts"); do configure_end "$k"; done
 
 # The network split and its end: fjit-node2's end of the link down, and up again. fjit-node1's
 # end stays configured (up, without a carrier), as a host's own interface does when the
@@ -80,9 +100,10 @@ while [ \$# -gt 0 ] && [ "\${1#-}" != "\$1" ]; do shift; done
 host=\$1
 shift
 [ -f "$work/\$host.pid" ] || { echo "agent: no simulated host \$host" >&2; exit 255; }
-# No route to \$host while the link is down: like ssh, keep trying until the caller gives up.
-while [ "\$host" != fjit-node1 ] &&
-      ! nsenter -t "\$(cat "$work/fjit-node1.pid")" --net ip link show fjit0 | grep -q 'state UP'; do
+# No route to \$host while its link or fjit-node1's (where the callers run) is down: like ssh,
+# keep trying until the caller gives up.
+link_is_up() { nsenter -t "\$(cat "$work/\$1.pid")" --net ip link show fjit0 | grep -q 'state UP'; }
+while [ "\$host" != fjit-node1 ] && ! { link_is_up fjit-node1 && link_is_up "\$host"; }; do
   sleep 0.2
 done
 exec nsenter -t "\$(cat "$work/\$host.pid")" --net --uts /bin/sh -c "\$*"
