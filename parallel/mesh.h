@@ -11,7 +11,7 @@
 //
 // A mesh made with named axes (Mesh::threads(axes), Mesh::mpi(axes)) lays the replicas out as
 // a grid (parallel/mesh_axes.h); shard_map (parallel/shard_map.h) runs on it, and collectives
-// name an axis. pmap keeps using the replicas as one axis.
+// name an axis. pmap takes a one-axis mesh only (std::invalid_argument otherwise).
 #pragma once
 
 #include <functional>

@@ -266,6 +266,8 @@ class Pmapped {
 template <class F>
 Pmapped<F> pmap(const Mesh& mesh, const std::string& axis, F fn, PmapOptions options = {},
                 PmapArgOptions args = {}) {
+  if (!mesh.axes().empty())
+    throw std::invalid_argument("pmap: the mesh has named axes; run on it with shard_map (parallel/shard_map.h)");
   if (options.jit.name == "fn") options.jit.name = "pmap";
   return Pmapped<F>(mesh, axis, std::move(fn), std::move(options), std::move(args.replicated_args),
                     std::move(args.sharded_dicts));

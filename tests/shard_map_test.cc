@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "fjit.h"
+#include "tests/tensor_parallel_testing.h"
 
 namespace fjit {
 namespace {
@@ -85,6 +86,7 @@ TEST(MeshAxes, RowMajorCoordinatesAndGroups) {
   EXPECT_EQ(m.axis_index("data", 2), 1);
   EXPECT_EQ(m.axis_index("model", 2), 0);
   EXPECT_THROW(m.axis_size("batch"), std::invalid_argument);
+  EXPECT_THROW(pmap(m, "batch", [](const Tensor& x) { return x; }), std::invalid_argument);  // shard_map's
 }
 
 // Every replica's coordinates and the axis sizes, as the trace and the plan see them.
@@ -144,15 +146,10 @@ TEST(ShardMap, SpecsThatDoNotFitNameTheArgumentShapeAxisAndCallSite) {
   EXPECT_THROW(shard_map([](const Tensor& x) { return x; }, Mesh::threads(2), {{}}, {{}}), std::invalid_argument);
 }
 
-// The tensor-parallel MLP's blocks: specs of gelu_mlp's parameters.
-ShardSpec mlp_spec(const std::string& n) {
-  return ShardSpec::dict({{n + "/fc/w", {"", "model"}}, {n + "/fc/b", {"model"}}, {n + "/proj/w", {"model", ""}}});
-}
-ShardSpec attention_spec(const std::string& n) {
-  return ShardSpec::dict({{n + "/q/w", {"", "model"}}, {n + "/k/w", {"", "model"}}, {n + "/v/w", {"", "model"}},
-                          {n + "/q/b", {"model"}}, {n + "/k/b", {"model"}}, {n + "/v/b", {"model"}},
-                          {n + "/out/w", {"model", ""}}});
-}
+using testing::block_mse;
+using testing::tp_attention_spec;
+using testing::tp_block_step;
+using testing::tp_mlp_spec;
 
 // Forward and gradients of a split layer on the 2 x 2 grid (batch over "data", weights over
 // "model") against the unsplit layer under jit on the whole batch.
@@ -183,7 +180,7 @@ TEST(TensorParallel, MegatronMlpEqualsTheUnsplitMlpForwardAndGradients) {
   const Array x = random({6, 8}, 6);
   expect_split_equals_whole([](const TensorDict& q, const Tensor& xx) { return tp_gelu_mlp(q, "mlp", xx, "model"); },
                             [](const TensorDict& q, const Tensor& xx) { return gelu_mlp(q, "mlp", xx); }, p, p,
-                            mlp_spec("mlp"), x);
+                            tp_mlp_spec("mlp"), x);
 }
 
 TEST(TensorParallel, AttentionSplitOverHeadsEqualsMultiHeadAttentionForwardAndGradients) {
@@ -207,7 +204,7 @@ TEST(TensorParallel, AttentionSplitOverHeadsEqualsMultiHeadAttentionForwardAndGr
     auto fn = [&](const TensorDict& w, const Tensor& xx) { return tp_attention(w, "attn", xx, "model", o); };
     auto [loss, g] = value_and_grad([&](const TensorDict& w, const Tensor& xx) { return loss_of(fn(w, xx)); })(q, xb);
     return std::tuple{fn(q, xb), psum(loss, "data"), psum(g, "data")};
-  }, grid(), {attention_spec("attn"), {"data"}}, {{"data"}, {}, attention_spec("attn")});
+  }, grid(), {tp_attention_spec("attn"), {"data"}}, {{"data"}, {}, tp_attention_spec("attn")});
   auto [y, loss, g] = sm(tp, x);
   auto ref = jit([&](const TensorDict& q, const Tensor& xx) {
     auto fn = [&](const TensorDict& w, const Tensor& xa) { return multi_head_attention(w, "attn", xa, o); };
@@ -226,7 +223,7 @@ TEST(TensorParallel, HeadsThatTheAxisDoesNotDivideAreATraceErrorNamingTheLayer) 
   ArrayDict p;
   multi_head_attention_params(p, "attn", 6, 1, o);
   auto sm = shard_map([&](const TensorDict& q, const Tensor& x) { return tp_attention(q, "attn", x, "model", o); },
-                      grid(), {attention_spec("attn"), {}}, {{}});
+                      grid(), {tp_attention_spec("attn"), {}}, {{}});
   try {
     sm(tp_attention_params(p, "attn"), random({1, 2, 6}, 1));
     ADD_FAILURE() << "no error";
@@ -234,13 +231,6 @@ TEST(TensorParallel, HeadsThatTheAxisDoesNotDivideAreATraceErrorNamingTheLayer) 
     EXPECT_NE(std::string(e.what()).find("tp_attention"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("heads (3)"), std::string::npos) << e.what();
   }
-}
-
-// A pre-norm transformer block (core/nn/transformer.h's, layer norm and GELU MLP) built from
-// the split layers.
-Tensor tp_block(const TensorDict& p, const Tensor& x, const MultiHeadAttentionOptions& o) {
-  Tensor h = x + tp_attention(p, "blk/attn", layer_norm(p, "blk/norm1", x), "model", o);
-  return h + tp_gelu_mlp(p, "blk/mlp", layer_norm(p, "blk/norm2", h), "model");
 }
 
 // 2-way data x 2-way model parallel training of the block gives 4-way data parallelism's
@@ -256,28 +246,16 @@ TEST(TensorParallel, BlockTrainedOnTwoByTwoMeshMatchesFourWayDataParallelLosses)
   const Array x = random({8, 5, 8}, 12), target = random({8, 5, 8}, 13);
   constexpr double kLr = 0.5;
   constexpr int kSteps = 5;
-  auto mse = [](const Tensor& y, const Tensor& t) { return mean((y - t) * (y - t)); };
-
   auto dp = pmap(Mesh::threads(4), "batch", [&](const TensorDict& q, const Tensor& xb, const Tensor& tb) {
     auto [loss, g] = value_and_grad([&](const TensorDict& w, const Tensor& xx, const Tensor& tt) {
-      return mse(transformer_block(w, "blk", xx, bo), tt);
+      return block_mse(transformer_block(w, "blk", xx, bo), tt);
     })(q, xb, tb);
     g = pmean(g, "batch");
     TensorDict next;
     for (const auto& kv : q) next.set(kv.first, kv.second - g[kv.first] * kLr);
     return std::tuple{next, pmean(loss, "batch")};
   });
-  ShardSpec spec = attention_spec("blk/attn");
-  for (const auto& kv : mlp_spec("blk/mlp").entries) spec.entries.insert(kv);
-  auto tpx = shard_map([&](const TensorDict& q, const Tensor& xb, const Tensor& tb) {
-    auto [loss, g] = value_and_grad([&](const TensorDict& w, const Tensor& xx, const Tensor& tt) {
-      return mse(tp_block(w, xx, bo.attention), tt);
-    })(q, xb, tb);
-    g = pmean(g, "data");
-    TensorDict next;
-    for (const auto& kv : q) next.set(kv.first, kv.second - g[kv.first] * kLr);
-    return std::tuple{next, pmean(loss, "data")};
-  }, grid(), {spec, {"data"}, {"data"}}, {spec, {}});
+  auto tpx = tp_block_step(grid(), bo.attention, kLr);
 
   ArrayDict pd = p, pt = tp;
   for (int s = 0; s < kSteps; ++s) {

@@ -1,7 +1,8 @@
 // A mesh with named axes over MPI ranks (MPI_Comm_split groups per axis), run with 2, 3 and 4
-// ranks: shard_map's collectives over each axis, and the Megatron MLP's forward and
-// gradients, give the same bits as the same grid of thread replicas (which
-// tests/shard_map_test.cc checks against host loops and the unsplit layer).
+// ranks: shard_map's collectives over each axis, the Megatron MLP's gradients and a few
+// training steps of the tensor-parallel transformer block give the same bits as the same
+// grid of thread replicas (which tests/shard_map_test.cc checks against host loops, the
+// unsplit layers and 4-way data parallelism).
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -9,6 +10,7 @@
 
 #include "fjit.h"
 #include "tests/mpi/mpi_test_main.h"
+#include "tests/tensor_parallel_testing.h"
 
 namespace fjit {
 namespace {
@@ -82,6 +84,30 @@ TEST(MeshMpi, MegatronMlpGradientsMatchThreadReplicas) {
     auto [l0, g0] = on_threads(p, x);
     expect_same_bits(l, l0, "loss");
     for (const auto& kv : g0) expect_same_bits(g[kv.first], kv.second, kv.first.c_str());
+  }
+}
+
+TEST(MeshMpi, TensorParallelBlockTrainingMatchesThreadReplicas) {
+  TransformerBlockOptions bo;
+  bo.attention.heads = 12;  // a multiple of every model axis here (1 to 4)
+  bo.attention.causal = true;
+  bo.mlp_hidden = 24;
+  ArrayDict p;
+  transformer_block_params(p, "blk", 24, 5, bo);
+  const ArrayDict start = tp_attention_params(p, "blk/attn");
+  const Array x = ramp({12, 3, 24}, 1.0), target = ramp({12, 3, 24}, -0.5);
+  for (const auto& axes : grids()) {
+    auto on_mpi = testing::tp_block_step(Mesh::mpi(axes), bo.attention, 0.5);
+    auto on_threads = testing::tp_block_step(Mesh::threads(axes), bo.attention, 0.5);
+    ArrayDict pm = start, pt = start;
+    for (int step = 0; step < 3; ++step) {
+      auto [pm2, lm] = on_mpi(pm, x, target);
+      auto [pt2, lt] = on_threads(pt, x, target);
+      expect_same_bits(lm, lt, "loss");
+      pm = std::move(pm2);
+      pt = std::move(pt2);
+    }
+    for (const auto& kv : pt) expect_same_bits(pm[kv.first], kv.second, kv.first.c_str());
   }
 }
 
