@@ -18,6 +18,8 @@
 // >= 1 is split along axis 0 like a sharded Array (a rank's own rows under MPI), entries of
 // rank 0 are replicated (a ZeRO step's optimizer state, parallel/train/zero.h). Outputs that
 // differ by replica (such a state's new shards) are read with replica_outputs().
+// pmap runs on a mesh of one axis; a mesh with named axes (Mesh::threads(axes)) is
+// shard_map's (parallel/shard_map.h), and pmap() refuses it with std::invalid_argument.
 #pragma once
 
 #include <utility>

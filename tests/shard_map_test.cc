@@ -183,6 +183,19 @@ TEST(TensorParallel, MegatronMlpEqualsTheUnsplitMlpForwardAndGradients) {
                             tp_mlp_spec("mlp"), x);
 }
 
+// Megatron's f costs nothing in the forward pass: the forward plan of the split MLP has one
+// collective, g's all-reduce (f's psum is there for its gradient only).
+TEST(TensorParallel, TheForwardPassOfTheSplitMlpHasOneAllReduce) {
+  ArrayDict p;
+  gelu_mlp_params(p, "mlp", 8, 12, 3);
+  auto sm = shard_map([](const TensorDict& q, const Tensor& x) { return tp_gelu_mlp(q, "mlp", x, "model"); }, grid(),
+                      {tp_mlp_spec("mlp"), {"data"}}, {{"data"}});
+  sm(p, random({4, 8}, 2));
+  int collectives = 0;
+  for (const Node& n : sm.core().last_entry()->exe->graph->nodes()) collectives += op_kind(n.op) == OpKind::kCollective;
+  EXPECT_EQ(collectives, 1);
+}
+
 TEST(TensorParallel, AttentionSplitOverHeadsEqualsMultiHeadAttentionForwardAndGradients) {
   MultiHeadAttentionOptions o;
   o.heads = 4;

@@ -2,6 +2,8 @@
 
 #include <cstring>
 #include <stdexcept>
+#include <utility>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -9,15 +11,18 @@
 #include "core/nn/linear.h"
 #include "core/trace/attention.h"
 #include "core/trace/collectives.h"
+#include "core/trace/control_flow.h"
 
 namespace fjit {
 
-// Both are exact in the forward pass: s + (x - x) and x + (s - s) add an exact zero.
+// f: a custom VJP, so that its psum is in the backward pass only.
 Tensor tp_copy(const Tensor& x, const std::string& axis, Loc loc) {
-  Tensor s = psum(x, axis, loc);  // only its cotangent is wanted; the simplifier drops s - s
-  return add(stop_gradient(x, loc), sub(s, stop_gradient(s, loc), loc), loc);
+  auto f = custom_vjp([](const Tensor& a) { return std::pair{a, std::vector<Tensor>{}}; },
+                      [axis, loc](const std::vector<Tensor>&, const Tensor& ct) { return psum(ct, axis, loc); }, loc);
+  return f(x);
 }
 
+// g: s + (x - x) is s exactly (an exact zero added), and its gradient flows through x alone.
 Tensor tp_reduce(const Tensor& x, const std::string& axis, Loc loc) {
   return add(stop_gradient(psum(x, axis, loc), loc), sub(x, stop_gradient(x, loc), loc), loc);
 }
