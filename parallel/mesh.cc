@@ -7,6 +7,7 @@
 #include "core/base/config.h"
 #include "core/base/env.h"
 #include "parallel/backends.h"
+#include "parallel/mesh_grid.h"
 
 namespace fjit {
 namespace {
@@ -30,6 +31,26 @@ Mesh::Mesh(Parts parts) : state_(std::make_shared<State>()) {
 Mesh Mesh::threads(int n) { return make_mesh("threads", n, nullptr, nullptr); }
 
 Mesh Mesh::mpi(int* argc, char*** argv) { return make_mesh("mpi", 1, argc, argv); }
+
+Mesh Mesh::threads(std::vector<MeshAxis> axes) { return make_thread_grid(std::move(axes)); }
+
+Mesh Mesh::mpi(std::vector<MeshAxis> axes, int* argc, char*** argv) {
+  return make_mpi_grid(std::move(axes), argc, argv);
+}
+
+const std::vector<MeshAxis>& Mesh::axes() const { return state_->parts.axes; }
+
+int Mesh::axis_size(const std::string& axis) const {
+  const int a = mesh_axis_position(axes(), axis);
+  if (a < 0) throw std::invalid_argument("Mesh::axis_size: the mesh has no axis '" + axis + "'");
+  return axes()[a].size;
+}
+
+int Mesh::axis_index(const std::string& axis, int replica) const {
+  const int a = mesh_axis_position(axes(), axis);
+  if (a < 0) throw std::invalid_argument("Mesh::axis_index: the mesh has no axis '" + axis + "'");
+  return mesh_coords(axes(), replica)[a];
+}
 
 Mesh Mesh::from_environment(int& argc, char** argv) {
   std::string spec;

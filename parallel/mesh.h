@@ -8,6 +8,10 @@
 // worker (ReplicaPool) with its own Communicator. Intra-op threads per replica
 // (core/base/threads.h): the cores of the machine divided among the replicas that share it
 // (threads of this process, or ranks on this host), at least 1; FJIT_INTRA_OP_THREADS overrides.
+//
+// A mesh made with named axes (Mesh::threads(axes), Mesh::mpi(axes)) lays the replicas out as
+// a grid (parallel/mesh_axes.h); shard_map (parallel/shard_map.h) runs on it, and collectives
+// name an axis. pmap takes a one-axis mesh only (std::invalid_argument otherwise).
 #pragma once
 
 #include <functional>
@@ -19,6 +23,7 @@
 #include "core/io/data.h"
 #include "core/kernels/collective/communicator.h"
 #include "core/trace/dict.h"
+#include "parallel/mesh_axes.h"
 #include "parallel/replica_pool.h"
 
 namespace fjit {
@@ -41,6 +46,9 @@ class Mesh {
     // Wakes every local replica waiting in a collective (they throw CollectiveCancelled);
     // null when a failed replica cannot be cancelled locally (its job is aborted instead).
     std::function<void(int rank, const std::string& reason)> cancel;
+    // The named axes (product = size), whose communicators are MeshCommunicators; empty for
+    // a mesh of one unnamed axis.
+    std::vector<MeshAxis> axes;
   };
   explicit Mesh(Parts parts);
 
@@ -49,6 +57,13 @@ class Mesh {
   // One replica per MPI rank (the "mpi" backend); initialises MPI (thread support requested)
   // and installs the handler that turns an uncaught exception into MPI_Abort.
   static Mesh mpi(int* argc = nullptr, char*** argv = nullptr);
+  // A mesh with named axes, row-major replica ids (parallel/mesh_axes.h): threads of this
+  // process, or one replica per MPI rank (the job must have exactly the product of the sizes
+  // ranks). Each axis's groups get communicators of their own (thread groups; MPI_Comm_split).
+  // Bad axes (no name, a name twice, a size < 1, a rank count that differs) throw
+  // std::invalid_argument.
+  static Mesh threads(std::vector<MeshAxis> axes);
+  static Mesh mpi(std::vector<MeshAxis> axes, int* argc = nullptr, char*** argv = nullptr);
   // The backend named by FJIT_BACKEND, else the first whose launcher started this process
   // (mpirun: "mpi"), else "threads" with N from `--replicas N` or `--replicas=N` (removed
   // from argv), else FJIT_REPLICAS, else 1. A count that is not an integer >= 1, or an unknown
@@ -65,6 +80,11 @@ class Mesh {
   // The communicator among the job's processes (one member each), or null for a one-process
   // job. What one process must agree on with the others goes through it.
   Communicator* process_comm() const;
+  // The named axes (empty for a one-axis mesh); an axis's size, and replica `replica`'s
+  // coordinate on it (job-wide replica ids). An unknown name throws std::invalid_argument.
+  const std::vector<MeshAxis>& axes() const;
+  int axis_size(const std::string& axis) const;
+  int axis_index(const std::string& axis, int replica) const;
   // Threads each replica's kernels may use (core/base/threads.h).
   int intra_op_threads() const;
   // True in the process that holds replica 0 (the one that prints and writes checkpoints).

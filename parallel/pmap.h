@@ -18,6 +18,8 @@
 // >= 1 is split along axis 0 like a sharded Array (a rank's own rows under MPI), entries of
 // rank 0 are replicated (a ZeRO step's optimizer state, parallel/train/zero.h). Outputs that
 // differ by replica (such a state's new shards) are read with replica_outputs().
+// pmap runs on a mesh of one axis; a mesh with named axes (Mesh::threads(axes)) is
+// shard_map's (parallel/shard_map.h), and pmap() refuses it with std::invalid_argument.
 #pragma once
 
 #include <utility>
@@ -266,6 +268,8 @@ class Pmapped {
 template <class F>
 Pmapped<F> pmap(const Mesh& mesh, const std::string& axis, F fn, PmapOptions options = {},
                 PmapArgOptions args = {}) {
+  if (!mesh.axes().empty())
+    throw std::invalid_argument("pmap: the mesh has named axes; run on it with shard_map (parallel/shard_map.h)");
   if (options.jit.name == "fn") options.jit.name = "pmap";
   return Pmapped<F>(mesh, axis, std::move(fn), std::move(options), std::move(args.replicated_args),
                     std::move(args.sharded_dicts));

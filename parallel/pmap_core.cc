@@ -100,6 +100,13 @@ PmapCore::PmapCore(Mesh mesh, std::string axis, PmapOptions options)
         o.donate_argnums.clear();
         o.axis_names = {axis_};
         o.num_replicas = mesh_.size();
+        if (!mesh_.axes().empty()) {  // shard_map on a mesh with named axes: collectives name one
+          o.axis_names.clear();
+          for (const MeshAxis& a : mesh_.axes()) {
+            o.axis_names.push_back(a.name);
+            o.axis_sizes.push_back(a.size);
+          }
+        }
         return o;
       }()) {}
 

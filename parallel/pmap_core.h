@@ -37,6 +37,7 @@ struct ReplicaMismatchError : std::runtime_error {
 
 class PmapCore {
  public:
+  // On a mesh with named axes (shard_map) `axis` is not used: the trace's axes are the mesh's.
   PmapCore(Mesh mesh, std::string axis, PmapOptions options);
 
   // One step. args[r] are local replica r's flattened arguments, the last leaf being its f32

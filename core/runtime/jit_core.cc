@@ -150,6 +150,7 @@ std::shared_ptr<const CompiledEntry> JitCore::compile_locked(const FlatArgs& arg
   TraceContext ctx(topts);
   ctx.axis_names = options_.axis_names;
   ctx.num_replicas = options_.num_replicas;
+  ctx.axis_sizes = options_.axis_sizes;
   auto entry = std::make_shared<CompiledEntry>();
   entry->leaf_paths = params(ctx);
   for (size_t i = 0; i < args.leaves.size(); ++i) {

@@ -52,6 +52,8 @@ struct JitOptions {
   // Set by pmap: the named axis collectives may use, and the number of replicas on it.
   std::vector<std::string> axis_names;
   int num_replicas = 1;
+  // Set by shard_map: the size of each of axis_names (empty: each spans num_replicas).
+  std::vector<int> axis_sizes;
   // A step that never ends (core/compile/loop_guard.h). With checks on, every while_loop of
   // the step stops once the step has run this long (seconds; 0: no deadline) and raises a
   // step_timeout check. Unset (negative): FJIT_STEP_TIMEOUT, else 0.

@@ -52,12 +52,26 @@ Tensor mean_scale(DType dtype, Loc loc) {
   Tensor w = detail::replica_weight();
   return w.defined() ? mul(cast(w, dtype, loc), inv_n, loc) : inv_n;
 }
+
+Tensor mean_scale(DType dtype, const std::string& axis, Loc loc) {
+  const TraceContext* ctx = TraceContext::current();
+  if (ctx->axis_sizes.empty()) return mean_scale(dtype, loc);
+  return scalar(dtype, 1.0 / axis_size(axis, loc), loc);
+}
 }  // namespace detail
+
+int axis_size(const std::string& axis, Loc loc) {
+  require_axis("axis_size", axis, loc);
+  const TraceContext& ctx = *TraceContext::current();
+  for (size_t i = 0; i < ctx.axis_sizes.size() && i < ctx.axis_names.size(); ++i)
+    if (ctx.axis_names[i] == axis) return ctx.axis_sizes[i];
+  return ctx.num_replicas;
+}
 
 Tensor pmean(const Tensor& x, const std::string& axis, Loc loc) {
   require_axis("pmean", axis, loc);
   if (!x.defined() || !is_floating(x.dtype())) detail::fail("pmean", {x}, "expects a floating-point tensor", &loc);
-  return psum(mul(x, detail::mean_scale(x.dtype(), loc), loc), axis, loc);
+  return psum(mul(x, detail::mean_scale(x.dtype(), axis, loc), loc), axis, loc);
 }
 
 Tensor all_gather(const Tensor& x, const std::string& axis, Loc loc) {
@@ -72,7 +86,7 @@ Tensor all_gather(const Tensor& x, const std::string& axis, Loc loc) {
     for (int64_t r : ctx.shard_rows) s[0] += r;
     return collective("all_gather", Op::AllGather, x, ReduceOp::sum, axis, {x.dtype(), s}, loc, ctx.shard_rows);
   }
-  s[0] *= ctx.num_replicas;
+  s[0] *= axis_size(axis, loc);
   return collective("all_gather", Op::AllGather, x, ReduceOp::sum, axis, {x.dtype(), s}, loc);
 }
 
@@ -134,7 +148,7 @@ TensorDict reduce_dict(const TensorDict& xs, const std::string& axis, bool mean,
     Tensor t = kv.second;
     if (mean) {
       if (!is_floating(t.dtype())) detail::fail("pmean", {t}, "expects floating-point tensors", &loc);
-      t = mul(t, detail::mean_scale(t.dtype(), loc), loc);
+      t = mul(t, detail::mean_scale(t.dtype(), axis, loc), loc);
     }
     leaves.push_back(t);
   }

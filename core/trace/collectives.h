@@ -66,6 +66,9 @@ Tensor ppermute(const Tensor& x, const std::string& axis, const std::vector<std:
                 Loc loc = Loc::current());
 // This replica's index on the axis, an i32 scalar.
 Tensor axis_index(const std::string& axis, Loc loc = Loc::current());
+// The number of replicas on the axis (known when tracing): pmap's replica count, or on a
+// mesh with named axes (parallel/shard_map.h) that axis's size.
+int axis_size(const std::string& axis, Loc loc = Loc::current());
 
 TensorDict psum(const TensorDict& xs, const std::string& axis, Loc loc = Loc::current());
 TensorDict pmean(const TensorDict& xs, const std::string& axis, Loc loc = Loc::current());
@@ -96,6 +99,9 @@ Tensor replica_weight();
 // What pmean multiplies each replica's value by: replica weight / replicas (1 / replicas
 // without a weight), a scalar of `dtype`.
 Tensor mean_scale(DType dtype, Loc loc = Loc::current());
+// The same for a mean over `axis`: 1 / axis_size(axis) on a mesh with named axes (which
+// splits evenly: no weight), else mean_scale(dtype).
+Tensor mean_scale(DType dtype, const std::string& axis, Loc loc = Loc::current());
 }  // namespace detail
 
 }  // namespace fjit

@@ -13,7 +13,8 @@
 namespace fjit {
 namespace {
 
-int replicas() { return TraceContext::current()->num_replicas; }
+// The replicas on the axis (axis_size: all of pmap's, or one axis of a mesh).
+int replicas(const std::string& axis) { return axis_size(axis); }
 
 int64_t axis_in(const char* name, const Tensor& x, int64_t axis, int64_t extra, const Loc& loc) {
   const int64_t rank = x.rank() + extra;
@@ -32,8 +33,9 @@ Tensor move_axis(const Tensor& x, int64_t from, int64_t to, const Loc& loc) {
   return transpose(x, perm, loc);
 }
 
-void require_multiple(const char* name, const Tensor& x, int64_t axis, const Loc& loc) {
-  const int n = replicas();
+void require_multiple(const char* name, const Tensor& x, int64_t axis, const std::string& mesh_axis,
+                      const Loc& loc) {
+  const int n = replicas(mesh_axis);
   if (x.shape()[axis] % n != 0)
     detail::fail(name, {x}, fmt::format("dimension {} (size {}) is not a multiple of the {} replicas",
                                         axis, x.shape()[axis], n), &loc);
@@ -62,11 +64,12 @@ int64_t bucket_bytes() {
   return ctx != nullptr ? ctx->options.fusion_bytes : TraceOptions{}.fusion_bytes;
 }
 
-std::vector<Tensor> leaves_of(const TensorDict& xs, const char* name, bool split, const Loc& loc) {
+std::vector<Tensor> leaves_of(const TensorDict& xs, const char* name, bool split, const std::string& axis,
+                              const Loc& loc) {
   std::vector<Tensor> v;
   for (const auto& kv : xs) {
     if (kv.second.rank() == 0) detail::fail(name, {kv.second}, "needs tensors of rank >= 1 ('" + kv.first + "')", &loc);
-    if (split) require_multiple(name, kv.second, 0, loc);
+    if (split) require_multiple(name, kv.second, 0, axis, loc);
     v.push_back(kv.second);
   }
   return v;
@@ -89,7 +92,7 @@ namespace detail {
 
 Tensor reduce_scatter0(const Tensor& x, ReduceOp op, const std::string& axis, const Loc& loc) {
   Shape s = x.shape();
-  s[0] /= replicas();
+  s[0] /= replicas(axis);
   return collective("psum_scatter", Op::ReduceScatter, x, op, axis, {x.dtype(), s}, loc);
 }
 
@@ -107,10 +110,10 @@ Tensor psum_scatter(const Tensor& x, const std::string& axis, int64_t scatter_di
   detail::require_axis("psum_scatter", axis, loc);
   if (!x.defined() || x.rank() == 0) detail::fail("psum_scatter", {x}, "needs a tensor of rank >= 1", &loc);
   const int64_t d = axis_in("psum_scatter", x, scatter_dimension, 0, loc);
-  require_multiple("psum_scatter", x, d, loc);
-  if (!tiled && x.shape()[d] != replicas())
+  require_multiple("psum_scatter", x, d, axis, loc);
+  if (!tiled && x.shape()[d] != replicas(axis))
     detail::fail("psum_scatter", {x}, fmt::format("untiled: dimension {} (size {}) must equal the {} replicas "
-                                                  "(tiled=true keeps it, shrunk)", d, x.shape()[d], replicas()), &loc);
+                                                  "(tiled=true keeps it, shrunk)", d, x.shape()[d], replicas(axis)), &loc);
   Tensor r = move_axis(detail::reduce_scatter0(move_axis(x, d, 0, loc), ReduceOp::sum, axis, loc), 0, d, loc);
   return tiled ? r : squeeze(r, {d}, loc);
 }
@@ -124,7 +127,7 @@ Tensor all_gather(const Tensor& x, const std::string& axis, int64_t gather_axis,
   // Stacked: every replica's x as one row of a new leading axis, moved to d.
   Tensor one = reshape(x, [&] { Shape s = x.shape(); s.insert(s.begin(), 1); return s; }(), loc);
   Shape s = x.shape();
-  s.insert(s.begin(), replicas());
+  s.insert(s.begin(), replicas(axis));
   Tensor g = detail::collective("all_gather", Op::AllGather, one, ReduceOp::sum, axis, {x.dtype(), s}, loc);
   return move_axis(g, 0, d, loc);
 }
@@ -133,10 +136,10 @@ Tensor all_to_all(const Tensor& x, const std::string& axis, int64_t split_axis, 
                   Loc loc) {
   detail::require_axis("all_to_all", axis, loc);
   if (!x.defined() || x.rank() == 0) detail::fail("all_to_all", {x}, "needs a tensor of rank >= 1", &loc);
-  const int n = replicas();
+  const int n = replicas(axis);
   const int64_t a = axis_in("all_to_all", x, split_axis, 0, loc);
   const int64_t c = axis_in("all_to_all", x, concat_axis, 0, loc);
-  require_multiple("all_to_all", x, a, loc);
+  require_multiple("all_to_all", x, a, axis, loc);
   Tensor z = detail::all_to_all0(move_axis(x, a, 0, loc), axis, loc);  // block j: replica j's for me
   if (!tiled) {
     if (x.shape()[a] != n)
@@ -158,7 +161,7 @@ Tensor all_to_all(const Tensor& x, const std::string& axis, int64_t split_axis, 
 Tensor ppermute(const Tensor& x, const std::string& axis, const std::vector<std::pair<int, int>>& perm, Loc loc) {
   detail::require_axis("ppermute", axis, loc);
   if (!x.defined()) detail::fail("ppermute", {x}, "needs a tensor", &loc);
-  const int n = replicas();
+  const int n = replicas(axis);
   std::vector<int64_t> to(n, -1);
   std::vector<bool> received(n, false);
   for (const auto& [src, dst] : perm) {
@@ -177,8 +180,8 @@ Tensor ppermute(const Tensor& x, const std::string& axis, const std::vector<std:
 // [N, m1 + m2 + ...], so that block r of the bucket holds block r of every tensor.
 TensorDict psum_scatter(const TensorDict& xs, const std::string& axis, Loc loc) {
   detail::require_axis("psum_scatter", axis, loc);
-  const std::vector<Tensor> v = leaves_of(xs, "psum_scatter", true, loc);
-  const int n = replicas();
+  const std::vector<Tensor> v = leaves_of(xs, "psum_scatter", true, axis, loc);
+  const int n = replicas(axis);
   std::vector<Tensor> out(v.size());
   for (const auto& [i, j] : buckets(v, bucket_bytes())) {
     if (j == i + 1) {
@@ -204,8 +207,8 @@ TensorDict psum_scatter(const TensorDict& xs, const std::string& axis, Loc loc) 
 
 TensorDict all_gather(const TensorDict& xs, const std::string& axis, Loc loc) {
   detail::require_axis("all_gather", axis, loc);
-  const std::vector<Tensor> v = leaves_of(xs, "all_gather", false, loc);
-  const int n = replicas();
+  const std::vector<Tensor> v = leaves_of(xs, "all_gather", false, axis, loc);
+  const int n = replicas(axis);
   std::vector<Tensor> out(v.size());
   for (const auto& [i, j] : buckets(v, bucket_bytes())) {
     if (j == i + 1) {

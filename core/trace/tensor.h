@@ -68,6 +68,9 @@ class TraceContext {
   // Axis names a collective may use (set by pmap); empty outside pmap.
   std::vector<std::string> axis_names;
   int num_replicas = 1;
+  // The size of each of axis_names (a mesh with named axes, parallel/shard_map.h); empty:
+  // every axis spans all num_replicas replicas (pmap).
+  std::vector<int> axis_sizes;
   // pmap's split of the batch when it is uneven: every replica's rows in replica order, and
   // the rows of the replica being traced (all_gather then concatenates shards of these
   // sizes); empty and -1 otherwise.

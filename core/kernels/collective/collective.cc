@@ -1,5 +1,5 @@
 // Collectives: all_reduce, all_gather (axis 0), axis_index, reduce_scatter, all_to_all and
-// ppermute, through RunContext::comm.
+// ppermute, through RunContext::comm (its group for the instruction's axis: Communicator::for_axis).
 //
 // Without a communicator (a plain jit outside pmap, or constant folding) a collective is the
 // identity of a one-replica group: all_reduce copies, all_gather copies its input into every
@@ -36,14 +36,19 @@ class AxisNote {
   ReplicaActivity* a_;
 };
 
+// The communicator of the instruction's axis (Communicator::for_axis); null outside pmap.
+Communicator* axis_comm(const Instr& in, const Frame& f) {
+  return f.ctx && f.ctx->comm ? f.ctx->comm->for_axis(in.attrs.name) : nullptr;
+}
+
 // p: [0]=elements [1]=bytes
 void all_reduce_kernel(const Instr& in, const Frame& f) {
   const void* src = in.in<void>(f, 0);
   void* dst = in.output<void>(f);
   if (src != dst && in.p[1] > 0) std::memcpy(dst, src, in.p[1]);
-  if (f.ctx && f.ctx->comm) {
+  if (Communicator* c = axis_comm(in, f)) {
     const AxisNote axis(in, f);
-    f.ctx->comm->all_reduce(dst, in.p[0], in.out.dtype, static_cast<ReduceOp>(in.attrs.reduce));
+    c->all_reduce(dst, in.p[0], in.out.dtype, static_cast<ReduceOp>(in.attrs.reduce));
   }
 }
 
@@ -52,9 +57,9 @@ void all_gather_kernel(const Instr& in, const Frame& f) {
   const char* src = in.in<char>(f, 0);
   char* dst = in.output<char>(f);
   const int64_t block = in.p[0], total = in.p[1];
-  if (f.ctx && f.ctx->comm) {
+  if (Communicator* c = axis_comm(in, f)) {
     const AxisNote axis(in, f);
-    f.ctx->comm->all_gather(src, dst, static_cast<size_t>(block));
+    c->all_gather(src, dst, static_cast<size_t>(block));
     return;
   }
   if (block == 0) return;
@@ -67,9 +72,9 @@ void all_gather_uneven_kernel(const Instr& in, const Frame& f) {
   char* dst = in.output<char>(f);
   std::vector<int64_t> bytes(in.attrs.axes.size());
   for (size_t r = 0; r < bytes.size(); ++r) bytes[r] = in.attrs.axes[r] * in.p[0];
-  if (f.ctx && f.ctx->comm) {
+  if (Communicator* c = axis_comm(in, f)) {
     const AxisNote axis(in, f);
-    f.ctx->comm->all_gather_uneven(src, dst, bytes.data());
+    c->all_gather_uneven(src, dst, bytes.data());
     return;
   }
   if (in.p[1] > 0) std::memcpy(dst, src, in.p[1]);  // one replica: its own rows
@@ -79,9 +84,9 @@ void all_gather_uneven_kernel(const Instr& in, const Frame& f) {
 void reduce_scatter_kernel(const Instr& in, const Frame& f) {
   const void* src = in.in<void>(f, 0);
   void* dst = in.output<void>(f);
-  if (f.ctx && f.ctx->comm) {
+  if (Communicator* c = axis_comm(in, f)) {
     const AxisNote axis(in, f);
-    f.ctx->comm->reduce_scatter(src, dst, in.p[0], in.out.dtype, static_cast<ReduceOp>(in.attrs.reduce));
+    c->reduce_scatter(src, dst, in.p[0], in.out.dtype, static_cast<ReduceOp>(in.attrs.reduce));
     return;
   }
   if (in.p[0] > 0) std::memcpy(dst, src, in.p[0] * dtype_size(in.out.dtype));
@@ -91,10 +96,9 @@ void reduce_scatter_kernel(const Instr& in, const Frame& f) {
 void all_to_all_kernel(const Instr& in, const Frame& f) {
   const void* src = in.in<void>(f, 0);
   void* dst = in.output<void>(f);
-  if (f.ctx && f.ctx->comm) {
+  if (Communicator* c = axis_comm(in, f)) {
     const AxisNote axis(in, f);
-    Communicator& c = *f.ctx->comm;
-    c.all_to_all(src, dst, static_cast<size_t>(in.p[0] / c.size()));
+    c->all_to_all(src, dst, static_cast<size_t>(in.p[0] / c->size()));
     return;
   }
   if (in.p[0] > 0) std::memcpy(dst, src, in.p[0]);
@@ -105,14 +109,15 @@ void permute_kernel(const Instr& in, const Frame& f) {
   const void* src = in.in<void>(f, 0);
   void* dst = in.output<void>(f);
   const auto& to = in.attrs.axes;
-  const int me = f.ctx && f.ctx->comm ? f.ctx->comm->rank() : 0;
+  Communicator* c = axis_comm(in, f);
+  const int me = c ? c->rank() : 0;
   int from = -1;
   for (size_t s = 0; s < to.size(); ++s)
     if (to[s] == me) from = static_cast<int>(s);
   const int send_to = me < static_cast<int>(to.size()) ? static_cast<int>(to[me]) : -1;
-  if (f.ctx && f.ctx->comm) {
+  if (c) {
     const AxisNote axis(in, f);
-    f.ctx->comm->permute(src, dst, static_cast<size_t>(in.p[0]), send_to, from);
+    c->permute(src, dst, static_cast<size_t>(in.p[0]), send_to, from);
     return;
   }
   if (in.p[0] == 0) return;
@@ -121,7 +126,10 @@ void permute_kernel(const Instr& in, const Frame& f) {
 }
 
 void axis_index_kernel(const Instr& in, const Frame& f) {
-  *in.output<int32_t>(f) = f.ctx ? static_cast<int32_t>(f.ctx->replica) : 0;
+  // On a mesh with named axes, the replica's coordinate on the axis (its rank in the axis's
+  // group); on one axis, the replica index.
+  Communicator* c = axis_comm(in, f);
+  *in.output<int32_t>(f) = c && c != f.ctx->comm ? c->rank() : f.ctx ? static_cast<int32_t>(f.ctx->replica) : 0;
 }
 
 }  // namespace

@@ -88,6 +88,13 @@ class Communicator {
   // (every replica passes the same table) and recv receives them back to back in rank order.
   virtual void all_gather_uneven(const void* send, void* recv, const int64_t* bytes_per_rank);
   virtual void barrier() = 0;
+  // The communicator of the replicas that share this one's coordinates on every mesh axis but
+  // `axis` (parallel/mesh.h: a mesh with named axes); a collective over `axis` runs on it.
+  // A one-axis group answers itself for every name (the trace already checked the name).
+  virtual Communicator* for_axis(const std::string& axis) {
+    (void)axis;
+    return this;
+  }
   // Ends the whole job (every replica) after logging `message`. Never returns.
   [[noreturn]] virtual void abort_job(const std::string& message) = 0;
 };

@@ -54,7 +54,7 @@ void reduce_update_kernel(const Instr& in, const Frame& f) {
   // Where a backend needs the reduced values whole (MPI): the reduced buffer when there is
   // one, else the output, which the update then rewrites element by element.
   void* scratch = (in.p[7] & 1) ? f.bufs[in.in_bufs[in.ins.size()]] : in.output<void>(f);
-  f.ctx->comm->all_reduce_apply(g, scratch, n, in.out.dtype, &ctx, apply_block<T>);
+  f.ctx->comm->for_axis(in.attrs.name)->all_reduce_apply(g, scratch, n, in.out.dtype, &ctx, apply_block<T>);
 }
 
 }  // namespace

@@ -98,7 +98,7 @@ void copy_elements(const Array& x, Array& result) {
 
 bool reference_layout_index(Op op, const Attrs& attrs, const ValueType& out,
                             std::span<const Array> ins, const RunContext* ctx, Array& result) {
-  Communicator* comm = ctx ? ctx->comm : nullptr;
+  Communicator* comm = ctx && ctx->comm ? ctx->comm->for_axis(attrs.name) : nullptr;
   switch (op) {
     case Op::Reshape: copy_elements(ins[0], result); return true;
     case Op::Transpose: transpose(attrs, ins[0], result); return true;
@@ -136,7 +136,9 @@ bool reference_layout_index(Op op, const Attrs& attrs, const ValueType& out,
         for (int64_t i = 0; i < result.size(); ++i) set(result, i, get(ins[0], i % ins[0].size()));
       }
       return true;
-    case Op::AxisIndex: set(result, 0, ctx ? ctx->replica : 0); return true;
+    case Op::AxisIndex:  // on a mesh with named axes, the coordinate on the axis
+      set(result, 0, comm && comm != ctx->comm ? comm->rank() : ctx ? ctx->replica : 0);
+      return true;
     case Op::ReduceScatter: {  // the all-reduce of a copy, then this replica's block
       Array all(ins[0].dtype(), ins[0].shape());
       copy_elements(ins[0], all);

@@ -1,0 +1,101 @@
+#include "core/nn/tensor_parallel.h"
+
+#include <cstring>
+#include <stdexcept>
+#include <utility>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "core/nn/activations.h"
+#include "core/nn/linear.h"
+#include "core/trace/attention.h"
+#include "core/trace/collectives.h"
+#include "core/trace/control_flow.h"
+
+namespace fjit {
+
+// f: a custom VJP, so that its psum is in the backward pass only.
+Tensor tp_copy(const Tensor& x, const std::string& axis, Loc loc) {
+  auto f = custom_vjp([](const Tensor& a) { return std::pair{a, std::vector<Tensor>{}}; },
+                      [axis, loc](const std::vector<Tensor>&, const Tensor& ct) { return psum(ct, axis, loc); }, loc);
+  return f(x);
+}
+
+// g: s + (x - x) is s exactly (an exact zero added), and its gradient flows through x alone.
+Tensor tp_reduce(const Tensor& x, const std::string& axis, Loc loc) {
+  return add(stop_gradient(psum(x, axis, loc), loc), sub(x, stop_gradient(x, loc), loc), loc);
+}
+
+Tensor tp_gelu_mlp(const Params& p, const std::string& name, const Tensor& x, const std::string& axis,
+                   bool tanh_approximation, Loc loc) {
+  detail::CompositeScope scope("tp_gelu_mlp", {x});
+  if (!x.defined() || x.rank() < 1 || !is_floating(x.dtype()))
+    detail::fail("tp_gelu_mlp", {x}, "expects floating-point features [..., D]", &loc);
+  Tensor h = gelu(linear(p, name + "/fc", tp_copy(x, axis, loc), loc), tanh_approximation, loc);
+  Tensor y = tp_reduce(linear(p, name + "/proj", h, /*bias=*/false, loc), axis, loc);
+  return p.contains(name + "/proj/b") ? add(y, weight(p, name + "/proj/b", x.dtype(), loc), loc) : y;
+}
+
+Tensor tp_attention(const Params& p, const std::string& name, const Tensor& x, const std::string& axis,
+                    const MultiHeadAttentionOptions& o, const Tensor& key_lengths, Loc loc) {
+  detail::CompositeScope scope("tp_attention", {x, key_lengths});
+  if (!x.defined() || x.rank() != 3 || !is_floating(x.dtype()))
+    detail::fail("tp_attention", {x}, "expects a floating-point sequence [batch, tokens, features]", &loc);
+  const int n = axis_size(axis, loc);
+  const int64_t b = x.dim(0), t = x.dim(1), d = x.dim(2);
+  if (o.heads < 1 || d % o.heads != 0 || o.heads % n != 0)
+    detail::fail("tp_attention", {x}, fmt::format("heads ({}) must divide the features ({}) and be a multiple of "
+                                                  "axis '{}' (size {})", o.heads, d, axis, n), &loc);
+  if (o.rotary || (o.kv_heads != 0 && o.kv_heads != o.heads))
+    detail::fail("tp_attention", {x}, "rotary positions and grouped-query attention are not supported", &loc);
+  const int64_t dh = d / o.heads, h = o.heads / n;
+  Tensor xc = tp_copy(x, axis, loc);
+  auto heads = [&](const char* part) {
+    Tensor y = linear(p, name + "/" + part, xc, o.bias, loc);  // [B, T, h dh]: this replica's heads
+    return transpose(reshape(y, {b, t, h, dh}, loc), {0, 2, 1, 3}, loc);
+  };
+  Tensor y = dot_product_attention(heads("q"), heads("k"), heads("v"), o.causal, key_lengths, 0, loc);
+  Tensor merged = reshape(transpose(y, {0, 2, 1, 3}, loc), {b, t, h * dh}, loc);
+  Tensor out = tp_reduce(linear(p, name + "/out", merged, /*bias=*/false, loc), axis, loc);
+  return o.bias ? add(out, weight(p, name + "/out/b", x.dtype(), loc), loc) : out;
+}
+
+namespace {
+// Columns [begin, end) of a rank-1 or rank-2 array (rank 1: elements).
+Array columns(const Array& a, int64_t begin, int64_t end) {
+  const int64_t rows = a.rank() == 2 ? a.shape()[0] : 1, cols = a.shape().back();
+  Shape s = a.shape();
+  s.back() = end - begin;
+  Array out(a.dtype(), s);
+  const size_t e = dtype_size(a.dtype());
+  for (int64_t r = 0; r < rows; ++r)
+    std::memcpy(static_cast<char*>(out.raw()) + r * (end - begin) * e,
+                static_cast<const char*>(a.raw()) + (r * cols + begin) * e, (end - begin) * e);
+  return out;
+}
+}  // namespace
+
+ArrayDict tp_attention_params(const ArrayDict& mha, const std::string& name) {
+  const std::string w = name + "/qkv/w", bias = name + "/qkv/b";
+  if (!mha.contains(w)) throw std::invalid_argument("tp_attention_params: no '" + w + "'");
+  const Array& qkv = mha[w];
+  if (qkv.rank() != 2 || qkv.shape()[1] % 3 != 0)
+    throw std::invalid_argument(fmt::format("tp_attention_params: '{}' has {} columns, not 3 H dh", w,
+                                            qkv.rank() == 2 ? qkv.shape()[1] : -1));
+  const int64_t c = qkv.shape()[1] / 3;
+  ArrayDict out;
+  for (size_t i = 0; i < mha.size(); ++i) {
+    const std::string& key = mha.name(i);
+    if (key == w || key == bias) {
+      const char* base = key == w ? "/w" : "/b";
+      const char* parts[] = {"/q", "/k", "/v"};
+      for (int k = 0; k < 3; ++k) out.set(name + parts[k] + base, columns(mha.value(i), k * c, (k + 1) * c));
+    } else {
+      out.set(key, mha.value(i));
+    }
+  }
+  return out;
+}
+
+}  // namespace fjit

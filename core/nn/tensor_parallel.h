@@ -1,0 +1,55 @@
+// Tensor-parallel layers (Megatron-LM's split): inside shard_map (parallel/shard_map.h) on a
+// mesh with a model axis, each replica holds a block of a layer's weights and computes its
+// part; one psum over the axis joins the parts. x is the same on every replica of the axis,
+// and so are the results.
+//
+//   tp_gelu_mlp   gelu_mlp's parameter names (core/nn/mlp.h), each replica holding the blocks
+//                 that shard_map specs give it: "fc/w" [D, F] split by columns
+//                 ({"", axis}), "fc/b" [F] ({axis}), "proj/w" [F, D] split by rows
+//                 ({axis, ""}), "proj/b" [D] whole (replicated).
+//   tp_attention  heads split over the axis. Parameters "<name>/q/w", "<name>/k/w",
+//                 "<name>/v/w" [D, H dh] split by columns ({"", axis}), their biases [H dh]
+//                 ({axis}), "<name>/out/w" [H dh, D] split by rows ({axis, ""}), "out/b" [D]
+//                 whole. tp_attention_params converts multi_head_attention's parameters
+//                 (core/nn/attention.h) to these names.
+//
+// Gradients: tp_copy and tp_reduce are Megatron's f and g. f is the identity forward and a
+// psum of the cotangents backward (x feeds every replica's block); g is the psum forward and the
+// identity backward (each replica's block owns its part). So with a loss computed alike on
+// every replica of the axis, each replica's gradient of its weight block is that block of the
+// unsplit layer's gradient, and the gradients of replicated values (x, "proj/b") are whole.
+#pragma once
+
+#include <string>
+
+#include "core/ir/array.h"
+#include "core/nn/attention.h"
+#include "core/trace/dict.h"
+#include "core/trace/ops.h"
+
+namespace fjit {
+
+// Megatron's f: x forward, psum(cotangent, axis) backward.
+Tensor tp_copy(const Tensor& x, const std::string& axis, Loc loc = Loc::current());
+// Megatron's g: psum(x, axis) forward, the cotangent itself backward.
+Tensor tp_reduce(const Tensor& x, const std::string& axis, Loc loc = Loc::current());
+
+// x [..., D] -> [..., D]: gelu_mlp split over `axis` (F must be a multiple of its size, which
+// shard_map's specs check).
+Tensor tp_gelu_mlp(const Params& p, const std::string& name, const Tensor& x, const std::string& axis,
+                   bool tanh_approximation = false, Loc loc = Loc::current());
+
+// x [B, T, D] -> [B, T, D]: multi_head_attention with o.heads heads in all, heads / n on each of
+// the axis's n replicas (n must divide o.heads; rotary and grouped-query attention are not
+// supported: TraceErrors naming tp_attention).
+Tensor tp_attention(const Params& p, const std::string& name, const Tensor& x, const std::string& axis,
+                    const MultiHeadAttentionOptions& o, const Tensor& key_lengths = Tensor(),
+                    Loc loc = Loc::current());
+
+// multi_head_attention's parameters under `name` ("qkv/w" [D, 3 H dh] ...), with
+// kv_heads == heads, as tp_attention's ("q/w", "k/w", "v/w" ...; "out/..." unchanged); other
+// entries of `mha` are copied. Throws std::invalid_argument when "<name>/qkv/w" is missing or
+// its columns are not a multiple of 3.
+ArrayDict tp_attention_params(const ArrayDict& mha, const std::string& name);
+
+}  // namespace fjit

@@ -1,0 +1,121 @@
+// A mesh with named axes over MPI ranks (MPI_Comm_split groups per axis), run with 2, 3 and 4
+// ranks: shard_map's collectives over each axis, the Megatron MLP's gradients and a few
+// training steps of the tensor-parallel transformer block give the same bits as the same
+// grid of thread replicas (which tests/shard_map_test.cc checks against host loops, the
+// unsplit layers and 4-way data parallelism).
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <vector>
+
+#include "fjit.h"
+#include "tests/mpi/mpi_test_main.h"
+#include "tests/tensor_parallel_testing.h"
+
+namespace fjit {
+namespace {
+
+int world_size() {
+  int n = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &n);
+  return n;
+}
+
+// The grids this job's ranks make: N x 1, 1 x N, and 2 x 2 with four ranks.
+std::vector<std::vector<MeshAxis>> grids() {
+  const int n = world_size();
+  std::vector<std::vector<MeshAxis>> g{{{"data", n}, {"model", 1}}, {{"data", 1}, {"model", n}}};
+  if (n == 4) g.push_back({{"data", 2}, {"model", 2}});
+  return g;
+}
+
+Array ramp(const Shape& s, double scale) {
+  Array a(DType::f32, s);
+  for (int64_t i = 0; i < a.size(); ++i) a.data<float>()[i] = static_cast<float>(scale * ((i * 7919) % 97 - 48) / 97.0);
+  return a;
+}
+
+void expect_same_bits(const Array& a, const Array& b, const char* what) {
+  ASSERT_EQ(a.shape(), b.shape()) << what;
+  EXPECT_EQ(a.to_vector<float>(), b.to_vector<float>()) << what;
+}
+
+auto collectives_on(const Mesh& mesh) {
+  return shard_map([](const Tensor& xb) {
+    Tensor i = reshape(cast(axis_index("data"), DType::f32) * 2.0 + cast(axis_index("model"), DType::f32), {1, 1});
+    return std::tuple{psum(xb, "model") + i, pmean(xb, "data"), all_gather(xb, "model", 1, true)};
+  }, mesh, {{"data", "model"}}, {{"data", ""}, {"", "model"}, {"data", ""}});
+}
+
+TEST(MeshMpi, CollectivesOverEachAxisMatchThreadReplicas) {
+  for (const auto& axes : grids()) {
+    const Array x = ramp({12, 12}, 1.0);
+    auto on_mpi = collectives_on(Mesh::mpi(axes));
+    auto on_threads = collectives_on(Mesh::threads(axes));
+    auto [s, m, g] = on_mpi(x);
+    auto [s0, m0, g0] = on_threads(x);
+    expect_same_bits(s, s0, "psum over model");
+    expect_same_bits(m, m0, "pmean over data");
+    expect_same_bits(g, g0, "all_gather over model");
+    expect_same_bits(g, x, "all_gather gives x back");
+  }
+}
+
+TEST(MeshMpi, MegatronMlpGradientsMatchThreadReplicas) {
+  ArrayDict p;
+  gelu_mlp_params(p, "mlp", 8, 24, 3);
+  p["mlp/proj/b"] = ramp({8}, 0.1);
+  const ShardSpec spec =
+      ShardSpec::dict({{"mlp/fc/w", {"", "model"}}, {"mlp/fc/b", {"model"}}, {"mlp/proj/w", {"model", ""}}});
+  auto step = [&](const Mesh& mesh) {
+    return shard_map([](const TensorDict& q, const Tensor& xb) {
+      auto [loss, g] = value_and_grad([](const TensorDict& w, const Tensor& xx) {
+        Tensor y = tp_gelu_mlp(w, "mlp", xx, "model");
+        return sum(y * y);
+      })(q, xb);
+      return std::tuple{psum(loss, "data"), psum(g, "data")};
+    }, mesh, {spec, {"data"}}, {{}, spec});
+  };
+  for (const auto& axes : grids()) {
+    const Array x = ramp({12, 8}, 1.0);
+    auto on_mpi = step(Mesh::mpi(axes));
+    auto on_threads = step(Mesh::threads(axes));
+    auto [l, g] = on_mpi(p, x);
+    auto [l0, g0] = on_threads(p, x);
+    expect_same_bits(l, l0, "loss");
+    for (const auto& kv : g0) expect_same_bits(g[kv.first], kv.second, kv.first.c_str());
+  }
+}
+
+TEST(MeshMpi, TensorParallelBlockTrainingMatchesThreadReplicas) {
+  TransformerBlockOptions bo;
+  bo.attention.heads = 12;  // a multiple of every model axis here (1 to 4)
+  bo.attention.causal = true;
+  bo.mlp_hidden = 24;
+  ArrayDict p;
+  transformer_block_params(p, "blk", 24, 5, bo);
+  const ArrayDict start = tp_attention_params(p, "blk/attn");
+  const Array x = ramp({12, 3, 24}, 1.0), target = ramp({12, 3, 24}, -0.5);
+  for (const auto& axes : grids()) {
+    auto on_mpi = testing::tp_block_step(Mesh::mpi(axes), bo.attention, 0.5);
+    auto on_threads = testing::tp_block_step(Mesh::threads(axes), bo.attention, 0.5);
+    ArrayDict pm = start, pt = start;
+    for (int step = 0; step < 3; ++step) {
+      auto [pm2, lm] = on_mpi(pm, x, target);
+      auto [pt2, lt] = on_threads(pt, x, target);
+      expect_same_bits(lm, lt, "loss");
+      pm = std::move(pm2);
+      pt = std::move(pt2);
+    }
+    for (const auto& kv : pt) expect_same_bits(pm[kv.first], kv.second, kv.first.c_str());
+  }
+}
+
+}  // namespace
+}  // namespace fjit
+
+int main(int argc, char** argv) {
+  ::testing::InitGoogleTest(&argc, argv);
+  static fjit::Mesh mesh = fjit::Mesh::mpi(&argc, &argv);  // initialises MPI
+  return fjit::mpi_testing::run_all_tests_on_ranks(mesh.first_replica() == 0);
+}
