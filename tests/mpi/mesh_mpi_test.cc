@@ -21,11 +21,14 @@ int world_size() {
   return n;
 }
 
-// The grids this job's ranks make: N x 1, 1 x N, and 2 x 2 with four ranks.
+// The grids this job's ranks make: N x 1, and 1 x N up to four ranks; 2 x 2 with four ranks,
+// 2 x 4 and 4 x 2 with eight (the model axis stays a divisor of the 12 heads).
 std::vector<std::vector<MeshAxis>> grids() {
   const int n = world_size();
-  std::vector<std::vector<MeshAxis>> g{{{"data", n}, {"model", 1}}, {{"data", 1}, {"model", n}}};
+  std::vector<std::vector<MeshAxis>> g{{{"data", n}, {"model", 1}}};
+  if (n <= 4) g.push_back({{"data", 1}, {"model", n}});
   if (n == 4) g.push_back({{"data", 2}, {"model", 2}});
+  if (n == 8) g.push_back({{"data", 2}, {"model", 4}}), g.push_back({{"data", 4}, {"model", 2}});
   return g;
 }
 
@@ -49,7 +52,7 @@ auto collectives_on(const Mesh& mesh) {
 
 TEST(MeshMpi, CollectivesOverEachAxisMatchThreadReplicas) {
   for (const auto& axes : grids()) {
-    const Array x = ramp({12, 12}, 1.0);
+    const Array x = ramp({24, 12}, 1.0);
     auto on_mpi = collectives_on(Mesh::mpi(axes));
     auto on_threads = collectives_on(Mesh::threads(axes));
     auto [s, m, g] = on_mpi(x);
@@ -77,7 +80,7 @@ TEST(MeshMpi, MegatronMlpGradientsMatchThreadReplicas) {
     }, mesh, {spec, {"data"}}, {{}, spec});
   };
   for (const auto& axes : grids()) {
-    const Array x = ramp({12, 8}, 1.0);
+    const Array x = ramp({24, 8}, 1.0);
     auto on_mpi = step(Mesh::mpi(axes));
     auto on_threads = step(Mesh::threads(axes));
     auto [l, g] = on_mpi(p, x);
@@ -95,7 +98,7 @@ TEST(MeshMpi, TensorParallelBlockTrainingMatchesThreadReplicas) {
   ArrayDict p;
   transformer_block_params(p, "blk", 24, 5, bo);
   const ArrayDict start = tp_attention_params(p, "blk/attn");
-  const Array x = ramp({12, 3, 24}, 1.0), target = ramp({12, 3, 24}, -0.5);
+  const Array x = ramp({24, 3, 24}, 1.0), target = ramp({24, 3, 24}, -0.5);
   for (const auto& axes : grids()) {
     auto on_mpi = testing::tp_block_step(Mesh::mpi(axes), bo.attention, 0.5);
     auto on_threads = testing::tp_block_step(Mesh::threads(axes), bo.attention, 0.5);
