@@ -104,19 +104,10 @@ TEST(LmVerify, FindsABitFlippedInOneReplicasGradient) {
 TEST(LmVerify, TheRunIsRebuiltFromItsRecordedCommandLine) {
   const LmRun r = make_run("cmdline");
   const std::string ckpt_dir = (r.dir / "ckpt").string();
-  std::vector<std::string> args = {"train_lm", "--context", "16", "--dim", "16", "--layers", "1",
-                                   "--heads", "2", "--steps", "6", "--batch-size", "6",
-                                   "--warmup-steps", "0", "--eval-every", "0", "--log-every", "0",
-                                   "--corpus", (r.dir / "corpus.txt").string(), "--checkpoint-dir",
-                                   ckpt_dir, "--checkpoint-every", "2", "--replicas", "3"};
-  std::vector<char*> argv;
-  for (std::string& a : args) argv.push_back(a.data());
-  ParsedLmOptions parsed = parse_lm_options(static_cast<int>(argv.size()), argv.data());
-  ASSERT_TRUE(parsed.error.empty()) << parsed.error;
-  parsed.options.command_line.assign(args.begin() + 1, args.end());
+  const LmOptions options = fjit::testing::tiny_train_lm_options(r.dir, 6);
   {
     FlipGuard flip({.step = 3, .replica = 1, .param = "norm/b"});
-    LmTrainer(Mesh::threads(3), parsed.options).run();
+    LmTrainer(Mesh::threads(3), options).run();
   }
   const auto ckpts = training::list_checkpoints(ckpt_dir);
   ASSERT_EQ(ckpts.size(), 3u);
