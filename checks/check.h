@@ -63,6 +63,8 @@ void check(const Tensor& pred, CheckFormat format, const V&... values) {
 // that reads nothing (kNothing), such as loss_scale_overflow. It reports and compiles in
 // exactly as a user check does (the same modes, message and values); the kind is what the
 // host sees in StepResult::raised. A kind that scans an op's values throws TraceError.
+// One exception to the modes: a check of kind sentinel (parallel/train/sentinel.h) is recorded
+// under CheckMode::off too, since only a run that asked for the sentinel traces one.
 template <class... V>
   requires(std::is_convertible_v<const V&, Tensor> && ...)
 void check_of_kind(CheckKind kind, const Tensor& pred, CheckFormat format, const V&... values) {

@@ -165,7 +165,11 @@ std::string format_check_report(const Executable& exe, const RaisedChecks& raise
                          site.loop, site.loop_site.str());
     first = false;
     const bool op = check_kind_info(site.kind).reads != CheckReads::kNothing || site.kind == CheckKind::fpe;
-    out += fmt::format("\n      {} at {}", op ? "op" : "check", describe_site(*where));
+    // A predicate kind other than user says which (the sentinel's check: "sentinel check at").
+    const std::string what = op ? "op"
+                             : site.kind == CheckKind::user ? "check"
+                                                           : fmt::format("{} check", check_kind_info(site.kind).label);
+    out += fmt::format("\n      {} at {}", what, describe_site(*where));
     if (raised.num_replicas > 1) out += "; raised on " + replica_list(raised.replicas[id], raised.num_replicas);
     if (!root) {
       std::string causes;

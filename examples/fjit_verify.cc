@@ -3,9 +3,12 @@
 // files' checksums and hash chain, re-executes steps s+1..s+K from the first with the command
 // line and replica count the run recorded (thread replicas: bit-identical to MPI ranks), and
 // confirms the state reached is bit-identical to the second, or names the first diverging
-// step and tensor.
+// step and tensor. It dispatches on the trainer each checkpoint records (its "format"): the
+// classifier trainer's runs (train_fashion_mnist, train_cnn, train_vit) and the language
+// model's (train_lm, parallel/lm/lm_verify.h).
 //
 //   build/examples/train_fashion_mnist --replicas 2 --checkpoint-dir ck --checkpoint-every 50
+//   build/examples/train_lm --replicas 2 --checkpoint-dir lm --checkpoint-every 100
 //   build/examples/fjit_verify ck              # every interval
 //   build/examples/fjit_verify ck --from 100   # the intervals from step 100 on
 //
@@ -20,6 +23,7 @@
 
 #include "core/io/idx.h"
 #include "lib/models.h"
+#include "parallel/lm/lm_verify.h"
 #include "parallel/train/verify.h"
 
 namespace {
@@ -58,6 +62,13 @@ TrainerFactory factory_of(const std::string& path, const ModelMenu& menu) {
   };
 }
 
+// Re-executes from..to with the trainer that wrote `from`.
+VerifyResult verify(const std::string& from, const std::string& to, const ModelMenu& menu) {
+  if (io::metadata_str(io::load_checkpoint(from), "format") == lm::kLmCheckpointFormat)
+    return lm::verify_lm_interval(from, to, lm::lm_trainer_factory_of(from));
+  return verify_interval(from, to, factory_of(from, menu));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -82,8 +93,7 @@ int main(int argc, char** argv) {
     int diverged = 0, checked = 0;
     for (size_t i = 0; i + 1 < ckpts.size(); ++i) {
       if (ckpts[i].first < from) continue;
-      const VerifyResult r = verify_interval(ckpts[i].second, ckpts[i + 1].second,
-                                             factory_of(ckpts[i].second, menu));
+      const VerifyResult r = verify(ckpts[i].second, ckpts[i + 1].second, menu);
       std::printf("%s\n", r.summary.c_str());
       std::fflush(stdout);
       ++checked;

@@ -6,9 +6,12 @@
 #            with a checkpoint of the uninterrupted run's state (checkpoint_state.sh: the
 #            state hash of parameters and optimizer state, and the position); --generate
 #            samples from the checkpoint with one compiled step; bad corpora (empty, a
-#            non-text byte, shorter than one batch) are errors that name the file.
+#            non-text byte, shorter than one batch) are errors that name the file; fjit_verify
+#            (next to TRAIN_LM) re-executes the resumed run's interval from the checkpoint it
+#            resumed from, bit-identical.
 #   mpi      the same run under `MPIEXEC -n 2`: its validation lines equal the thread run's,
-#            and its final checkpoint holds the same state.
+#            and its final checkpoint holds the same state; fjit_verify re-executes its
+#            checkpoint intervals with thread replicas, bit-identical.
 # usage: train_lm_test.sh threads|mpi TRAIN_LM CORPUS [MPIEXEC -n 2 FLAGS...]
 set -uo pipefail
 mode=$1 bin=$2 corpus=$3
@@ -24,6 +27,12 @@ small=(--corpus "$corpus" --layers 2 --dim 64 --heads 2 --context 32 --batch-siz
 val_lines() { grep '^== step' "$1" | sed -e 's/ (eval.*//'; }
 . "$(dirname "$0")/checkpoint_state.sh"
 final_ckpt() { ls "$1"/ckpt-*.safetensors | sort -V | tail -1; }
+# verify DIR N: fjit_verify rebuilds the run from DIR's checkpoints and finds N intervals identical.
+verify() {
+  "$(dirname "$bin")/fjit_verify" "$1" > "$1.verify" 2>&1 ||
+    { cat "$1.verify"; fail "fjit_verify $1 failed"; return; }
+  grep -q "^$2 interval(s) checked, 0 diverged" "$1.verify" || { cat "$1.verify"; fail "fjit_verify $1: not $2 intervals"; }
+}
 
 "$bin" "${small[@]}" --replicas 2 --checkpoint-dir "$work/full" > "$work/threads.out" 2>&1
 rc=$?
@@ -42,6 +51,7 @@ if [ "$mode" = threads ]; then
   "$bin" "${small[@]}" --replicas 2 --checkpoint-dir "$work/cut" --resume > "$work/resumed.out" 2>&1 ||
     { cat "$work/resumed.out"; fail "the resumed run failed"; }
   grep -q 'resumed from .*ckpt-20' "$work/resumed.out" || fail "the run did not resume from step 20"
+  verify "$work/cut" 1
   same_state "$(final_ckpt "$work/full")" "$(final_ckpt "$work/cut")" ||
     fail "the resumed run's final checkpoint differs from the uninterrupted run's"
 
@@ -92,7 +102,7 @@ if [ "$mode" = threads ]; then
 fi
 
 if [ "$mode" = mpi ]; then
-  "$@" "$bin" "${small[@]}" --checkpoint-dir "$work/mpi" > "$work/mpi.out" 2>&1
+  "$@" "$bin" "${small[@]}" --checkpoint-dir "$work/mpi" --checkpoint-every 20 > "$work/mpi.out" 2>&1
   rc=$?
   [ $rc -eq 0 ] || { cat "$work/mpi.out"; fail "mpi run exited $rc"; }
   grep -q 'replica(s) (MPI ranks)' "$work/mpi.out" || fail "the MPI run did not use MPI ranks"
@@ -100,6 +110,7 @@ if [ "$mode" = mpi ]; then
     fail "MPI ranks and thread replicas trained differently"
   same_state "$(final_ckpt "$work/full")" "$(final_ckpt "$work/mpi")" ||
     fail "the MPI run's final checkpoint differs from the thread run's"
+  verify "$work/mpi" 1
 fi
 [ $failures -eq 0 ] && echo "train_lm_test $mode: ok"
 exit $((failures > 0))

@@ -184,7 +184,37 @@ TEST(CertifiedRun, SentinelRefusesSharesOfDifferentSizes) {
   } catch (const std::invalid_argument& e) {
     error = e.what();
   }
-  EXPECT_NE(error.find("a global batch of 8 does not split evenly over 3 replicas"), std::string::npos) << error;
+  EXPECT_NE(error.find("a global batch of 8 does not split evenly over 3 replicas (shares of 3, 3 and 2 rows)"),
+            std::string::npos) << error;
+}
+
+// The sentinel's check has a kind of its own, kept whatever the check mode: with checks off
+// (no user check, no automatic check), `sentinel_every` still names the flipped replica and
+// the step, and the report labels it as the sentinel's.
+TEST(CertifiedRun, SentinelStaysOnWithChecksOff) {
+  FlipGuard flip({.step = 2, .replica = 1, .param = "b3"});
+  TrainOptions o = run_options("", 6);
+  o.checkpoint_dir.clear();
+  o.checks = CheckMode::off;
+  o.sentinel_every = 1;
+  o.batch_size = 6;  // equal shards of 3 rows on 2 replicas
+  Trainer t(Mesh::threads(2), o, fixture());
+  t.step();
+  std::string error;
+  try {
+    t.step();
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  EXPECT_NE(error.find("sentinel: at step index 1, replica 1's gradient"), std::string::npos) << error;
+  EXPECT_NE(error.find("differs from replica 0's recomputation"), std::string::npos) << error;
+  EXPECT_NE(error.find("sentinel check at "), std::string::npos) << error;
+  EXPECT_EQ(t.steps_done(), 2);  // the failed step counts, as in the test above
+  // Without the sentinel, checks off lets the same flip through unseen.
+  TrainOptions plain = o;
+  plain.sentinel_every = 0;
+  Trainer u(Mesh::threads(2), plain, fixture());
+  for (int i = 0; i < 3; ++i) EXPECT_NO_THROW(u.step());
 }
 
 }  // namespace

@@ -7,6 +7,8 @@
 
 #include <filesystem>
 #include <fstream>
+#include <string>
+#include <vector>
 
 #include "core/io/state_hash.h"
 #include "parallel/lm/lm_verify.h"
@@ -93,6 +95,45 @@ TEST(LmVerify, FindsABitFlippedInOneReplicasGradient) {
   // The interval after it started from the corrupted state, and computed it correctly.
   const training::VerifyResult next = verify_lm_interval(ckpts[1].second, ckpts[2].second, factory(r, 3));
   EXPECT_TRUE(next.identical) << next.summary;
+  fs::remove_all(r.dir);
+}
+
+// A train_lm run rebuilt from its checkpoint alone (what fjit_verify does): the options parsed
+// from a command line, as lm_main parses them, recorded in every checkpoint; the rebuilt run
+// finds the flip at its step, confirms the next interval, and the refusals name the file.
+TEST(LmVerify, TheRunIsRebuiltFromItsRecordedCommandLine) {
+  const LmRun r = make_run("cmdline");
+  const std::string ckpt_dir = (r.dir / "ckpt").string();
+  const LmOptions options = fjit::testing::tiny_train_lm_options(r.dir, 6);
+  {
+    FlipGuard flip({.step = 3, .replica = 1, .param = "norm/b"});
+    LmTrainer(Mesh::threads(3), options).run();
+  }
+  const auto ckpts = training::list_checkpoints(ckpt_dir);
+  ASSERT_EQ(ckpts.size(), 3u);
+  const io::Checkpoint c2 = io::load_checkpoint(ckpts[0].second);
+  EXPECT_EQ(io::metadata_str(c2, "format"), kLmCheckpointFormat);
+  EXPECT_EQ(io::metadata_str(c2, "command_line").substr(0, 13), "--context\n16\n");
+  const training::VerifyResult bad =
+      verify_lm_interval(ckpts[0].second, ckpts[1].second, lm_trainer_factory_of(ckpts[0].second));
+  EXPECT_FALSE(bad.identical);
+  EXPECT_EQ(bad.first_diverging_step, 3) << bad.summary;
+  EXPECT_FALSE(bad.first_diverging_tensor.empty()) << bad.summary;
+  const training::VerifyResult next =
+      verify_lm_interval(ckpts[1].second, ckpts[2].second, lm_trainer_factory_of(ckpts[1].second));
+  EXPECT_TRUE(next.identical) << next.summary;
+  // A checkpoint without a command line (a run not started by train_lm), or of another trainer.
+  io::Checkpoint bare = c2;
+  bare.metadata.erase("command_line");
+  const std::string bare_path = (r.dir / "bare.safetensors").string();
+  io::save_checkpoint(bare_path, bare);
+  const std::string no_line = fjit::testing::error_of([&] { (void)lm_trainer_factory_of(bare_path); });
+  EXPECT_NE(no_line.find(bare_path + ": records no command line"), std::string::npos) << no_line;
+  bare.metadata["format"] = "fjit-mlp-classifier-v1";
+  io::save_checkpoint(bare_path, bare);
+  const std::string other = fjit::testing::error_of([&] { (void)lm_trainer_factory_of(bare_path); });
+  EXPECT_NE(other.find(bare_path + ": not a checkpoint of the language-model trainer (format "
+                       "'fjit-mlp-classifier-v1'"), std::string::npos) << other;
   fs::remove_all(r.dir);
 }
 

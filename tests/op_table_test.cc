@@ -116,13 +116,14 @@ TEST(OpTable, AutomaticChecksFollowTheRows) {
 // check: they scan an operand the op has, with a rule the automatic-checks pass can build. And
 // no row of the check-kind table is dead: every kind is a user check, the result check, the
 // loss scaling's predicate check (parallel/train/loss_scaling.h), a while_loop's guard
-// (core/compile/loop_guard.h), the fpe mode's site (checks/fpe_report.h), or some op's input check.
+// (core/compile/loop_guard.h), the fpe mode's site (checks/fpe_report.h), the sentinel's
+// check (parallel/train/sentinel.h), or some op's input check.
 TEST(OpTable, InputCheckColumnNamesOperandCheckKinds) {
   std::vector<bool> used(kNumCheckKinds, false);
   used[static_cast<size_t>(CheckKind::user)] = used[static_cast<size_t>(CheckKind::nan)] = true;
   used[static_cast<size_t>(CheckKind::loss_scale_overflow)] = true;
   EXPECT_EQ(check_kind_info(CheckKind::loss_scale_overflow).reads, CheckReads::kNothing);
-  for (CheckKind k : {CheckKind::loop_trip_limit, CheckKind::step_timeout, CheckKind::fpe}) {
+  for (CheckKind k : {CheckKind::loop_trip_limit, CheckKind::step_timeout, CheckKind::fpe, CheckKind::sentinel}) {
     used[static_cast<size_t>(k)] = true;
     EXPECT_EQ(check_kind_info(k).reads, CheckReads::kNothing) << check_kind_name(k);
   }

@@ -5,16 +5,22 @@
 
 #include <filesystem>
 #include <fstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
 
 #include "parallel/lm/lm_options.h"
 
 namespace fjit::testing {
 
+// The corpus of the tiny run, dir/corpus.txt.
+inline void write_tiny_corpus(const std::filesystem::path& dir) {
+  std::ofstream corpus(dir / "corpus.txt");
+  for (int i = 0; i < 200; ++i) corpus << "the quick brown fox " << i << " jumps over the lazy dog\n";
+}
+
 inline lm::LmOptions tiny_lm_options(const std::filesystem::path& dir, int64_t batch_size) {
-  {
-    std::ofstream corpus(dir / "corpus.txt");
-    for (int i = 0; i < 200; ++i) corpus << "the quick brown fox " << i << " jumps over the lazy dog\n";
-  }
+  write_tiny_corpus(dir);
   lm::LmOptions o;
   o.model.context = 16;
   o.model.dim = 16;
@@ -28,6 +34,23 @@ inline lm::LmOptions tiny_lm_options(const std::filesystem::path& dir, int64_t b
   o.corpus = (dir / "corpus.txt").string();
   o.checkpoint_dir = (dir / "ckpt").string();
   return o;
+}
+
+// The same run (a checkpoint every 2 steps) as train_lm gets it: its options parsed from a
+// command line, which they record (LmOptions::command_line, as lm_main sets it), so its
+// checkpoints can rebuild it (lm::lm_trainer_factory_of). Writes no corpus (write_tiny_corpus).
+inline lm::LmOptions tiny_train_lm_options(const std::filesystem::path& dir, int64_t batch_size) {
+  std::vector<std::string> args = {"train_lm", "--context", "16", "--dim", "16", "--layers", "1",
+                                   "--heads", "2", "--steps", "6", "--batch-size", std::to_string(batch_size),
+                                   "--warmup-steps", "0", "--eval-every", "0", "--log-every", "0",
+                                   "--corpus", (dir / "corpus.txt").string(), "--checkpoint-dir",
+                                   (dir / "ckpt").string(), "--checkpoint-every", "2"};
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  lm::ParsedLmOptions parsed = lm::parse_lm_options(static_cast<int>(argv.size()), argv.data());
+  if (!parsed.error.empty()) throw std::logic_error("tiny_train_lm_options: " + parsed.error);
+  parsed.options.command_line.assign(args.begin() + 1, args.end());
+  return parsed.options;
 }
 
 }  // namespace fjit::testing

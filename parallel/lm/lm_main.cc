@@ -99,6 +99,7 @@ int lm_main(int argc, char** argv) {
     std::fprintf(stderr, "%s: %s\n", argv[0], parsed.error.c_str());
     return 2;
   }
+  parsed.options.command_line.assign(argv + 1, argv + argc);
   return training::run_training_job(argc, argv, [&](Mesh& mesh) {
     return parsed.options.prompt ? sample(mesh, parsed.options) : train(mesh, std::move(parsed.options));
   });

@@ -68,6 +68,9 @@ struct LmOptions {
   int64_t new_tokens = 200;
   double temperature = 0.8;          // 0: greedy
   int64_t top_k = 40;                // 0: the whole vocabulary
+  // Not an option: the program's arguments (argv[1..]), which lm_main sets so that checkpoints
+  // record them (fjit_verify rebuilds the run from them, parallel/lm/lm_verify.h).
+  std::vector<std::string> command_line;
 };
 
 struct ParsedLmOptions {

@@ -19,7 +19,7 @@
 namespace fjit::lm {
 namespace {
 
-constexpr const char* kFormat = "fjit-decoder-lm-v1";
+constexpr const char* kFormat = kLmCheckpointFormat;
 
 // Pretraining reads bytes: the vocabulary is the byte tokenizer's; a given model keeps its own.
 // A loss-scaled run gets the check settings it needs (parallel/train/loss_scaling.h).
@@ -215,6 +215,8 @@ void LmTrainer::save(const std::string& path) {
     io::set_config(ck, run_config(options_));
     ck.metadata["replicas"] = std::to_string(mesh_.size());
     ck.metadata["step_records"] = fmt::format("{}", fmt::join(step_records_, ","));
+    if (!options_.command_line.empty())
+      ck.metadata["command_line"] = fmt::format("{}", fmt::join(options_.command_line, "\n"));
     const std::string chain = io::set_chain(ck, chain_, steps_done_);
     io::save_checkpoint(path, ck);
     chain_ = chain;

@@ -34,7 +34,9 @@
 //    checkpoint's; a run's first to kChainStart, a resumed run's to the one it resumed from),
 //    checked at load, and the step records (loss and gradient norm bits) of the steps since
 //    the previous checkpoint, with the replica count, so lm::verify_lm_interval
-//    (parallel/lm/lm_verify.h) can re-execute an interval and compare.
+//    (parallel/lm/lm_verify.h) can re-execute an interval and compare; and the program's
+//    command line (options.command_line, when set: train_lm sets it), from which
+//    lm::lm_trainer_factory_of rebuilds the run for fjit_verify.
 #pragma once
 
 #include <cstdint>
@@ -55,6 +57,10 @@ namespace fjit::lm {
 // The token file a run uses: options.token_file, else <checkpoint_dir>/corpus.tokens, else one
 // in the temporary directory named after the corpus path.
 std::string token_file_path(const LmOptions& o);
+
+// The "format" a checkpoint of LmTrainer records (the classifier trainer's differs): what
+// fjit_verify dispatches on.
+inline constexpr const char* kLmCheckpointFormat = "fjit-decoder-lm-v1";
 
 class LmTrainer {
  public:

@@ -1,6 +1,9 @@
 #include "parallel/train/sentinel.h"
 
+#include <stdexcept>
 #include <tuple>
+
+#include <fmt/format.h>
 
 #include "checks/check.h"
 #include "core/trace/collectives.h"
@@ -60,13 +63,17 @@ void check_gradient_sentinel(const TensorDict& grads, const Tensor& x, const Ten
     const int64_t n = sketches.dim(0), rows = xs.dim(0);
     const Tensor next = where(eq(me, scalar(DType::i32, static_cast<double>(n - 1))),
                               scalar(DType::i32, 0.0), me + 1.0);
-    const TensorDict theirs = gradient_of(rows_of(all_gather(xs, axis), rows, next),
-                                          rows_of(all_gather(ys, axis), rows, next), next);
+    const Tensor all_xs = all_gather(xs, axis);
+    if (all_xs.dim(0) != n * rows)
+      throw std::invalid_argument(fmt::format(
+          "sentinel: replicas' shares of the batch differ in size ({} rows here, {} over {} replicas): it "
+          "recomputes a neighbour's share from equal shares only", rows, all_xs.dim(0), n));
+    const TensorDict theirs = gradient_of(rows_of(all_xs, rows, next), rows_of(all_gather(ys, axis), rows, next), next);
     return std::tuple{sketch(theirs, key), reshape(take(sketches, reshape(next, {1}), 0), {}), next};
   }, [&](const Tensor&, const Tensor&, const Tensor&, const TensorDict&, const Tensor&) {
     return std::tuple{scalar(DType::f64, 0.0), scalar(DType::f64, 0.0), me};
   }, s, x, y, grads, PRNGKey(kSketchSeed));
-  check(eq(recomputed, reported) || (!isfinite(recomputed) && !isfinite(reported)),
+  check_of_kind(CheckKind::sentinel, eq(recomputed, reported) || (!isfinite(recomputed) && !isfinite(reported)),
         "sentinel: at step index {}, replica {}'s gradient differs from replica {}'s recomputation "
         "of it (sketches differ by {}): a silent data corruption on one of them",
         step, neighbour, me, recomputed - reported);

@@ -6,6 +6,9 @@
 // dropout key), and compares a float64 sketch of it with the sketch replica r + 1 made of the
 // gradient it is about to all-reduce. A mismatch fails a check on replica r naming replica
 // r + 1, the step index and the sketches' difference, reported as any check is, on every replica.
+// That check has a kind of its own, CheckKind::sentinel ("sentinel check at ..." in the report;
+// StepResult::raised tells it apart), recorded under every check mode: `--checks off` does not
+// turn the sentinel off; only leaving out `--sentinel K` does.
 //
 // Promises:
 //  - The recomputation is the same traced function of the same inputs as the share it checks
@@ -21,7 +24,8 @@
 //  - Off the due steps the recomputation is not run (a cond); the step computes exactly what it
 //    computes without the sentinel.
 //  - Every replica's rows must have the same shape (the all-gather): the trainer refuses a
-//    sentinel with a global batch that does not split evenly.
+//    sentinel with a global batch that does not split evenly at start-up, naming the shares'
+//    sizes; traced on uneven shards, check_gradient_sentinel throws std::invalid_argument.
 #pragma once
 
 #include <cstdint>

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "core/base/metrics.h"
 #include "core/io/state_hash.h"
@@ -80,6 +81,19 @@ TrainOptions with_loss_scaling_policy(TrainOptions o) {
   return o;
 }
 
+// "shares of 3, 3 and 2 rows": what pmap's split gives each replica of a global batch.
+std::string share_sizes(int64_t batch, int replicas) {
+  std::vector<int64_t> rows;
+  for (int r = 0; r < replicas; ++r) {
+    const auto [begin, end] = io::split_rows(batch, replicas, r);
+    rows.push_back(end - begin);
+  }
+  const auto last = rows.back();
+  rows.pop_back();
+  return rows.empty() ? fmt::format("one share of {} rows", last)
+                      : fmt::format("shares of {} and {} rows", fmt::join(rows, ", "), last);
+}
+
 }  // namespace
 
 PmapOptions Trainer::pmap_options(const char* name) const {
@@ -133,8 +147,9 @@ Trainer::Trainer(Mesh mesh, TrainOptions options, Model model, io::Dataset train
   if (options_.sentinel_every > 0 && (options_.batch_size % mesh_.size() != 0 || !options_.examples_per_process.empty()))
     throw std::invalid_argument(fmt::format("Trainer: the sentinel (--sentinel {}) recomputes a neighbour's share of "
                                             "the batch and needs every replica's share the same size: a global "
-                                            "batch of {} does not split evenly over {} replicas{}",
+                                            "batch of {} does not split evenly over {} replicas ({}){}",
                                             options_.sentinel_every, options_.batch_size, mesh_.size(),
+                                            share_sizes(options_.batch_size, mesh_.size()),
                                             options_.examples_per_process.empty() ? "" : " (examples per process)"));
   if (options_.zero_stage != 0 && (!options_.checkpoint_dir.empty() || options_.resume ||
                                    options_.divergence_check_every > 0))
