@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "core/compile/kernel_sleep_testing.h"
 #include "fjit.h"
 #include "parallel/pmap.h"
 #include "tests/mpi/mpi_test_main.h"
@@ -97,6 +98,34 @@ TEST(LoopGuardMpi, SkipStepKeepsEveryRanksStateBitForBit) {
   EXPECT_TRUE(r.raised(CheckKind::loop_trip_limit));
   EXPECT_TRUE(out["x"].bit_equal(before));
   for (int skipped : gather(r.skipped ? 1 : 0)) EXPECT_EQ(skipped, 1);
+}
+
+// Rank 1 sits in a long kernel (a test seam standing for one that polls) before the pmean
+// while the other ranks wait in the pmean; the deadline stops rank 1's kernel, the pmean
+// still pairs every rank, and every rank skips the step with its state unchanged.
+TEST(LoopGuardMpi, ADeadlineHitAroundACollectiveSkipsTheStepOnEveryRank) {
+  PmapOptions o;
+  o.jit.name = "deadline_step";
+  o.jit.checks = CheckMode::user;
+  o.jit.policy = CheckPolicy::skip_step;
+  o.jit.step_timeout_s = 0.3;
+  auto step = pmap(mesh(), "batch", [](const Params& p, const Tensor& x) {
+    TensorDict next;
+    next.set("w", p["w"] - 0.1 * pmean(matmul(transpose(x), matmul(x, p["w"])), "batch"));
+    return next;
+  }, o);
+  const ArrayDict state{{"w", Array::full(DType::f32, {3, 2}, 0.25)}};
+  const Array x = Array::full(DType::f32, {4 * mesh().size(), 3}, 0.5);
+  const ArrayDict good = step(state, x);
+  const Array before = state["w"].clone();
+  testing::sleep_in_kernel(1, Op::MatMul, 60.0);
+  ArrayDict out;
+  const StepResult r = step.run_into(out, state, x);
+  EXPECT_TRUE(r.skipped);
+  EXPECT_TRUE(r.raised(CheckKind::step_timeout));
+  EXPECT_TRUE(out["w"].bit_equal(before));
+  for (int skipped : gather(r.skipped ? 1 : 0)) EXPECT_EQ(skipped, 1);
+  EXPECT_TRUE(step(state, x)["w"].bit_equal(good["w"])) << "the job goes on";
 }
 
 }  // namespace
