@@ -9,6 +9,7 @@
 #include <string>
 
 #include "core/compile/kernel_sleep_testing.h"
+#include "core/kernels/gemm/packed_gemm.h"
 #include "parallel/fjit.h"
 #include "tests/test_util.h"
 
@@ -69,6 +70,30 @@ TEST(StepDeadline, ALongKernelThatPollsStopsAtTheDeadlineAndSkipStepKeepsTheStat
   const std::string what = error_of<CheckError>([&] { (void)g(state, x); });
   EXPECT_TRUE(has(what, "the step ran past its deadline of 0.2 s in matmul f32[5,4]")) << what;
   EXPECT_TRUE(has(what, "step_deadline_test.cc:" + std::to_string(kMatMulLine))) << what;
+}
+
+// A real long kernel, no seam: fjit's packed GEMM of 2*3000^3 flops, far longer than the
+// deadline on any CPU, asks the deadline between units and stops; so does a long fused
+// elementwise instruction. Both are named in the report.
+TEST(StepDeadline, ThePackedGemmAndFusedElementwiseKernelsPollTheDeadline) {
+  const PackedGemmUse saved = packed_gemm_use();
+  set_packed_gemm_use(PackedGemmUse::always);  // BLIS, when used, does not poll
+  const int64_t n = 3000;
+  auto gemm = jit([](const Tensor& a, const Tensor& b) { return matmul(a, b); },
+                  deadline(CheckPolicy::throw_error, 0.02));
+  const Array a = Array::full(DType::f32, {n, n}, 0.5), b = Array::full(DType::f32, {n, n}, 0.25);
+  std::string what = error_of<CheckError>([&] { (void)gemm(a, b); });
+  set_packed_gemm_use(saved);
+  EXPECT_TRUE(has(what, "the step ran past its deadline of 0.02 s in matmul f32[3000,3000] (instruction 0")) << what;
+  // 64 fused elementwise passes over 64 Mi elements.
+  auto chain = jit([](const Tensor& x) {
+    Tensor y = x;
+    for (int i = 0; i < 64; ++i) y = tanh(y * 1.0001 + 0.5);
+    return y;
+  }, deadline(CheckPolicy::throw_error, 0.02));
+  what = error_of<CheckError>([&] { (void)chain(Array::full(DType::f32, {int64_t{1} << 26}, 0.5)); });
+  EXPECT_TRUE(has(what, "the step ran past its deadline of 0.02 s in ")) << what;
+  EXPECT_TRUE(has(what, "(instruction 0 of the plan")) << what;
 }
 
 TEST(StepDeadline, ADeadlineThatIsNotReachedChangesNoBit) {

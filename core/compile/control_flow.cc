@@ -88,12 +88,9 @@ void while_kernel(const Instr& in, const Frame& f) {
   for (int64_t i = 0;; ++i) {
     for (int j = 0; j < nc; ++j) s.ins[j] = s.base + p.carry[cur][j];
     f.ctx->iteration = i;
-    if (deadline && while_deadline_stops(*p.region, *f.ctx, agree)) {
-      while_guard_stops(*p.region, *f.ctx, i, carry, p.plans[1]->output_types);  // raises its site
-      break;
-    }
     s.outs[0] = flag;
     p.plans[0]->run(s.ins, s.outs, *f.ctx, s.workspace);
+    if (deadline && while_deadline_stops(*p.region, *f.ctx, agree, i, carry, p.plans[1]->output_types)) break;
     if (!*flag) break;
     if (guarded && while_guard_stops(*p.region, *f.ctx, i, carry, p.plans[1]->output_types)) break;
     for (int j = 0; j < nc; ++j) s.outs[j] = s.base + p.carry[1 - cur][j];
@@ -122,6 +119,13 @@ void run_once(const Instr& in, const Frame& f, int which, int first) {
 }
 
 void cond_kernel(const Instr& in, const Frame& f) {
+  const ControlPlan& p = plan_of(in);
+  RunContext& ctx = *f.ctx;
+  if (ctx.deadline_site >= 0 && ctx.deadline_ns != 0 &&
+      (p.plans[0]->holds_collective || p.plans[1]->holds_collective) && replicas_stop_together(ctx)) {
+    run_once(in, f, 0, 1);  // loop_guard.h: the same branch on every replica
+    return;
+  }
   run_once(in, f, *in.in<uint8_t>(f, 0) ? 0 : 1, 1);
 }
 

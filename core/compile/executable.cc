@@ -9,6 +9,7 @@
 #include "core/compile/kernel_sleep_testing.h"
 #include "core/compile/collective_worker.h"
 #include "core/base/metrics.h"
+#include "core/base/step_deadline.h"
 #include "core/base/timeline.h"
 
 namespace fjit {
@@ -177,15 +178,15 @@ namespace {
 
 void Executable::run_deadline(const Frame& frame, const ActivityLevel& level) const {
   RunContext& ctx = *frame.ctx;
+  const ThreadStepDeadline polled(ctx.deadline_ns);  // for kernels that poll between blocks
   const int32_t n = static_cast<int32_t>(instrs.size());
   for (int32_t i = 0; i < n; ++i) {
     level.at(i);
     if (g_sleep_armed.load(std::memory_order_relaxed)) maybe_sleep_in(instrs[i], ctx);
-    if (step_past_deadline(ctx)) [[unlikely]] {
-      raise_deadline(ctx, i);
-      if (static_cast<size_t>(i) >= pairs.size() || !pairs[static_cast<size_t>(i)]) continue;
-    }
-    instrs[i].fn(instrs[i], frame);
+    if (!ctx.stopped || (static_cast<size_t>(i) < pairs.size() && pairs[static_cast<size_t>(i)]))
+      instrs[i].fn(instrs[i], frame);
+    // Names the instruction that ran (or was skipped) as the deadline passed.
+    if (step_past_deadline(ctx)) [[unlikely]] raise_deadline(ctx, i);
   }
 }
 
