@@ -128,6 +128,41 @@ TEST(LoopGuardMpi, ADeadlineHitAroundACollectiveSkipsTheStepOnEveryRank) {
   EXPECT_TRUE(step(state, x)["w"].bit_equal(good["w"])) << "the job goes on";
 }
 
+// A while_loop that never ends holds a pmean in its body (its condition reads the pmean's
+// result, so every rank agrees on it). Rank 1 is slow once, so the ranks' clocks pass their
+// deadlines at different iterations; they still stop at the same one (loop_guard.h), no rank
+// is left in the body's pmean, and every rank throws the same report at the same step.
+TEST(LoopGuardMpi, AWhileLoopWithACollectiveInItsBodyStopsTogetherOnEveryRank) {
+  PmapOptions o;
+  o.jit.name = "looping_step";
+  o.jit.checks = CheckMode::user;
+  o.jit.policy = CheckPolicy::throw_error;
+  o.jit.step_timeout_s = 0.3;
+  auto step = pmap(mesh(), "batch", [](const Tensor& rate) {
+    std::pair<Tensor, Tensor> init{full(DType::f32, {1}, 0.0), sum(rate)};
+    auto [x, r] = while_loop([](const std::pair<Tensor, Tensor>& c) { return all(c.first < 4.0); },
+                             [](const std::pair<Tensor, Tensor>& c) {
+                               return std::pair{c.first + pmean(c.second * 1.0, "batch"), c.second};
+                             },
+                             init);
+    return pmean(x, "batch");
+  }, o);
+  EXPECT_EQ(step(Array::full(DType::f32, {1}, 1.0)).data<float>()[0], 4.0f);
+  testing::sleep_in_kernel(1, Op::AllReduce, 0.1);
+  std::string what;
+  int64_t at = -1;
+  try {
+    step(Array::full(DType::f32, {1}, 0.0));  // rate 0 on every rank: never ends
+    ADD_FAILURE() << "no CheckError on rank " << rank();
+  } catch (const CheckError& e) {
+    what = e.what();
+    at = e.step();
+  }
+  EXPECT_TRUE(has(what, "while_loop stopped: the step ran past its deadline of 0.3 s")) << what;
+  for (int64_t s : gather(at)) EXPECT_EQ(s, 1);
+  EXPECT_EQ(step(Array::full(DType::f32, {1}, 1.0)).data<float>()[0], 4.0f) << "the job goes on";
+}
+
 }  // namespace
 }  // namespace fjit
 
