@@ -18,7 +18,7 @@
 //
 //   build/bench/checks_bench
 //   FJIT_BENCH_INTERLEAVED=1 build/bench/checks_bench --benchmark_filter=none
-//     alternates the three modes step by step and prints median CPU times and overheads
+//     alternates the modes (and prod under a step deadline that is never reached) step by step and prints median CPU times and overheads
 //     (the median over rounds of each round's ratio to its own off block: fairer on a loaded
 //     machine than back-to-back runs or a ratio of two medians), what the norm's squares add to the
 //     largest layer's GEMM update (the two alternated too), then the host-side cost per step
@@ -66,10 +66,11 @@ enum StepShape { kLoss, kLossNorm, kLossSum };
 const char* shape_name(StepShape s) { return s == kLoss ? "loss" : s == kLossNorm ? "loss+norm" : "loss,sum"; }
 
 template <StepShape kShape>
-auto make_step(CheckMode mode) {
+auto make_step(CheckMode mode, double timeout_s = 0) {
   JitOptions o;
   o.name = "train_step";
   o.checks = mode;
+  o.step_timeout_s = timeout_s;
   o.policy = CheckPolicy::throw_error;
   return jit([](const Params& p, const Tensor& x, const Tensor& y) {
     auto [loss, g] = value_and_grad(mlp_loss)(p, x, y);
@@ -98,14 +99,14 @@ struct Runner {
 };
 
 template <StepShape kShape>
-Runner make_runner(const Config& c, CheckMode mode) {
+Runner make_runner(const Config& c, CheckMode mode, double timeout_s) {
   struct State {
     decltype(make_step<kShape>(CheckMode::off)) fn;
     ArrayDict p;
     Array x, y;
     std::conditional_t<kShape == kLossNorm, std::tuple<ArrayDict, Array, Array>, std::tuple<ArrayDict, Array>> out;
   };
-  auto s = std::make_shared<State>(State{make_step<kShape>(mode), mlp_params(c.sizes, 1),
+  auto s = std::make_shared<State>(State{make_step<kShape>(mode, timeout_s), mlp_params(c.sizes, 1),
                                          he_uniform(Shape{c.batch, c.sizes.front()}, 3), Array(DType::i32, Shape{c.batch}), {}});
   for (int64_t i = 0; i < c.batch; ++i) s->y.template data<int32_t>()[i] = static_cast<int32_t>((i * 7) % c.sizes.back());
   s->fn.run_into(s->out, s->p, s->x, s->y);
@@ -122,13 +123,13 @@ Runner make_runner(const Config& c, CheckMode mode) {
   return r;
 }
 
-Runner make_runner(const Config& c, CheckMode mode, StepShape shape) {
+Runner make_runner(const Config& c, CheckMode mode, StepShape shape, double timeout_s = 0) {
   switch (shape) {
-    case kLoss: return make_runner<kLoss>(c, mode);
-    case kLossNorm: return make_runner<kLossNorm>(c, mode);
+    case kLoss: return make_runner<kLoss>(c, mode, timeout_s);
+    case kLossNorm: return make_runner<kLossNorm>(c, mode, timeout_s);
     case kLossSum: break;
   }
-  return make_runner<kLossSum>(c, mode);
+  return make_runner<kLossSum>(c, mode, timeout_s);
 }
 
 void BM_Step(benchmark::State& state, const Config& c, CheckMode mode, StepShape shape) {
@@ -166,7 +167,9 @@ void interleaved(const Config& c, StepShape shape, int rounds, int batch) {
   const CheckMode modes[] = {CheckMode::off, CheckMode::user, CheckMode::all, CheckMode::fpe};
   std::vector<Runner> runners;
   for (CheckMode m : modes) runners.push_back(make_runner(c, m, shape));
-  std::vector<std::vector<double>> times(4);
+  // prod under a step deadline never reached: what polling it costs (executable.h).
+  runners.push_back(make_runner(c, CheckMode::user, shape, 600.0));
+  std::vector<std::vector<double>> times(runners.size());
   // The order of the modes turns every round, so none always follows the same other one
   // (whose working set it would find in the caches, or not).
   for (int round = 0; round < rounds; ++round)
@@ -179,16 +182,16 @@ void interleaved(const Config& c, StepShape shape, int rounds, int batch) {
   const double off = median(times[0]) / 1e3, prod = median(times[1]) / 1e3, all = median(times[2]) / 1e3;
   // The overheads are medians of each round's own ratio to the off block next to it: the
   // blocks of one round share the machine's load of that moment, so its drift cancels.
-  auto overhead = [&](size_t m) {
+  auto overhead = [&](size_t m, size_t base = 0) {
     std::vector<double> r;
-    for (size_t i = 0; i < times[0].size(); ++i) r.push_back(times[m][i] / times[0][i]);
+    for (size_t i = 0; i < times[0].size(); ++i) r.push_back(times[m][i] / times[base][i]);
     return 100 * (median(r) - 1);
   };
   const double fpe = median(times[3]) / 1e3;
   std::printf("%-31s %-9s off %8.1f us | prod %8.1f us %+6.2f%% (%d checks) | all %8.1f us %+6.2f%% (%d checks)"
-              " | fpe %8.1f us %+6.2f%%\n",
+              " | fpe %8.1f us %+6.2f%% | prod+deadline %8.1f us %+6.2f%% of prod\n",
               c.title, shape_name(shape), off, prod, overhead(1), runners[1].sites, all, overhead(2),
-              runners[2].sites, fpe, overhead(3));
+              runners[2].sites, fpe, overhead(3), median(times[4]) / 1e3, overhead(4, 1));
 }
 
 // What a gradient norm adds inside the GEMM update of the largest layer (the weight gradient

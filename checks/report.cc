@@ -1,5 +1,6 @@
 #include "checks/report.h"
 
+#include "checks/deadline_report.h"
 #include "checks/fpe_report.h"
 
 #include <fmt/args.h>
@@ -159,12 +160,15 @@ std::string format_check_report(const Executable& exe, const RaisedChecks& raise
     const Site* where = &site.site;
     const std::span<const double> values = std::span<const double>(raised.values[id]).first(kMaxCheckValues);
     out += fmt::format("\n  #{}{}{} {}", id, first ? " [first]" : "", root ? " [root cause]" : "",
-                       site.kind == CheckKind::fpe ? fpe_message(exe, values, &where) : check_message(site, values, types));
+                       site.kind == CheckKind::fpe ? fpe_message(exe, values, &where)
+                       : id == exe.deadline_site  ? deadline_message(exe, values, &where)
+                                                  : check_message(site, values, types));
     if (const double it = raised.values[id][kIterationSlot]; !site.loop.empty() && it > 0)
       out += fmt::format(" (in {} iteration {}, the {} at {})", site.loop, static_cast<int64_t>(it) - 1,
                          site.loop, site.loop_site.str());
     first = false;
-    const bool op = check_kind_info(site.kind).reads != CheckReads::kNothing || site.kind == CheckKind::fpe;
+    const bool op = check_kind_info(site.kind).reads != CheckReads::kNothing || site.kind == CheckKind::fpe ||
+                    id == exe.deadline_site;
     // A predicate kind other than user says which (the sentinel's check: "sentinel check at").
     const std::string what = op ? "op"
                              : site.kind == CheckKind::user ? "check"

@@ -266,6 +266,12 @@ std::shared_ptr<Executable> Compiler::lower(std::shared_ptr<const Graph> gp, std
   for (Instr& instr : exe->instrs) {
     if (instr.out_buf < 0) instr.out_buf = node_buf[instr.node];
     instr.trace_name = timeline::intern(instr.label.empty() ? op_name(instr.op) : instr.label);
+    bool pairs = op_kind(instr.op) == OpKind::kCollective;
+    if (op_kind(instr.op) == OpKind::kControl && instr.prepared)
+      for (const auto& sub : static_cast<const ControlPlan*>(instr.prepared.get())->plans)
+        pairs = pairs || sub->holds_collective;
+    exe->pairs.push_back(pairs ? 1 : 0);
+    exe->holds_collective = exe->holds_collective || pairs;
   }
   plan_arena(*exe, async, planned, planned_buf);
   exe->table_bytes_ = (exe->buffers.size() * sizeof(void*) + 63) / 64 * 64;
@@ -285,6 +291,12 @@ std::shared_ptr<const Executable> compile(const Graph& traced, std::vector<Check
       optimize(traced, options.verify, options.automatic_checks ? &sites : nullptr));
   std::shared_ptr<Executable> exe =
       Compiler::lower(optimized, std::move(sites), options.fusion, options.overlap);
+  if (options.step_deadline) {
+    CheckSite site;
+    site.kind = CheckKind::step_timeout;
+    exe->deadline_site = static_cast<int>(exe->check_sites.size());
+    exe->check_sites.push_back(std::move(site));
+  }
   if (options.fpe_checks) {
     CheckSite site;
     site.kind = CheckKind::fpe;

@@ -28,6 +28,9 @@ struct CompileOptions {
   // The fpe check mode (CheckMode::fpe, checks/fpe_report.h): one site of kind fpe appended
   // to the plan's (Executable::fpe_site), raised by the run from the CPU's exception flags.
   bool fpe_checks = false;
+  // Steps run under a deadline (JitOptions::step_timeout_s) and record checks: one site of
+  // kind step_timeout appended to the plan's (Executable::deadline_site).
+  bool step_deadline = false;
   // Not off: each all-reduce is placed as soon as its operands exist and marked for the
   // collective worker (core/compile/schedule.h). Values do not change, only when they are
   // computed. Recorded in Executable::overlap, which tells the runner whether to give the

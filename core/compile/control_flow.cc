@@ -79,6 +79,10 @@ void while_kernel(const Instr& in, const Frame& f) {
   for (int k = nc; k < p.num_inputs; ++k) s.ins[k] = operand(in, f, k);
   auto* flag = reinterpret_cast<uint8_t*>(s.base + p.flag);
   const bool guarded = p.region->trip_site >= 0 || p.region->timeout_site >= 0;
+  const bool deadline = p.region->timeout_site >= 0 && f.ctx->deadline_ns != 0;
+  const bool agree = p.plans[0]->holds_collective || p.plans[1]->holds_collective;
+  const std::span<const std::byte* const> carry{reinterpret_cast<const std::byte* const*>(s.ins),
+                                                static_cast<size_t>(nc)};
   const int64_t saved = f.ctx->iteration;
   int cur = 0;
   for (int64_t i = 0;; ++i) {
@@ -86,14 +90,14 @@ void while_kernel(const Instr& in, const Frame& f) {
     f.ctx->iteration = i;
     s.outs[0] = flag;
     p.plans[0]->run(s.ins, s.outs, *f.ctx, s.workspace);
+    if (deadline && while_deadline_stops(*p.region, *f.ctx, agree, i, carry, p.plans[1]->output_types)) break;
     if (!*flag) break;
-    if (guarded && while_guard_stops(*p.region, *f.ctx, i, {reinterpret_cast<const std::byte* const*>(s.ins),
-                                                           static_cast<size_t>(nc)},
-                                     p.plans[1]->output_types))
-      break;
+    if (guarded && while_guard_stops(*p.region, *f.ctx, i, carry, p.plans[1]->output_types)) break;
     for (int j = 0; j < nc; ++j) s.outs[j] = s.base + p.carry[1 - cur][j];
     p.plans[1]->run(s.ins, s.outs, *f.ctx, s.workspace);
-    cur = 1 - cur;
+    // A body the deadline cut short left a partial carry: the loop keeps the last whole one
+    // and stops at the next iteration's check.
+    if (!(deadline && f.ctx->stopped)) cur = 1 - cur;
   }
   f.ctx->iteration = saved;
   for (int j = 0; j < nc; ++j)
@@ -115,6 +119,13 @@ void run_once(const Instr& in, const Frame& f, int which, int first) {
 }
 
 void cond_kernel(const Instr& in, const Frame& f) {
+  const ControlPlan& p = plan_of(in);
+  RunContext& ctx = *f.ctx;
+  if (ctx.deadline_site >= 0 && ctx.deadline_ns != 0 &&
+      (p.plans[0]->holds_collective || p.plans[1]->holds_collective) && replicas_stop_together(ctx)) {
+    run_once(in, f, 0, 1);  // loop_guard.h: the same branch on every replica
+    return;
+  }
   run_once(in, f, *in.in<uint8_t>(f, 0) ? 0 : 1, 1);
 }
 

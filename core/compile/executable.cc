@@ -9,6 +9,7 @@
 #include "core/compile/kernel_sleep_testing.h"
 #include "core/compile/collective_worker.h"
 #include "core/base/metrics.h"
+#include "core/base/step_deadline.h"
 #include "core/base/timeline.h"
 
 namespace fjit {
@@ -21,14 +22,14 @@ std::atomic<int> g_sleep_replica{-1};
 std::atomic<int> g_sleep_op{-1};
 std::atomic<int64_t> g_sleep_ms{0};
 
-void maybe_sleep_in(const Instr& instr, int replica) {
-  if (!g_sleep_armed.load(std::memory_order_acquire) || g_sleep_replica.load() != replica ||
+void maybe_sleep_in(const Instr& instr, RunContext& ctx) {
+  if (!g_sleep_armed.load(std::memory_order_acquire) || g_sleep_replica.load() != ctx.replica ||
       g_sleep_op.load() != static_cast<int>(instr.op))
     return;
   bool armed = true;
   if (!g_sleep_armed.compare_exchange_strong(armed, false)) return;
   const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(g_sleep_ms.load());
-  while (std::chrono::steady_clock::now() < until) {
+  while (std::chrono::steady_clock::now() < until && !step_past_deadline(ctx)) {
     activity_poll();
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
@@ -86,6 +87,10 @@ void Executable::run(const void* const* inputs, void* const* outputs, RunContext
     run_fpe(frame, outputs, level);
     return;
   }
+  if (ctx.deadline_site >= 0 && ctx.flags != nullptr) {
+    run_deadline(frame, level);
+    return;
+  }
   if (num_overlapped > 0 && ctx.worker != nullptr && ctx.comm != nullptr) {
     run_overlapped(frame, level);
     return;
@@ -98,7 +103,7 @@ void Executable::run(const void* const* inputs, void* const* outputs, RunContext
   const bool seam = g_sleep_armed.load(std::memory_order_relaxed);
   for (int32_t i = 0; i < n_instrs; ++i) {
     level.at(i);
-    if (seam) maybe_sleep_in(instrs[i], ctx.replica);
+    if (seam) maybe_sleep_in(instrs[i], ctx);
     instrs[i].fn(instrs[i], frame);
   }
 }
@@ -120,7 +125,7 @@ void run_and_record(const Instr& instr, const Frame& frame) {
 void Executable::run_recorded(const Frame& frame, const ActivityLevel& level) const {
   for (size_t i = 0; i < instrs.size(); ++i) {
     level.at(static_cast<int32_t>(i));
-    if (g_sleep_armed.load(std::memory_order_relaxed)) maybe_sleep_in(instrs[i], frame.ctx->replica);
+    if (g_sleep_armed.load(std::memory_order_relaxed)) maybe_sleep_in(instrs[i], *frame.ctx);
     run_and_record(instrs[i], frame);
   }
 }
@@ -139,7 +144,7 @@ void Executable::run_overlapped(const Frame& frame, const ActivityLevel& level) 
     level.at(static_cast<int32_t>(i));
     if (await_before[i] > 0) worker.wait(await_before[i]);
     const Instr& instr = instrs[i];
-    if (g_sleep_armed.load(std::memory_order_relaxed)) maybe_sleep_in(instr, frame.ctx->replica);
+    if (g_sleep_armed.load(std::memory_order_relaxed)) maybe_sleep_in(instr, *frame.ctx);
     if (overlapped[i]) {
       worker.submit(instr, frame, recorded);
       continue;
@@ -148,6 +153,41 @@ void Executable::run_overlapped(const Frame& frame, const ActivityLevel& level) 
     else instr.fn(instr, frame);
   }
   worker.wait(num_overlapped);
+}
+
+namespace {
+
+// Raises the step-deadline site once, naming the top-level instruction the replica was in
+// (core/base/activity.h) and, inside a loop's or branch's plan, the instruction there.
+[[gnu::cold, gnu::noinline]] void raise_deadline(RunContext& ctx, int32_t instr) {
+  uint32_t& flag = ctx.flags[ctx.deadline_site];
+  if (flag != 0) return;
+  flag = 1;
+  if (ctx.payload == nullptr) return;
+  double* values = ctx.payload + static_cast<size_t>(ctx.deadline_site) * kCheckPayloadSlots;
+  const ReplicaActivity* a = current_activity();
+  const int depth = a ? a->depth.load(std::memory_order_relaxed) : 1;
+  values[0] = static_cast<double>(ctx.timeout_ns) / 1e9;
+  values[1] = a ? a->instr[0].load(std::memory_order_relaxed) : instr;
+  values[2] = depth > 1 ? instr : -1;
+  values[3] = depth - 1;
+  values[kIterationSlot] = static_cast<double>(ctx.iteration + 1);
+}
+
+}  // namespace
+
+void Executable::run_deadline(const Frame& frame, const ActivityLevel& level) const {
+  RunContext& ctx = *frame.ctx;
+  const ThreadStepDeadline polled(ctx.deadline_ns);  // for kernels that poll between blocks
+  const int32_t n = static_cast<int32_t>(instrs.size());
+  for (int32_t i = 0; i < n; ++i) {
+    level.at(i);
+    if (g_sleep_armed.load(std::memory_order_relaxed)) maybe_sleep_in(instrs[i], ctx);
+    if (!ctx.stopped || (static_cast<size_t>(i) < pairs.size() && pairs[static_cast<size_t>(i)]))
+      instrs[i].fn(instrs[i], frame);
+    // Names the instruction that ran (or was skipped) as the deadline passed.
+    if (step_past_deadline(ctx)) [[unlikely]] raise_deadline(ctx, i);
+  }
 }
 
 std::string Executable::plan_string() const {

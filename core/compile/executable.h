@@ -101,6 +101,17 @@ class Executable {
   // exception flags around every instruction (run_fpe, checks/fpe_report.h), all of them in
   // plan order on the calling thread.
   int fpe_site = -1;
+  // The step-deadline site (CompileOptions::step_deadline), or -1. The runner passes it in
+  // RunContext::deadline_site with the deadline; run() then reads the clock between
+  // instructions, in plan order on the calling thread. Once the step is past its deadline it
+  // raises the site (payload: the time limit in seconds, the instruction reached) and runs
+  // only the instructions that pair it with the other replicas (`pairs`), so every replica
+  // still makes the same collective calls; the step's outputs are then garbage, and the
+  // step-check handler's all-reduce of the flags tells every replica to throw or skip it.
+  int deadline_site = -1;
+  // Per instruction: it is a collective or a control op whose plans hold one.
+  std::vector<uint8_t> pairs;
+  bool holds_collective = false;
 
  private:
   // run()'s loop in the fpe check mode (core/compile/fpe_run.cc).
@@ -109,6 +120,8 @@ class Executable {
   void run_recorded(const Frame& frame, const ActivityLevel& level) const;
   // run()'s loop with overlapped collectives on frame.ctx->worker.
   void run_overlapped(const Frame& frame, const ActivityLevel& level) const;
+  // run()'s loop under a step deadline (core/compile/deadline_run.cc).
+  void run_deadline(const Frame& frame, const ActivityLevel& level) const;
   friend class Compiler;
   size_t table_bytes_ = 0;
 };

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "core/base/metrics.h"
+#include "core/kernels/collective/communicator.h"
 #include "core/ir/convert.h"
 
 namespace fjit {
@@ -37,14 +38,25 @@ bool while_guard_stops(const Region& region, RunContext& ctx, int64_t i,
     raise(region.trip_site, static_cast<double>(region.max_trips), ctx, i, carry, types);
     return true;
   }
-  if (region.timeout_site >= 0 && ctx.deadline_ns != 0) {
-    const int64_t now = now_ns();
-    if (now >= ctx.deadline_ns) [[unlikely]] {
-      raise(region.timeout_site, static_cast<double>(ctx.timeout_ns) / 1e9, ctx, i, carry, types);
-      return true;
-    }
-  }
   return false;
+}
+
+bool replicas_stop_together(RunContext& ctx) {
+  bool stop = step_past_deadline(ctx);
+  if (ctx.comm != nullptr && ctx.num_replicas > 1) {
+    int32_t any = stop ? 1 : 0;
+    ctx.comm->all_reduce(&any, 1, DType::i32, ReduceOp::max);
+    if (any != 0) ctx.stopped = stop = true;
+  }
+  return stop;
+}
+
+bool while_deadline_stops(const Region& region, RunContext& ctx, bool agree, int64_t i,
+                          std::span<const std::byte* const> carry, std::span<const ValueType> types) {
+  if (region.timeout_site < 0 || ctx.deadline_ns == 0) return false;
+  const bool stop = agree ? replicas_stop_together(ctx) : step_past_deadline(ctx);
+  if (stop) raise(region.timeout_site, static_cast<double>(ctx.timeout_ns) / 1e9, ctx, i, carry, types);
+  return stop;
 }
 
 }  // namespace fjit

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "core/base/step_deadline.h"
 #include "core/ir/array.h"
 #include "core/ir/check_site.h"
 #include "core/ir/node.h"
@@ -38,11 +39,28 @@ struct RunContext {
   // Where the plan's overlapped collectives run (core/compile/collective_worker.h); null:
   // every instruction runs on the calling thread, in plan order.
   CollectiveWorker* worker = nullptr;
-  // The step's deadline on now_ns()'s clock (core/base/metrics.h); 0: none. A while_loop
-  // polls it once per iteration (core/compile/loop_guard.h).
+  // The step's deadline on now_ns()'s clock (core/base/metrics.h); 0: none. The executor
+  // polls it between instructions, long kernels between blocks (core/base/step_deadline.h),
+  // and a while_loop once per iteration (core/compile/loop_guard.h).
   int64_t deadline_ns = 0;
   int64_t timeout_ns = 0;  // the step's time limit the deadline was set from (for reports)
+  // With a deadline: the plan's step-deadline site (Executable::deadline_site), and whether
+  // the step has stopped. The executor reads the clock between instructions (and polling
+  // kernels between blocks, step_past_deadline); once past the deadline it raises that site
+  // and the rest of the step runs only what keeps the replicas paired: its collectives
+  // (core/compile/executable.h).
+  int deadline_site = -1;
+  bool stopped = false;
 };
+
+// Whether the step of `ctx` has stopped or has just passed its deadline (then marks it
+// stopped; the executor raises the site after the instruction). One load when the step has
+// no deadline, else a read of the coarse clock (core/base/step_deadline.h). For long kernels between blocks, and for test seams standing for them.
+inline bool step_past_deadline(RunContext& ctx) {
+  if (ctx.deadline_ns == 0) return false;
+  if (!ctx.stopped && deadline_passed(ctx.deadline_ns)) [[unlikely]] ctx.stopped = true;
+  return ctx.stopped;
+}
 
 struct Instr;
 struct Frame {

@@ -173,6 +173,7 @@ std::shared_ptr<const CompiledEntry> JitCore::compile_locked(const FlatArgs& arg
   copts.name = options_.name;
   copts.automatic_checks = mode == CheckMode::all;
   copts.fpe_checks = mode == CheckMode::fpe;
+  copts.step_deadline = topts.step_deadline && mode != CheckMode::off;
   copts.overlap = overlap;
   copts.fusion = options_.fusion.value_or(Fusion::all);
   copts.dump_dir = options_.dump_dir.value_or("");
@@ -271,6 +272,7 @@ StepResult JitCore::run(const CompiledEntry& entry, const FlatArgs& args, std::s
   if (options_.step_timeout_s > 0) {
     ctx.timeout_ns = static_cast<int64_t>(options_.step_timeout_s * 1e9);
     ctx.deadline_ns = t0 + ctx.timeout_ns;
+    ctx.deadline_site = exe.deadline_site;
   }
   if (recorded) {
     timeline::set_track(replica);

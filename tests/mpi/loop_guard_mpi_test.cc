@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "core/compile/kernel_sleep_testing.h"
 #include "fjit.h"
 #include "parallel/pmap.h"
 #include "tests/mpi/mpi_test_main.h"
@@ -97,6 +98,69 @@ TEST(LoopGuardMpi, SkipStepKeepsEveryRanksStateBitForBit) {
   EXPECT_TRUE(r.raised(CheckKind::loop_trip_limit));
   EXPECT_TRUE(out["x"].bit_equal(before));
   for (int skipped : gather(r.skipped ? 1 : 0)) EXPECT_EQ(skipped, 1);
+}
+
+// Rank 1 sits in a long kernel (a test seam standing for one that polls) before the pmean
+// while the other ranks wait in the pmean; the deadline stops rank 1's kernel, the pmean
+// still pairs every rank, and every rank skips the step with its state unchanged.
+TEST(LoopGuardMpi, ADeadlineHitAroundACollectiveSkipsTheStepOnEveryRank) {
+  PmapOptions o;
+  o.jit.name = "deadline_step";
+  o.jit.checks = CheckMode::user;
+  o.jit.policy = CheckPolicy::skip_step;
+  o.jit.step_timeout_s = 0.3;
+  auto step = pmap(mesh(), "batch", [](const Params& p, const Tensor& x) {
+    TensorDict next;
+    next.set("w", p["w"] - 0.1 * pmean(matmul(transpose(x), matmul(x, p["w"])), "batch"));
+    return next;
+  }, o);
+  const ArrayDict state{{"w", Array::full(DType::f32, {3, 2}, 0.25)}};
+  const Array x = Array::full(DType::f32, {4 * mesh().size(), 3}, 0.5);
+  const ArrayDict good = step(state, x);
+  const Array before = state["w"].clone();
+  testing::sleep_in_kernel(1, Op::MatMul, 60.0);
+  ArrayDict out;
+  const StepResult r = step.run_into(out, state, x);
+  EXPECT_TRUE(r.skipped);
+  EXPECT_TRUE(r.raised(CheckKind::step_timeout));
+  EXPECT_TRUE(out["w"].bit_equal(before));
+  for (int skipped : gather(r.skipped ? 1 : 0)) EXPECT_EQ(skipped, 1);
+  EXPECT_TRUE(step(state, x)["w"].bit_equal(good["w"])) << "the job goes on";
+}
+
+// A while_loop that never ends holds a pmean in its body (its condition reads the pmean's
+// result, so every rank agrees on it). Rank 1 is slow once, so the ranks' clocks pass their
+// deadlines at different iterations; they still stop at the same one (loop_guard.h), no rank
+// is left in the body's pmean, and every rank throws the same report at the same step.
+TEST(LoopGuardMpi, AWhileLoopWithACollectiveInItsBodyStopsTogetherOnEveryRank) {
+  PmapOptions o;
+  o.jit.name = "looping_step";
+  o.jit.checks = CheckMode::user;
+  o.jit.policy = CheckPolicy::throw_error;
+  o.jit.step_timeout_s = 0.3;
+  auto step = pmap(mesh(), "batch", [](const Tensor& rate) {
+    std::pair<Tensor, Tensor> init{full(DType::f32, {1}, 0.0), sum(rate)};
+    auto [x, r] = while_loop([](const std::pair<Tensor, Tensor>& c) { return all(c.first < 4.0); },
+                             [](const std::pair<Tensor, Tensor>& c) {
+                               return std::pair{c.first + pmean(c.second * 1.0, "batch"), c.second};
+                             },
+                             init);
+    return pmean(x, "batch");
+  }, o);
+  EXPECT_EQ(step(Array::full(DType::f32, {1}, 1.0)).data<float>()[0], 4.0f);
+  testing::sleep_in_kernel(1, Op::AllReduce, 0.1);
+  std::string what;
+  int64_t at = -1;
+  try {
+    step(Array::full(DType::f32, {1}, 0.0));  // rate 0 on every rank: never ends
+    ADD_FAILURE() << "no CheckError on rank " << rank();
+  } catch (const CheckError& e) {
+    what = e.what();
+    at = e.step();
+  }
+  EXPECT_TRUE(has(what, "while_loop stopped: the step ran past its deadline of 0.3 s")) << what;
+  for (int64_t s : gather(at)) EXPECT_EQ(s, 1);
+  EXPECT_EQ(step(Array::full(DType::f32, {1}, 1.0)).data<float>()[0], 4.0f) << "the job goes on";
 }
 
 }  // namespace

@@ -20,6 +20,7 @@
 #include "core/kernels/fused/fused_compiled.h"
 #include "core/kernels/fused/fused_streams.h"
 #include "core/base/fpe_flags.h"
+#include "core/base/step_deadline.h"
 #include "core/base/threads.h"
 
 namespace fjit {
@@ -71,8 +72,11 @@ BlockAt block_at(const FusedPlan& P, int64_t b) {
 
 // Blocks [b0, b1) in the order of a walk over the output: rows mode numbers blocks of rows,
 // chunk mode the chunks of each row in turn.
+// Past the step's deadline (core/base/step_deadline.h; asked every kDeadlineBlocks blocks)
+// the blocks left are skipped.
+constexpr int64_t kDeadlineBlocks = 64;
 void run_blocks(const FusedPlan& P, const Instr& in, const Frame& f, int64_t b0, int64_t b1,
-                const bool* direct) {
+                const bool* direct, int64_t deadline) {
   alignas(64) std::byte scratch[kScratchBytes];
   void* regs[kMaxRegs];
   const int out_reg = P.num_ext + P.num_scratch;
@@ -89,6 +93,7 @@ void run_blocks(const FusedPlan& P, const Instr& in, const Frame& f, int64_t b0,
     S.add(f.bufs[in.in_bufs[P.num_ext + e]], P.n, 1, P.extra_esize[e], true);
   for (int k = 0; k < S.count; ++k) lines_per_block += (P.block * (P.rows_mode ? P.n : 1) * S.esize[k] + 63) / 64;
   for (int64_t b = b0; b < b1; ++b) {
+    if (deadline != 0 && (b - b0) % kDeadlineBlocks == 0 && deadline_passed(deadline)) [[unlikely]] return;
     const BlockAt at = block_at(P, b);
     const bool prefetch = b + 1 < b1;
     const BlockAt next = prefetch ? block_at(P, b + 1) : at;
@@ -136,10 +141,11 @@ void run_fused(const Instr& in, const Frame& f) {
       if (overlaps(dst, bytes, in.in<std::byte>(f, k), in.ins[k].size() * P.esize[k])) direct[e] = false;
   }
   const int threads = work >= kParallelWork ? static_cast<int>(std::min<int64_t>(blocks, intra_op_threads())) : 1;
-  if (threads <= 1) return run_blocks(P, in, f, 0, blocks, direct);
+  const int64_t deadline = thread_step_deadline();
+  if (threads <= 1) return run_blocks(P, in, f, 0, blocks, direct, deadline);
 #pragma omp parallel for num_threads(threads) schedule(static)
   for (int t = 0; t < threads; ++t) {
-    run_blocks(P, in, f, blocks * t / threads, blocks * (t + 1) / threads, direct);
+    run_blocks(P, in, f, blocks * t / threads, blocks * (t + 1) / threads, direct, deadline);
     fpe::collect_worker_flags();
   }
 }

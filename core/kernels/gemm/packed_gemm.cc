@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "core/base/fpe_flags.h"
+#include "core/base/step_deadline.h"
 #include "core/base/threads.h"
 #include "core/kernels/gemm/ukernel.h"
 
@@ -275,9 +276,11 @@ void run(Isa isa, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float
   float* bp = b_buf.get(pl.k * pl.npad);
   const int64_t b_tasks = pl.kblocks * pl.ns, units = pl.row_units * pl.col_units;
   const int team = static_cast<int>(std::min<int64_t>(threads, units));
+  // Past the step's deadline the units left are skipped (core/base/step_deadline.h).
+  const int64_t deadline = thread_step_deadline();
   if (team <= 1) {
     for (int64_t t = 0; t < b_tasks; ++t) pack_b(pl, tb, b, bp, t / pl.ns, t % pl.ns);
-    for (int64_t u = 0; u < units; ++u) run_unit(pl, ta, a, bp, sink, u);
+    for (int64_t u = 0; u < units && !deadline_passed(deadline); ++u) run_unit(pl, ta, a, bp, sink, u);
     return;
   }
 #pragma omp parallel num_threads(team)
@@ -286,7 +289,8 @@ void run(Isa isa, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float
     for (int64_t t = 0; t < b_tasks; ++t) pack_b(pl, tb, b, bp, t / pl.ns, t % pl.ns);
     // (the loop's barrier: B is packed before any unit reads it)
 #pragma omp for schedule(static)
-    for (int64_t u = 0; u < units; ++u) run_unit(pl, ta, a, bp, sink, u);
+    for (int64_t u = 0; u < units; ++u)
+      if (!deadline_passed(deadline)) run_unit(pl, ta, a, bp, sink, u);
     fpe::collect_worker_flags();
   }
 }
