@@ -11,7 +11,7 @@
 // A separate program rather than a mode of the trainer: the DP step has no mean gradient to
 // all-reduce, check or accumulate, and none of the trainer's loss scaling, ZeRO or checkpoint
 // machinery applies to it. It prints the test accuracy, the median step time, and a hash of
-// the final parameters (equal with threads and MPI ranks, and with any replica count).
+// the final parameters (equal with threads and with MPI ranks of the same count).
 //
 // Exit codes: 0 done; 1 bad data or another error; 2 bad command line.
 #include <algorithm>

@@ -5,7 +5,11 @@
 //  - with no noise and a clip no example reaches, a step is the ordinary step (AdamW on the
 //    mean gradient of value_and_grad), to rounding;
 //  - the noise has standard deviation sigma C / batch (a sample of 40000 draws, a 3% bound);
-//  - bits: 1, 2 and 3 thread replicas on the same global batch give the same parameters.
+//  - bits: 1, 2 and 3 thread replicas on the same global batch (48 rows: 48, 24 or 16 per
+//    replica, MLP 784-64-10) give the same parameters. That needs each example's own gradient
+//    to have the same bits whatever rows share its products; at the job's shapes (784-512-256,
+//    128 rows against 64) the products do not give a row the same bits, with BLIS or with
+//    fjit's GEMM, so there only threads and MPI ranks of one count agree (lib/dp_sgd.h).
 // The MPI side (ranks against thread replicas) is tests/mpi/dpsgd_mpi_test.cc.
 #include <gtest/gtest.h>
 

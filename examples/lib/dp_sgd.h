@@ -13,9 +13,12 @@
 // hi + lo 2^-31 + (less than 2^-31), k = fixed_point_bits(C) so that C 2^k <= 2^30 (a grid
 // step of about C 2^-61); the his and the los are summed in f64 (exactly: every partial sum
 // stays below 2^53 for batches below 2^22) and psum'ed (exactly), then scaled back.
-// So the parameters after a step are bit-identical whether the global batch runs on 1, 2 or 3
-// replicas, threads or MPI ranks, as long as each example's own gradient is computed with the
-// same bits (the products of its row do not depend on the other rows of the batch).
+// So the parameters after a step are bit-identical with threads and with MPI ranks (same
+// replica count), and also across replica counts (1, 2 or 3 replicas on one global batch)
+// wherever each example's own gradient gets the same bits whatever other rows share its
+// products. fjit's products do not promise that: at the Fashion-MNIST MLP's shapes a row's
+// logits differ in the last bits between 128 and 64 rows (with BLIS and with FJIT_GEMM=fjit),
+// so there the replica count changes the last bits; the clipped sum and the noise never do.
 #pragma once
 
 #include <cstdint>
