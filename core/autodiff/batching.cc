@@ -230,13 +230,16 @@ Batched batch_per_example(const BatchArgs& a) {
 }
 
 // A control op with a batched operand: a scan (fori_loop) is one scan of the batched body; a
-// cond whose predicate is batched, a select of its two batched branches; the others
-// (while_loop, cond with a shared predicate, custom_vjp, remat), one op per example, each over
-// its own rows, whose results the `output` nodes stack.
+// cond whose predicate is batched, a select of its two batched branches; a cond with a shared
+// predicate and a while_loop, one op of batched graphs (batching_control.cc); the others
+// (custom_vjp, remat), one op per example, each over its own rows, whose results the `output`
+// nodes stack.
 Batched batch_control(const BatchArgs& a) {
   Batched r;
   if (a.node.op == Op::Cond && a.ins.at(0).batched) return cond_as_select(a);
+  if (a.node.op == Op::Cond) return cond_shared_predicate(a);
   if (a.node.op == Op::Scan) return scan_batched(a);
+  if (a.node.op == Op::WhileLoop) return while_batched(a);
   for (int64_t i = 0; i < a.size; ++i) {
     std::vector<Tensor> ins;
     for (const Batched& b : a.ins) ins.push_back(b.batched ? example(b.t, i) : b.t);
@@ -261,7 +264,8 @@ Batched batch_output(const BatchArgs& a) {
 // reports the values of the first failing example and its index in the batch.
 Batched batch_check(const BatchArgs& a) {
   TraceContext* ctx = TraceContext::current();
-  const Tensor pred = materialize(a.ins.at(0), a.size);  // bool [B]
+  Tensor pred = materialize(a.ins.at(0), a.size);  // bool [B]
+  if (const Tensor* active = ActiveMask::current(a.size)) pred = logical_or(pred, !*active);
   const Tensor first_bad = argmin(cast(pred, DType::i32), 0);
   std::vector<Tensor> ins{all(pred, {0})};
   for (size_t k = 1; k < a.ins.size(); ++k) {

@@ -63,6 +63,23 @@ Shape with_batch(int64_t size, const Shape& s);
 // Moves axis `from` of `t` to position `to`.
 Tensor move_axis(const Tensor& t, int from, int to);
 
+// While alive, checks batched for a batch of `size` pass for the examples whose `mask` ([B]
+// bool) is false (a batched while_loop's finished examples); nested masks combine.
+class ActiveMask {
+ public:
+  ActiveMask(const Tensor& mask, int64_t size);
+  ~ActiveMask();
+  ActiveMask(const ActiveMask&) = delete;
+  ActiveMask& operator=(const ActiveMask&) = delete;
+  // The innermost mask for a batch of `size`, or nullptr.
+  static const Tensor* current(int64_t size);
+};
+
+// Control ops kept as one op over the batch (batching_control.cc): a cond whose predicate is
+// shared by the batch, a while_loop.
+Batched cond_shared_predicate(const BatchArgs& a);
+Batched while_batched(const BatchArgs& a);
+
 // Replays `g` (an example graph) into the current trace with its parameters bound to
 // `params`; returns its outputs.
 std::vector<Batched> batch_graph(const Graph& g, const std::vector<Batched>& params, int64_t size);

@@ -29,7 +29,8 @@ Batched batch_axis_shift(const BatchArgs& a) {
   return {emit(a.node, {a.ins.at(0).t}, at, {a.node.dtype, with_batch(a.size, a.node.shape)}), true, {}};
 }
 
-// A batched operand times an unbatched matrix is one GEMM over every row of the batch; other
+// A batched operand times an unbatched matrix is one GEMM over every row of the batch (the
+// kernel folds the leading axes of x [B, ..., M, K] into the GEMM's rows, with no copy); other
 // cases are a batched product over [B, ...the result's batch dims] (a rank-2 unbatched operand
 // broadcasts as it is).
 Batched batch_matmul(const BatchArgs& a) {
@@ -39,12 +40,8 @@ Batched batch_matmul(const BatchArgs& a) {
   const int r = rank_of(out);
   const Attrs& at = a.node.attrs;
   const ValueType hint{a.node.dtype, {}};
-  if (x.batched && !y.batched && y.t.rank() == 2 && !at.trans_a) {
-    const Shape xs = x.t.shape();
-    const Tensor rows = reshape(x.t, {-1, xs.back()});
-    const Tensor p = emit(a.node, {rows, y.t}, at, hint);
-    return {reshape(p, with_batch(a.size, out)), true, {}};
-  }
+  if (x.batched && !y.batched && y.t.rank() == 2 && !at.trans_a)  // [B, ..., M, K] x [K, N]
+    return {emit(a.node, {x.t, y.t}, at, {a.node.dtype, with_batch(a.size, out)}), true, {}};
   Shape batch_dims = with_batch(a.size, Shape(out.begin(), out.end() - 2));
   auto full = [&](const Batched& b) {
     if (!b.batched && b.t.rank() == 2) return b.t;

@@ -30,10 +30,13 @@
 //    of the first failing example and, after its message, "(vmap batch element i)".
 //  - A cond whose predicate is batched runs both branches on the batch and selects each
 //    example's result by its predicate, as JAX does (so a check or collective in either
-//    branch runs for every example). A scan or fori_loop is one loop over the batched body.
-//    Other control flow (while_loop, cond with a shared predicate, custom_vjp, remat) with a
-//    batched operand runs as one op per example, whose results are stacked: correct, but its
-//    cost grows with B ops.
+//    branch runs for every example); a cond whose predicate is shared stays one cond of
+//    batched branches. A scan or fori_loop is one loop over the batched body. A while_loop
+//    whose predicate is shared is one loop of the batched body; one whose predicate is batched
+//    runs while any example's holds, each iteration keeping the carry of the examples already
+//    finished (their body's checks pass), as JAX does. custom_vjp and remat with a batched
+//    operand run as one op per example, whose results are stacked: correct, but its cost
+//    grows with B ops.
 #pragma once
 
 #include <functional>
