@@ -1,7 +1,7 @@
-// DP-SGD (examples/lib/dp_sgd.h) under mpiexec (-n 2 and -n 3): one replica per rank ends
+// DP-SGD (examples/lib/dp_sgd.h) under mpiexec (-n 2, 3, 4, 8): one replica per rank ends
 // with the parameters, bit for bit, of the same steps on as many thread replicas in one
-// process, and of one replica alone (the clipped sum is exact and the noise is drawn once
-// for the global batch).
+// process, and of one replica alone down to 12 rows a rank (the clipped sum is exact and the
+// noise is drawn once for the global batch).
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -25,7 +25,11 @@ TEST(DpSgdMpi, RanksMatchThreadReplicasAndOneReplica) {
   if (!mesh().is_primary()) return;
   testing::expect_bit_equal(ranks, testing::train_dp(Mesh::threads(mesh().size()), data, run),
                             "thread replicas");
-  testing::expect_bit_equal(ranks, testing::train_dp(Mesh::threads(1), data, run), "one replica");
+  // One replica's products run on all 48 rows at once: a row's bits match a replica's few
+  // rows only while the products' blocking does not change with the row count, which holds
+  // down to 12 rows a replica at these shapes, not at 6 (examples/lib/dp_sgd.h says so).
+  if (run.batch / mesh().size() >= 12)
+    testing::expect_bit_equal(ranks, testing::train_dp(Mesh::threads(1), data, run), "one replica");
 }
 
 }  // namespace
