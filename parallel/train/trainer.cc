@@ -136,13 +136,10 @@ Trainer::Trainer(Mesh mesh, TrainOptions options, Model model, io::Dataset train
                                             "batch of {} does not split evenly over {} replicas{}",
                                             options_.sentinel_every, options_.batch_size, mesh_.size(),
                                             options_.examples_per_process.empty() ? "" : " (examples per process)"));
-  if (options_.zero_stage != 0 && (!options_.checkpoint_dir.empty() || options_.resume ||
-                                   options_.divergence_check_every > 0))
-    throw std::invalid_argument(fmt::format("Trainer: --zero {} has no checkpoints of sharded state and no "
-                                            "divergence check (replicas' states differ): --checkpoint-dir '{}'{}{}",
-                                            options_.zero_stage, options_.checkpoint_dir,
-                                            options_.resume ? ", --resume" : "",
-                                            options_.divergence_check_every > 0 ? ", --divergence-check-every" : ""));
+  if (options_.zero_stage != 0 && options_.divergence_check_every > 0)
+    throw std::invalid_argument(fmt::format("Trainer: --zero {} has no divergence check (the replicas' optimizer "
+                                            "states differ): --divergence-check-every {}",
+                                            options_.zero_stage, options_.divergence_check_every));
   if (batches_.steps_per_epoch() == 0)
     throw std::invalid_argument(fmt::format("Trainer: {} training examples make no batch of {}",
                                             batches_.batches().num_examples(),

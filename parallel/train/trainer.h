@@ -36,7 +36,9 @@
 //    that verify_interval (parallel/train/verify.h) can re-execute the interval.
 //  - With options.zero_stage 1 or 2 (ZeRO, parallel/train/zero.h), optimizer_state() holds
 //    this process's replicas' shards of the state, and the parameters are bit-identical to
-//    the replicated run's; checkpoints, resume and the divergence check are refused with it.
+//    the replicated run's. Its checkpoints hold the whole state (zero_gather_state), the
+//    same file the replicated run writes; load reshards it for this run's replica count
+//    (zero_shard_state). The divergence check is refused with it.
 //  - run() checks every output path (checkpoint_dir, log_dir, FJIT_TIMELINE, ...) before the
 //    first step.
 #pragma once

@@ -1,8 +1,11 @@
 #include "parallel/train/zero.h"
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 #include <stdexcept>
+
+#include <fmt/format.h>
 
 #include "checks/check.h"
 #include "core/trace/collectives.h"
@@ -133,6 +136,73 @@ std::tuple<TensorDict, TensorDict, Tensor> zero2_adamw_update(
   opt.lr = schedule(step);
   auto [next_slices, next_state] = opt.update(p_slices, g_slices, state);
   return {gather_slices(next_slices, params, n, axis), next_state, norm};
+}
+
+namespace {
+
+// The parameter a moment entry ("m.<name>", "v.<name>") belongs to; throws for an entry that
+// is neither a moment of a parameter of `params` nor a scalar.
+const Array& moment_param(const std::string& entry, const ArrayDict& params, const char* who) {
+  if (entry.size() > 2 && (entry.starts_with("m.") || entry.starts_with("v.")))
+    if (params.contains(entry.substr(2))) return params.at(entry.substr(2));
+  throw std::invalid_argument(fmt::format("{}: state entry '{}' is not a moment of a parameter", who, entry));
+}
+
+}  // namespace
+
+ArrayDict zero_gather_state(const ArrayDict& local, const ArrayDict& params, const Mesh& mesh) {
+  const int n = mesh.size(), local_n = mesh.local_size();
+  Communicator* pc = mesh.process_comm();
+  if (pc != nullptr && local_n * mesh.processes() != n)
+    throw std::invalid_argument(fmt::format("zero_gather_state: {} replicas over {} processes of {} each: "
+                                            "the processes must hold equal numbers of replicas",
+                                            n, mesh.processes(), local_n));
+  ArrayDict whole;
+  for (const auto& [name, a] : local) {
+    if (a.rank() == 0) {
+      whole.set(name, a);
+      continue;
+    }
+    const Array& p = moment_param(name, params, "zero_gather_state");
+    const int64_t k = zero_shard_size(p.size(), n);
+    if (a.dtype() != p.dtype() || a.shape() != Shape{local_n * k})
+      throw std::invalid_argument(fmt::format("zero_gather_state: '{}' is {}, the shards of {} replicas of {} "
+                                              "for this process's {} replicas would be {}", name,
+                                              type_str(a.dtype(), a.shape()), n, type_str(p.dtype(), p.shape()),
+                                              local_n, type_str(p.dtype(), {local_n * k})));
+    Array all(p.dtype(), {n * k});
+    if (pc != nullptr)
+      pc->all_gather(a.raw(), all.raw(), a.nbytes());
+    else
+      std::memcpy(all.raw(), a.raw(), a.nbytes());
+    Array w(p.dtype(), p.shape());
+    std::memcpy(w.raw(), all.raw(), w.nbytes());  // the padding past numel dropped
+    whole.set(name, std::move(w));
+  }
+  return whole;
+}
+
+ArrayDict zero_shard_state(const ArrayDict& whole, const ArrayDict& params, const Mesh& mesh) {
+  const int n = mesh.size(), local_n = mesh.local_size(), first = mesh.first_replica();
+  ArrayDict out;
+  for (const auto& [name, w] : whole) {
+    if (w.rank() == 0) {
+      out.set(name, w);
+      continue;
+    }
+    const Array& p = moment_param(name, params, "zero_shard_state");
+    if (w.dtype() != p.dtype() || w.shape() != p.shape())
+      throw std::invalid_argument(fmt::format("zero_shard_state: '{}' is {}, its parameter {}", name,
+                                              type_str(w.dtype(), w.shape()), type_str(p.dtype(), p.shape())));
+    const int64_t k = zero_shard_size(p.size(), n);
+    const size_t es = dtype_size(p.dtype());
+    Array s = Array::zeros(p.dtype(), {local_n * k});
+    const int64_t begin = std::min<int64_t>(int64_t{first} * k, w.size());
+    const int64_t end = std::min<int64_t>(int64_t{first + local_n} * k, w.size());
+    std::memcpy(s.raw(), static_cast<const char*>(w.raw()) + begin * es, static_cast<size_t>(end - begin) * es);
+    out.set(name, std::move(s));
+  }
+  return out;
 }
 
 ArrayDict zero_local_state(const ArrayDict& first, const std::vector<const std::vector<Array>*>& others,

@@ -20,8 +20,15 @@
 //
 // Stage 2 (zero2_adamw_update) also reduce-scatters the gradients instead of all-reducing them.
 //
+// Checkpoints: zero_gather_state puts the shards of every replica back together into the
+// replicated step's whole state (the same names, shapes and bits), and zero_shard_state cuts a
+// whole state into this process's shards for any replica count. A checkpoint holds the whole
+// state, so it does not depend on the replica count that wrote it: a run resumes from it at
+// another count (state resharded), or without ZeRO, and a replicated run's checkpoint resumes
+// with ZeRO (tests/zero_trainer_test.cc, tests/mpi/zero_mpi_test.cc).
+//
 // Not here: stage 3 (sharded parameters), clipping by the global norm, parameter groups,
-// loss scaling with stage 2, the language model's step, and checkpoints of sharded state.
+// loss scaling with stage 2, and the language model's step.
 #pragma once
 
 #include <cstdint>
@@ -62,6 +69,19 @@ std::tuple<TensorDict, TensorDict, Tensor> zero1_adamw_update_of_mean(
 std::tuple<TensorDict, TensorDict, Tensor> zero2_adamw_update(
     const Params& params, const TensorDict& grads, const Params& state, const AdamW& optimizer,
     const Schedule& schedule, const Tensor& step, double max_grad_norm, const std::string& axis);
+
+// The whole state (AdamW::init_state's names and shapes: "m.<name>", "v.<name>" shaped as
+// the parameter, "step") from `local`, this process's replicas' shards of a state sharded over
+// `mesh` (zero_init_state's layout). Under MPI every process must call it (an all-gather over
+// the processes) and every process gets the whole state. Throws std::invalid_argument naming
+// the entry when `local` does not have the layout `params` and `mesh` give.
+ArrayDict zero_gather_state(const ArrayDict& local, const ArrayDict& params, const Mesh& mesh);
+
+// This process's replicas' shards (zero_init_state's layout for `mesh`) of `whole`, a state
+// with AdamW::init_state's names and shapes for `params`: replica i's elements [i k, (i + 1) k)
+// of each moment, zeros past the parameter's end; "step" whole. Throws std::invalid_argument
+// naming the entry when `whole` does not match `params`.
+ArrayDict zero_shard_state(const ArrayDict& whole, const ArrayDict& params, const Mesh& mesh);
 
 // The whole sharded state of this process's replicas after a step: replica 0's shards
 // (`first`, what the step returned) followed along axis 0 by those of replicas 1 ..
