@@ -80,9 +80,12 @@ TensorDict gather_slices(const TensorDict& slices, const Params& like, int n, co
 
 std::tuple<TensorDict, TensorDict, Tensor> zero1_adamw_update_of_mean(
     const Params& params, const TensorDict& mean_grads, const Params& state, const AdamW& optimizer,
-    const Schedule& schedule, const Tensor& step, double max_grad_norm, const std::string& axis) {
-  // The norm of the whole averaged gradient, as the replicated step checks it.
-  Tensor norm = global_norm(mean_grads);
+    const Schedule& schedule, const Tensor& step, double max_grad_norm, const std::string& axis,
+    double clip_norm, const std::vector<ParamGroup>& groups, const std::vector<std::string>* pattern_names) {
+  // The norm of the whole averaged gradient, and its clipping, as the replicated step does.
+  Tensor norm;
+  const TensorDict clipped = clip_norm > 0 ? clip_by_global_norm(mean_grads, clip_norm, &norm) : mean_grads;
+  if (clip_norm <= 0) norm = global_norm(mean_grads);
   check(isfinite(norm) && norm < max_grad_norm,
         "global gradient norm {} is not finite or not below {}", norm,
         scalar(norm.dtype(), max_grad_norm));
@@ -91,11 +94,11 @@ std::tuple<TensorDict, TensorDict, Tensor> zero1_adamw_update_of_mean(
   TensorDict p_slices, g_slices;
   for (const auto& [name, p] : params) {
     p_slices.set(name, own_slice(p, n, me));
-    g_slices.set(name, own_slice(mean_grads.at(name), n, me));
+    g_slices.set(name, own_slice(clipped.at(name), n, me));
   }
   AdamW opt = optimizer;
   opt.lr = schedule(step);
-  auto [next_slices, next_state] = opt.update(p_slices, g_slices, state);
+  auto [next_slices, next_state] = grouped_update(opt, groups, p_slices, g_slices, state, pattern_names);
   return {gather_slices(next_slices, params, n, axis), next_state, norm};
 }
 

@@ -27,8 +27,10 @@
 // another count (state resharded), or without ZeRO, and a replicated run's checkpoint resumes
 // with ZeRO (tests/zero_trainer_test.cc, tests/mpi/zero_mpi_test.cc).
 //
-// Not here: stage 3 (sharded parameters), clipping by the global norm, parameter groups,
-// loss scaling with stage 2, and the language model's step.
+// The language model's step (parallel/lm/lm_step.h) takes stage 1.
+//
+// Not here: stage 3 (sharded parameters); clipping by the global norm, parameter groups and
+// loss scaling with stage 2; stage 2 in the language model's step.
 #pragma once
 
 #include <cstdint>
@@ -37,6 +39,7 @@
 #include <vector>
 
 #include "core/lib/optimizers.h"
+#include "core/lib/param_groups.h"
 #include "core/lib/schedules.h"
 #include "parallel/mesh.h"
 
@@ -56,9 +59,14 @@ int64_t zero_state_bytes_per_replica(const ArrayDict& params, int replicas);
 // The traced update of ZeRO stage 1 from gradients already averaged over `axis`: this
 // replica's slice of each parameter and of the state updated, the parameters all-gathered.
 // `state` holds this replica's shards. Returns {params', state' (shards), global norm}.
+// With clip_norm > 0 the whole averaged gradient is clipped to that global norm first (as
+// adamw_update_of_mean does, so the same bits), and `groups` apply per parameter name as in
+// grouped_update (`pattern_names`: the names their patterns are checked against).
 std::tuple<TensorDict, TensorDict, Tensor> zero1_adamw_update_of_mean(
     const Params& params, const TensorDict& mean_grads, const Params& state, const AdamW& optimizer,
-    const Schedule& schedule, const Tensor& step, double max_grad_norm, const std::string& axis);
+    const Schedule& schedule, const Tensor& step, double max_grad_norm, const std::string& axis,
+    double clip_norm = 0, const std::vector<ParamGroup>& groups = {},
+    const std::vector<std::string>* pattern_names = nullptr);
 
 // ZeRO stage 2: the same update from this replica's gradients before averaging. pmean's
 // operand is reduce-scattered (psum_scatter, bucketed) instead of all-reduced, so each replica
