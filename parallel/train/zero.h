@@ -29,7 +29,16 @@
 //
 // The language model's step (parallel/lm/lm_step.h) takes stage 1.
 //
-// Not here: stage 3 (sharded parameters); clipping by the global norm, parameter groups and
+// Stage 3 (zero3_gather_params, zero3_adamw_update) also shards the parameters, in the
+// state's layout: replica i holds elements [i k, (i + 1) k) of each parameter, flat and
+// zero-padded, as a sharded dict. The step all-gathers the whole parameters once, at its
+// start (one all-gather per dtype), computes the loss and gradients on them, reduce-scatters
+// the gradients as stage 2 does and updates its shard; it returns the shards, not the whole
+// parameters. The whole parameters are values of the step's plan, freed by the memory plan
+// after their last use in the backward pass; they are not gathered layer by layer, and no
+// gather is prefetched. On the host, zero_shard_params and zero_gather_params convert.
+//
+// Not here: per-layer gathering at stage 3; clipping by the global norm, parameter groups and
 // loss scaling with stage 2; stage 2 in the language model's step.
 #pragma once
 
@@ -95,6 +104,36 @@ ArrayDict zero_shard_state(const ArrayDict& whole, const ArrayDict& params, cons
 // (`first`, what the step returned) followed along axis 0 by those of replicas 1 ..
 // local_size - 1, read from their flat outputs (`replica_outputs(r)`), where the state's
 // entries begin at leaf `offset`. The step counter is replica 0's.
+// Stage 3. The name, dtype and shape of each parameter the step gathers, in order.
+struct ZeroParamShape {
+  std::string name;
+  DType dtype;
+  Shape shape;
+};
+std::vector<ZeroParamShape> zero_param_shapes(const ArrayDict& params);
+
+// This process's replicas' shards of whole parameters: [local_size * k] per parameter, replica
+// i's elements [i k, (i + 1) k), zeros past the end (as zero_shard_state cuts a moment).
+ArrayDict zero_shard_params(const ArrayDict& whole, const Mesh& mesh);
+
+// The whole parameters from this process's replicas' shards (zero_shard_params's layout).
+// Under MPI every process must call it (an all-gather over the processes). Throws
+// std::invalid_argument naming the parameter when `local` does not have that layout.
+ArrayDict zero_gather_params(const ArrayDict& local, const std::vector<ZeroParamShape>& shapes, const Mesh& mesh);
+
+// Traced: the whole parameters (`shapes`) from this replica's shards, all-gathered over
+// `axis` (one all-gather per dtype).
+TensorDict zero3_gather_params(const TensorDict& shards, const std::vector<ZeroParamShape>& shapes,
+                               const std::string& axis);
+
+// Traced: stage 3's update from this replica's parameter shards and its gradients of the
+// whole parameters before averaging: the gradients reduce-scattered (zero2_adamw_update),
+// this replica's shards of the parameters and the state updated. Returns {param shards',
+// state' (shards), global norm (stage 2's)}.
+std::tuple<TensorDict, TensorDict, Tensor> zero3_adamw_update(
+    const Params& shards, const TensorDict& grads, const Params& state, const AdamW& optimizer,
+    const Schedule& schedule, const Tensor& step, double max_grad_norm, const std::string& axis);
+
 ArrayDict zero_local_state(const ArrayDict& first, const std::vector<const std::vector<Array>*>& others,
                            size_t offset);
 
