@@ -1,4 +1,4 @@
-// The examples' MLP trainer with --zero 1 and --zero 2 (ZeRO, parallel/train/zero.h) on 2 and 3
+// The examples' MLP trainer with --zero 1, 2 and 3 (ZeRO, parallel/train/zero.h) on 2 and 3
 // thread replicas: 20 steps give the replicated trainer's losses and parameters bit for bit;
 // the divergence check is refused with it. Checkpoints: a ZeRO run's checkpoint holds the same
 // tensors as the replicated run's at that step, and resuming it at 1, 2 or 3 replicas (state
@@ -19,7 +19,7 @@ namespace {
 TEST(ZeroTrainer, TrainsBitIdenticallyOnThreads) {
   for (int n : {2, 3}) {
     const auto ref = testing::zero_trainer_run(Mesh::threads(n), 0);
-    for (int stage : {1, 2}) {
+    for (int stage : {1, 2, 3}) {
       SCOPED_TRACE(::testing::Message() << n << " replicas, stage " << stage);
       testing::expect_same_training(ref, testing::zero_trainer_run(Mesh::threads(n), stage));
     }
@@ -43,7 +43,7 @@ TEST(ZeroTrainer, CheckpointsResumeResharded) {
   while (auto s = straight.step())
     if (straight.steps_done() > 10) never_stopped.losses.push_back(s->loss);
   never_stopped.params = straight.params();
-  for (int stage : {1, 2}) {
+  for (int stage : {1, 2, 3}) {
     const std::string path = (dir / ("zero" + std::to_string(stage) + ".safetensors")).string();
     testing::zero_train_and_save(Mesh::threads(2), stage, path);
     SCOPED_TRACE(::testing::Message() << "saved by 2 replicas at stage " << stage);
@@ -67,6 +67,8 @@ TEST(ZeroTrainer, CheckpointsResumeResharded) {
   // A replicated run's checkpoint resumes with ZeRO as well (the file is the same).
   testing::expect_same_resumed(testing::zero_resume_run(Mesh::threads(3), 0, replicated),
                                testing::zero_resume_run(Mesh::threads(3), 2, replicated));
+  testing::expect_same_resumed(testing::zero_resume_run(Mesh::threads(3), 0, replicated),
+                               testing::zero_resume_run(Mesh::threads(3), 3, replicated));
   std::filesystem::remove_all(dir);
 }
 

@@ -54,16 +54,16 @@ void check_run_outputs(const Mesh& mesh, const io::OutputPaths& paths) {
 void Trainer::save(const std::string& path) {
   // ZeRO: the replicas' shards put back into the whole state (an all-gather every process
   // joins), so the file is the replicated run's and any replica count can resume from it.
-  const ArrayDict whole_state =
-      options_.zero_stage ? zero_gather_state(optimizer_state(), params(), mesh_) : ArrayDict();
-  const ArrayDict& state_to_save = options_.zero_stage ? whole_state : optimizer_state();
+  // At stage 3 the parameters are gathered too.
+  const ArrayDict whole_params = params();
+  const ArrayDict state_to_save = whole_optimizer_state();
   // The agreement doubles as the barrier: nobody reads the file before rank 0 has renamed it
   // into place, and a failed save fails on every rank instead of leaving the others waiting.
   run_on_primary(mesh_, "checkpoint save " + path, [&] {
     const std::filesystem::path parent = std::filesystem::path(path).parent_path();
     if (!parent.empty()) std::filesystem::create_directories(parent);
     io::Checkpoint ck;
-    ck.tensors = checkpoint_tensors(params(), state_to_save);
+    ck.tensors = checkpoint_tensors(whole_params, state_to_save);
     ck.metadata = {{"format", kFormat},
                    {"step", std::to_string(steps_done_)},
                    {"epoch", std::to_string(epoch_)},
@@ -156,6 +156,7 @@ void Trainer::load(const std::string& path) {
     state = mesh_.replicate(state);
   }
   if (options_.zero_stage) state = zero_shard_state(state, params, mesh_);
+  if (options_.zero_stage == 3) params = zero_shard_params(params, mesh_);
   // The data order continues from the checkpoint's seed, whatever this run was given.
   const uint64_t seed = position[3];
   if (seed != options_.seed) {

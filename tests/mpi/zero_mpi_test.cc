@@ -4,7 +4,7 @@
 // 1e-5) to the replicated step over the same
 // ranks and to thread replicas of the same count on this rank; each rank's state is its slice
 // of the replicated state and its size is ceil(numel / ranks) per parameter; and the examples'
-// MLP trainer with --zero 1 and 2 trains as without it, bit for bit. Checkpoints of ZeRO state
+// MLP trainer with --zero 1, 2 and 3 trains as without it, bit for bit. Checkpoints of ZeRO state
 // written by the ranks hold the replicated run's tensors and resume on the ranks as the run that
 // never stopped; a checkpoint written by another replica count (thread replicas, one more
 // than the ranks) resumes on the ranks, resharded, as the replicated ranks resume it; and the
@@ -50,7 +50,7 @@ TEST(ZeroMpi, Stages1To3AreBitIdenticalToTheReplicatedStep) {
 // parameters bit for bit.
 TEST(ZeroMpi, TrainerIsBitIdentical) {
   const auto ref = testing::zero_trainer_run(mesh(), 0);
-  for (int stage : {1, 2}) {
+  for (int stage : {1, 2, 3}) {
     SCOPED_TRACE(::testing::Message() << "stage " << stage);
     testing::expect_same_training(ref, testing::zero_trainer_run(mesh(), stage));
   }
@@ -73,7 +73,7 @@ TEST(ZeroMpi, CheckpointsResumeResharded) {
   const std::string by_threads = file("threads_rank" + std::to_string(rank));
   testing::zero_train_and_save(Mesh::threads(n + 1), 0, by_threads);
   const std::string threads_ckpt = file("threads_rank0");
-  for (int stage : {1, 2}) {
+  for (int stage : {1, 2, 3}) {
     SCOPED_TRACE(::testing::Message() << n << " ranks, stage " << stage);
     const std::string path = file("zero" + std::to_string(stage));
     testing::zero_train_and_save(mesh(), stage, path);
