@@ -1,7 +1,7 @@
 // What the ZeRO tests share (tests/zero_test.cc with thread replicas, tests/mpi/zero_mpi_test.cc
 // with MPI ranks): a small MLP classifier whose parameters have sizes that 2 and 3 do not
 // divide (7x37, 37, 37x3, 3), its batches, and a run of the data-parallel training step
-// (parallel/train/train_step.h) replicated or with ZeRO stage 1 or 2, recording every step's
+// (parallel/train/train_step.h) replicated or with ZeRO stage 1, 2 or 3, recording every step's
 // parameters and loss bits. Test-only, header-only.
 #pragma once
 
@@ -49,6 +49,7 @@ struct ZeroTestRun {
   std::vector<uint32_t> losses, norms;
   ArrayDict state;                // after the last step (this process's replicas' shards with ZeRO)
   int64_t replica_state_bytes = 0;  // the state one replica's step returned (replica 0's)
+  int64_t replica_param_bytes = 0;  // the parameters one replica's step returned (replica 0's)
 };
 
 // `steps` steps on `mesh` from the same initial parameters; each process feeds its replicas'
@@ -58,9 +59,12 @@ inline ZeroTestRun zero_test_run(const Mesh& mesh, int zero_stage, int steps, in
   fn.schedule = Schedule::constant(1e-2);
   fn.model = zero_test_mlp();
   fn.zero_stage = zero_stage;
-  training::TrainStep train = training::make_train_step(mesh, fn, PmapOptions{});
   ArrayDict params = fn.model.init(3);
+  const std::vector<training::ZeroParamShape> shapes = training::zero_param_shapes(params);
+  if (zero_stage == 3) fn.zero3_shapes = shapes;
+  training::TrainStep train = training::make_train_step(mesh, fn, PmapOptions{});
   ArrayDict state = zero_stage ? training::zero_init_state(params, mesh) : AdamW{}.init_state(params);
+  if (zero_stage == 3) params = training::zero_shard_params(params, mesh);
   const Array scale = Array::scalar<float>(1.0f);
   ZeroTestRun run;
   for (int t = 0; t < steps; ++t) {
@@ -72,16 +76,18 @@ inline ZeroTestRun zero_test_run(const Mesh& mesh, int zero_stage, int steps, in
       y = y.rows(b, e);
     }
     auto [p2, s2, loss, accuracy, norm] = train(params, state, x, y, Array::scalar<int32_t>(t), scale);
-    run.replica_state_bytes = 0;
+    run.replica_state_bytes = run.replica_param_bytes = 0;
     for (const auto& kv : s2) run.replica_state_bytes += static_cast<int64_t>(kv.second.nbytes());
+    for (const auto& kv : p2) run.replica_param_bytes += static_cast<int64_t>(kv.second.nbytes());
     if (zero_stage) {
       std::vector<const std::vector<Array>*> others;
       for (int r = 1; r < mesh.local_size(); ++r) others.push_back(&train.replica_outputs(r));
       s2 = training::zero_local_state(s2, others, p2.size());
+      if (zero_stage == 3) p2 = training::zero_local_state(p2, others, 0);
     }
     params = std::move(p2);
     state = std::move(s2);
-    run.params.push_back(params);
+    run.params.push_back(zero_stage == 3 ? training::zero_gather_params(params, shapes, mesh) : params);
     run.losses.push_back(bits_of(loss));
     run.norms.push_back(bits_of(norm));
   }

@@ -2,6 +2,8 @@
 
 #include <stdexcept>
 
+#include <fmt/format.h>
+
 #include "checks/check.h"
 #include "core/autodiff/autodiff.h"
 #include "core/nn/losses.h"
@@ -9,6 +11,7 @@
 #include "core/trace/collectives.h"
 #include "parallel/train/averaged_update.h"
 #include "parallel/train/train_step_testing.h"
+#include "parallel/train/zero.h"
 
 namespace fjit::lm {
 
@@ -57,7 +60,12 @@ std::tuple<TensorDict, TensorDict, Tensor, Tensor> LmStepFn::train(
   const Tensor loss = scaling.on ? scaled_loss / loss_scale : scaled_loss;
   check(isfinite(loss), "loss {} is not finite", loss);
   std::tuple<TensorDict, TensorDict, Tensor> update;
-  if (scaling.on) {
+  if (zero_stage == 1) {
+    const TensorDict mean_grads =
+        scaling.on ? training::averaged_unscaled_gradients(grads, loss_scale, scaling.grad_dtype, axis) : pmean(grads, axis);
+    update = training::zero1_adamw_update_of_mean(trainable, mean_grads, state, optimizer, schedule, step,
+                                                  max_grad_norm, axis, clip_grad_norm, groups, &names);
+  } else if (scaling.on) {
     update = training::adamw_update_of_mean(
         trainable, training::averaged_unscaled_gradients(grads, loss_scale, scaling.grad_dtype, axis),
         state, optimizer, schedule, step, max_grad_norm, clip_grad_norm, groups, &names);
@@ -77,16 +85,31 @@ Tensor LmLossSumFn::operator()(const Params& params, const Tensor& inputs,
   return psum(sum(softmax_cross_entropy(decoder_logits(params, model, inputs), targets)), axis);
 }
 
+namespace {
+
+void require_zero_stage(int stage) {
+  if (stage != 0 && stage != 1)
+    throw std::invalid_argument(fmt::format("lm_step: zero_stage {} is not implemented for the language model (0 or 1)", stage));
+}
+
+}  // namespace
+
 LmStep make_lm_step(const Mesh& mesh, LmStepFn fn, PmapOptions options) {
   if (options.jit.name == "fn") options.jit.name = "lm_step";
+  require_zero_stage(fn.zero_stage);
   const std::string axis = fn.axis;
-  return pmap(mesh, axis, std::move(fn), std::move(options), PmapArgOptions{{4}});
+  PmapArgOptions args{{4}, {}};
+  if (fn.zero_stage > 0) args.sharded_dicts = {1};
+  return pmap(mesh, axis, std::move(fn), std::move(options), std::move(args));
 }
 
 LmSplitStep make_lm_split_step(const Mesh& mesh, LmStepFn fn, PmapOptions options) {
   if (options.jit.name == "fn") options.jit.name = "lm_step";
+  require_zero_stage(fn.zero_stage);
   const std::string axis = fn.axis;
-  return pmap(mesh, axis, LmSplitStepFn{std::move(fn)}, std::move(options), PmapArgOptions{{5, 6}});
+  PmapArgOptions args{{5, 6}, {}};
+  if (fn.zero_stage > 0) args.sharded_dicts = {2};
+  return pmap(mesh, axis, LmSplitStepFn{std::move(fn)}, std::move(options), std::move(args));
 }
 
 LmEval make_lm_eval(const Mesh& mesh, DecoderConfig model, PmapOptions options, DType compute_dtype) {

@@ -47,6 +47,11 @@ struct LmStepFn {
   std::vector<ParamGroup> groups;
   training::GradScaling scaling;
   DType compute_dtype = DType::f32;  // the layers' policy while tracing (core/nn/precision.h)
+  // ZeRO stage (parallel/train/zero.h): 0 the optimizer state replicated; 1 sharded over
+  // `axis` (the state argument holds this replica's shards, from zero_init_state of the
+  // trainable parameters, passed as a sharded dict), the parameters bit-identical to stage 0's.
+  // Other stages are refused by make_lm_step and make_lm_split_step.
+  int zero_stage = 0;
   // The step without a loss scale (scaling must be off).
   std::tuple<TensorDict, TensorDict, Tensor, Tensor> operator()(
       const Params& params, const Params& state, const Tensor& inputs, const Tensor& targets,

@@ -15,6 +15,7 @@
 #include "core/io/tokenizer.h"
 #include "parallel/train/primary_work.h"
 #include "parallel/train/trainer.h"
+#include "parallel/train/zero.h"
 
 namespace fjit::lm {
 namespace {
@@ -59,6 +60,8 @@ PmapOptions LmTrainer::pmap_options(const char* name) const {
   o.jit.name = name;
   o.jit.checks = options_.checks;
   o.jit.policy = options_.on_check_failure;
+  // ZeRO: the replicas' state shards differ by design, so the step's outputs are not compared.
+  if (options_.zero_stage != 0) o.divergence_check_every = 0;
   return o;
 }
 
@@ -78,7 +81,8 @@ LmTrainer::LmTrainer(Mesh mesh, LmOptions options, ArrayDict initial)
                                                        .grad_dtype = options_.grad_dtype == "f16" ? DType::f16
                                                                                                   : DType::f32},
                                            .compute_dtype = options_.compute_dtype == "bf16" ? DType::bf16
-                                                                                            : DType::f32},
+                                                                                            : DType::f32,
+                                           .zero_stage = options_.zero_stage},
                                   pmap_options("lm_step"))),
       eval_fn_(make_lm_eval(mesh_, options_.model, pmap_options("lm_eval"),
                             options_.compute_dtype == "bf16" ? DType::bf16 : DType::f32)) {
@@ -127,7 +131,7 @@ LmTrainer::LmTrainer(Mesh mesh, LmOptions options, ArrayDict initial)
   params = mesh_.replicate(params);
   frozen_ = mesh_.replicate(frozen_);
   AdamW opt{.lr = options_.lr, .b2 = options_.b2, .weight_decay = options_.weight_decay};
-  ArrayDict state = opt.init_state(params);
+  ArrayDict state = options_.zero_stage ? training::zero_init_state(params, mesh_) : opt.init_state(params);
   buffers_[0] = LmStepOut{std::move(params), std::move(state), Array(), Array()};
   step_ = Array(DType::i32, {});
   scale_ = Array::scalar(1.0f);
@@ -160,6 +164,12 @@ std::optional<StepStats> LmTrainer::step() {
   step_.data<int32_t>()[0] = static_cast<int32_t>(step);
   if (scaler_) scale_.data<float>()[0] = scaler_->scale();
   StepResult r = step_fn_.run_into(out, std::get<0>(in), frozen_, std::get<1>(in), inputs_, targets_, step_, scale_);
+  if (options_.zero_stage && mesh_.local_size() > 1) {
+    // This process's other replicas' state shards follow replica 0's.
+    std::vector<const std::vector<Array>*> others;
+    for (int k = 1; k < mesh_.local_size(); ++k) others.push_back(&step_fn_.replica_outputs(k));
+    std::get<1>(out) = training::zero_local_state(std::get<1>(out), others, std::get<0>(out).size());
+  }
   if (scaler_) scaler_->update(r.raised(CheckKind::loss_scale_overflow), r.skipped);
   if (r.skipped) ++skipped_steps_;
   current_ = 1 - current_;
@@ -200,11 +210,17 @@ double LmTrainer::validation_bits_per_byte() {
 }
 
 void LmTrainer::save(const std::string& path) {
+  // ZeRO: the replicas' shards put back into the whole state (an all-gather every process
+  // joins), so the file is the replicated run's and any replica count resumes from it.
+  const ArrayDict whole_state = options_.zero_stage
+                                    ? training::zero_gather_state(optimizer_state(), trainable_params(), mesh_)
+                                    : ArrayDict();
+  const ArrayDict& state_to_save = options_.zero_stage ? whole_state : optimizer_state();
   training::run_on_primary(mesh_, "checkpoint save " + path, [&] {
     const std::filesystem::path parent = std::filesystem::path(path).parent_path();
     if (!parent.empty()) std::filesystem::create_directories(parent);
     io::Checkpoint ck;
-    ck.tensors = training::checkpoint_tensors(trainable_params(), optimizer_state());
+    ck.tensors = training::checkpoint_tensors(trainable_params(), state_to_save);
     ck.metadata = {{"format", kFormat},
                    {"step", std::to_string(steps_done_)},
                    {"data_position", std::to_string(train_batches_->position())},
@@ -225,7 +241,9 @@ void LmTrainer::save(const std::string& path) {
 }
 
 void LmTrainer::load(const std::string& path) {
-  ArrayDict params = trainable_params(), state = optimizer_state();
+  // Shapes to receive into; with ZeRO the whole state, resharded below for this mesh.
+  ArrayDict params = trainable_params();
+  ArrayDict state = options_.zero_stage ? AdamW{}.init_state(params) : optimizer_state();
   uint64_t position[4] = {0, 0, 0, 0};  // step, data position, seed, skipped steps
   char scale_state[64] = {};         // the loss scale's state, when the run scales its loss
   std::string chain;                 // the checkpoint's link (the primary's)
@@ -267,6 +285,7 @@ void LmTrainer::load(const std::string& path) {
     params = mesh_.replicate(params);
     state = mesh_.replicate(state);
   }
+  if (options_.zero_stage) state = training::zero_shard_state(state, params, mesh_);
   // The data order continues from the checkpoint's seed, whatever this run was given.
   if (position[2] != options_.seed) {
     options_.seed = position[2];

@@ -28,6 +28,12 @@
 //    otherwise), and cross-checks the header against the state: data position = step, opt/step
 //    = step - skipped steps. The constructor checks every output path (checkpoint_dir, the
 //    token file, export_hf, FJIT_TIMELINE, ...) before it writes anything.
+//  - With options.zero_stage 1 (ZeRO, parallel/train/zero.h), optimizer_state() holds this
+//    process's replicas' shards of the state and the parameters are bit-identical to the
+//    replicated run's. Its checkpoints hold the whole state (zero_gather_state), the file the
+//    replicated run writes; load reshards it for this run's replica count (zero_shard_state),
+//    so a run resumes at another replica count, with or without ZeRO. The step's divergence
+//    check (FJIT_DIVERGENCE_CHECK_EVERY) is off then: the replicas' shards differ.
 //  - Every replica runs the same calls (evaluate() and save() included: they run collectives).
 //  - Certified runs (as the classifier trainer's, parallel/train/verify.h): every checkpoint
 //    carries the hash chain of core/io/state_hash.h (its state hash, chained to the previous

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "core/io/checkpoint.h"
+#include "parallel/train/zero.h"
 
 namespace fjit::lm {
 
@@ -24,7 +25,13 @@ training::VerifyResult verify_lm_interval(const std::string& from, const std::st
                        .step = [&] { return t().step().has_value(); },
                        .last_record = [&] { return t().step_records().back(); },
                        .state = [&] {
-                         return training::checkpoint_tensors(t().trainable_params(), t().optimizer_state());
+                         // ZeRO: the whole state, as the checkpoint holds it.
+                         const LmTrainer& r = t();
+                         return training::checkpoint_tensors(
+                             r.trainable_params(),
+                             r.options().zero_stage
+                                 ? training::zero_gather_state(r.optimizer_state(), r.trainable_params(), r.mesh())
+                                 : r.optimizer_state());
                        }});
 }
 

@@ -100,7 +100,7 @@ void add_options(CLI::App& app, TrainOptions& o, const std::vector<std::string>&
           "every K steps each replica recomputes the next replica's gradient share and compares "
           "(silent data corruption; 0 = off)");
   integer("--zero", o.zero_stage, 0, "ZeRO stage: 1 shards the optimizer state over the replicas, 2 also "
-          "reduce-scatters the gradients (0 = off; no checkpoints)");
+          "reduce-scatters the gradients, 3 also shards the parameters (0 = off)");
 }
 
 std::unique_ptr<CLI::App> make_app(const std::string& program, TrainOptions& o,

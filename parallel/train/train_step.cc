@@ -43,6 +43,8 @@ Tensor testing::flipped_gradient(const Tensor& g, const GradientFlip& flip, cons
 std::tuple<TensorDict, TensorDict, Tensor, Tensor, Tensor> TrainStepFn::operator()(
     const Params& params, const Params& state, const Tensor& x, const Tensor& y,
     const Tensor& step, const Tensor& loss_scale) const {
+  // Stage 3: the whole parameters all-gathered from the shards (`params`) once, here.
+  const TensorDict whole = zero_stage == 3 ? zero3_gather_params(params, zero3_shapes, axis) : params;
   // The gradient of the share of replica `replica` (an i32 scalar: its dropout key), whose
   // rows are xs, ys: this replica's own, or, for the sentinel, its neighbour's.
   auto share_gradient = [&](const Tensor& xs, const Tensor& ys, const Tensor& replica) {
@@ -54,7 +56,7 @@ std::tuple<TensorDict, TensorDict, Tensor, Tensor, Tensor> TrainStepFn::operator
       return std::tuple{scaling.on ? loss * loss_scale : loss, logits};
     };
     // One micro-batch is plain value_and_grad; more accumulate over slices of the shard.
-    return accumulate_gradients_aux(loss_fn, micro_batches)(params, xs, ys);
+    return accumulate_gradients_aux(loss_fn, micro_batches)(whole, xs, ys);
   };
   auto [scaled_loss, grads, logits] = share_gradient(x, y, axis_index(axis));
   const Tensor loss = scaling.on ? scaled_loss / loss_scale : scaled_loss;
@@ -77,7 +79,9 @@ std::tuple<TensorDict, TensorDict, Tensor, Tensor, Tensor> TrainStepFn::operator
   // Checked before the all-reduce: only the replica with bad data raises, and is named.
   check(isfinite(loss), "loss {} is not finite", loss);
   std::tuple<TensorDict, TensorDict, Tensor> update;
-  if (zero_stage == 2) {
+  if (zero_stage == 3) {
+    update = zero3_adamw_update(params, grads, state, optimizer, schedule, step, max_grad_norm, axis);
+  } else if (zero_stage == 2) {
     update = zero2_adamw_update(params, grads, state, optimizer, schedule, step, max_grad_norm, axis);
   } else if (zero_stage == 1) {
     const TensorDict mean_grads = scaling.on ? averaged_unscaled_gradients(grads, loss_scale, scaling.grad_dtype, axis)
@@ -129,14 +133,18 @@ Tensor CorrectCountFn::operator()(const Params& params, const Tensor& x, const T
 TrainStep make_train_step(const Mesh& mesh, TrainStepFn fn, PmapOptions options) {
   if (options.jit.name == "fn") options.jit.name = "train_step";
   const std::string axis = fn.axis;
-  if (fn.zero_stage < 0 || fn.zero_stage > 2)
-    throw std::invalid_argument(fmt::format("make_train_step: zero_stage {} is not implemented (0, 1 or 2)", fn.zero_stage));
-  if (fn.zero_stage == 2 && fn.scaling.on)
-    throw std::invalid_argument("make_train_step: zero_stage 2 does not take loss scaling (use zero_stage 1)");
+  if (fn.zero_stage < 0 || fn.zero_stage > 3)
+    throw std::invalid_argument(fmt::format("make_train_step: zero_stage {} is not implemented (0 to 3)", fn.zero_stage));
+  if (fn.zero_stage >= 2 && fn.scaling.on)
+    throw std::invalid_argument(fmt::format("make_train_step: zero_stage {} does not take loss scaling (use zero_stage 1)",
+                                            fn.zero_stage));
+  if (fn.zero_stage == 3 && fn.zero3_shapes.empty())
+    throw std::invalid_argument("make_train_step: zero_stage 3 needs zero3_shapes (zero_param_shapes of the parameters)");
   // Arguments 4 and 5, the step counter and the loss scale, are scalars every replica gets
   // whole; with ZeRO, argument 1, the optimizer state, is sharded.
   PmapArgOptions args{{4, 5}, {}};
   if (fn.zero_stage > 0) args.sharded_dicts = {1};
+  if (fn.zero_stage == 3) args.sharded_dicts = {0, 1};  // the parameters too
   return pmap(mesh, axis, std::move(fn), std::move(options), std::move(args));
 }
 

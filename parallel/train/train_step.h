@@ -25,6 +25,7 @@
 #include <cstdint>
 #include <string>
 #include <tuple>
+#include <vector>
 
 #include "core/io/data.h"
 #include "core/lib/optimizers.h"
@@ -32,6 +33,7 @@
 #include "parallel/pmap.h"
 #include "parallel/train/loss_scaling.h"
 #include "parallel/train/model.h"
+#include "parallel/train/zero.h"
 
 namespace fjit::training {
 
@@ -58,8 +60,12 @@ struct TrainStepFn {
   // ZeRO stage (parallel/train/zero.h): 0 replicated optimizer state; 1 the state sharded over
   // `axis` (the step's state argument then holds this replica's shards, from zero_init_state,
   // and make_train_step passes it as a sharded dict); 2 also the gradients reduce-scattered
-  // (not with loss scaling). Stage 3 is not implemented.
+  // (not with loss scaling); 3 also the parameters sharded: the params argument and output hold
+  // this replica's shards (zero_shard_params, a sharded dict), all-gathered whole at the
+  // step's start (parallel/train/zero.h), gradients reduce-scattered (not with loss scaling;
+  // zero3_shapes must then list the parameters).
   int zero_stage = 0;
+  std::vector<ZeroParamShape> zero3_shapes;
   std::tuple<TensorDict, TensorDict, Tensor, Tensor, Tensor> operator()(
       const Params& params, const Params& state, const Tensor& x, const Tensor& y,
       const Tensor& step, const Tensor& loss_scale) const;

@@ -127,7 +127,9 @@ Trainer::Trainer(Mesh mesh, TrainOptions options, Model model, io::Dataset train
                                   .grad_dtype = options_.grad_dtype == "f16" ? DType::f16 : DType::f32},
                       .compute_dtype = options_.compute_dtype == "bf16" ? DType::bf16 : DType::f32,
                       .sentinel_every = options_.sentinel_every,
-                      .zero_stage = options_.zero_stage},
+                      .zero_stage = options_.zero_stage,
+                      .zero3_shapes = options_.zero_stage == 3 ? zero_param_shapes(model_.init(options_.seed))
+                                                               : std::vector<ZeroParamShape>{}},
           pmap_options("train_step"))),
       eval_step_(make_eval_step(mesh_, [this] {
         PmapOptions o = pmap_options("eval_step");
@@ -151,13 +153,10 @@ Trainer::Trainer(Mesh mesh, TrainOptions options, Model model, io::Dataset train
                                             options_.sentinel_every, options_.batch_size, mesh_.size(),
                                             share_sizes(options_.batch_size, mesh_.size()),
                                             options_.examples_per_process.empty() ? "" : " (examples per process)"));
-  if (options_.zero_stage != 0 && (!options_.checkpoint_dir.empty() || options_.resume ||
-                                   options_.divergence_check_every > 0))
-    throw std::invalid_argument(fmt::format("Trainer: --zero {} has no checkpoints of sharded state and no "
-                                            "divergence check (replicas' states differ): --checkpoint-dir '{}'{}{}",
-                                            options_.zero_stage, options_.checkpoint_dir,
-                                            options_.resume ? ", --resume" : "",
-                                            options_.divergence_check_every > 0 ? ", --divergence-check-every" : ""));
+  if (options_.zero_stage != 0 && options_.divergence_check_every > 0)
+    throw std::invalid_argument(fmt::format("Trainer: --zero {} has no divergence check (the replicas' optimizer "
+                                            "states differ): --divergence-check-every {}",
+                                            options_.zero_stage, options_.divergence_check_every));
   if (batches_.steps_per_epoch() == 0)
     throw std::invalid_argument(fmt::format("Trainer: {} training examples make no batch of {}",
                                             batches_.batches().num_examples(),
@@ -166,12 +165,26 @@ Trainer::Trainer(Mesh mesh, TrainOptions options, Model model, io::Dataset train
   ArrayDict params = mesh_.replicate(model_.init(options_.seed));
   AdamW opt{.lr = options_.lr, .weight_decay = options_.weight_decay};
   ArrayDict state = options_.zero_stage ? zero_init_state(params, mesh_) : opt.init_state(params);
+  if (options_.zero_stage == 3) {
+    zero3_shapes_ = zero_param_shapes(params);
+    params = zero_shard_params(params, mesh_);
+  }
   buffers_[0] = TrainStepOut{std::move(params), std::move(state), Array(), Array(), Array()};
   step_ = Array(DType::i32, {});
   if (loss_scaling_on(options_))
     scaler_ = make_loss_scale(options_.loss_scale, options_.loss_scale_growth_interval, "Trainer");
   scale_ = Array(DType::f32, {});
   scale_.data<float>()[0] = 1.0f;
+}
+
+ArrayDict Trainer::params() const {
+  if (options_.zero_stage != 3) return local_params();
+  return zero_gather_params(local_params(), zero3_shapes_, mesh_);
+}
+
+ArrayDict Trainer::whole_optimizer_state() const {
+  if (options_.zero_stage == 0) return optimizer_state();
+  return zero_gather_state(optimizer_state(), params(), mesh_);
 }
 
 double Trainer::learning_rate(int64_t step) const { return schedule_(step); }
@@ -211,6 +224,7 @@ StepStats Trainer::train_on(const io::Batch& batch) {
     std::vector<const std::vector<Array>*> others;
     for (int k = 1; k < mesh_.local_size(); ++k) others.push_back(&train_step_.replica_outputs(k));
     std::get<1>(out) = zero_local_state(std::get<1>(out), others, std::get<0>(out).size());
+    if (options_.zero_stage == 3) std::get<0>(out) = zero_local_state(std::get<0>(out), others, 0);
   }
   if (scaler_) scaler_->update(r.raised(CheckKind::loss_scale_overflow), r.skipped);
   if (r.skipped) ++skipped_steps_;

@@ -36,7 +36,11 @@
 //    that verify_interval (parallel/train/verify.h) can re-execute the interval.
 //  - With options.zero_stage 1 or 2 (ZeRO, parallel/train/zero.h), optimizer_state() holds
 //    this process's replicas' shards of the state, and the parameters are bit-identical to
-//    the replicated run's; checkpoints, resume and the divergence check are refused with it.
+//    the replicated run's. Its checkpoints hold the whole state (zero_gather_state), the
+//    same file the replicated run writes; load reshards it for this run's replica count
+//    (zero_shard_state). The divergence check is refused with it. With zero_stage 3 the
+//    parameters are sharded too (local_params(); params() gathers them), and checkpoints
+//    hold the whole parameters.
 //  - run() checks every output path (checkpoint_dir, log_dir, FJIT_TIMELINE, ...) before the
 //    first step.
 #pragma once
@@ -98,8 +102,14 @@ class Trainer {
   // replica only).
   Progress make_progress() const;
 
-  const ArrayDict& params() const { return std::get<0>(buffers_[current_]); }
+  // The whole parameters. At --zero 3 they are gathered from the replicas' shards (under MPI
+  // an all-gather: every process must call it).
+  ArrayDict params() const;
+  // What this process holds: the whole parameters, or at --zero 3 its replicas' shards.
+  const ArrayDict& local_params() const { return std::get<0>(buffers_[current_]); }
   const ArrayDict& optimizer_state() const { return std::get<1>(buffers_[current_]); }
+  // The whole optimizer state (gathered with ZeRO: every process must call it).
+  ArrayDict whole_optimizer_state() const;
   int64_t steps_done() const { return steps_done_; }
   // What the last train_on reported besides its StepStats: the batch's accuracy and the
   // global norm of the averaged gradient.
@@ -142,6 +152,7 @@ class Trainer {
   EvalStep eval_step_;
   // Double buffer: step k reads buffers_[current_] and writes buffers_[1 - current_].
   TrainStepOut buffers_[2];
+  std::vector<ZeroParamShape> zero3_shapes_;  // at --zero 3: the parameters the step gathers
   int current_ = 0;
   bool buffers_conformed_ = false;
   Array step_;                   // i32 scalar argument of the step: its index in the run

@@ -10,6 +10,7 @@
 #include "core/io/state_hash.h"
 #include "parallel/train/primary_work.h"
 #include "parallel/train/trainer.h"
+#include "parallel/train/zero.h"
 
 namespace fjit::training {
 namespace {
@@ -51,15 +52,18 @@ void check_run_outputs(const Mesh& mesh, const io::OutputPaths& paths) {
 }
 
 void Trainer::save(const std::string& path) {
-  if (options_.zero_stage != 0)
-    throw std::runtime_error("Trainer::save " + path + ": checkpoints of ZeRO-sharded optimizer state are not implemented");
+  // ZeRO: the replicas' shards put back into the whole state (an all-gather every process
+  // joins), so the file is the replicated run's and any replica count can resume from it.
+  // At stage 3 the parameters are gathered too.
+  const ArrayDict whole_params = params();
+  const ArrayDict state_to_save = whole_optimizer_state();
   // The agreement doubles as the barrier: nobody reads the file before rank 0 has renamed it
   // into place, and a failed save fails on every rank instead of leaving the others waiting.
   run_on_primary(mesh_, "checkpoint save " + path, [&] {
     const std::filesystem::path parent = std::filesystem::path(path).parent_path();
     if (!parent.empty()) std::filesystem::create_directories(parent);
     io::Checkpoint ck;
-    ck.tensors = checkpoint_tensors(params(), optimizer_state());
+    ck.tensors = checkpoint_tensors(whole_params, state_to_save);
     ck.metadata = {{"format", kFormat},
                    {"step", std::to_string(steps_done_)},
                    {"epoch", std::to_string(epoch_)},
@@ -82,12 +86,12 @@ void Trainer::save(const std::string& path) {
 }
 
 void Trainer::load(const std::string& path) {
-  if (options_.zero_stage != 0)
-    throw std::runtime_error("Trainer::load " + path + ": checkpoints of ZeRO-sharded optimizer state are not implemented");
   // Replica 0 reads and verifies the file; the other processes (MPI ranks) receive its tensors and
   // position by broadcast, so they need not see the file, and an error on rank 0 fails every
   // rank instead of leaving the others waiting in the next collective.
-  ArrayDict params = this->params(), state = optimizer_state();  // shapes to receive into
+  // Shapes to receive into; with ZeRO the whole state, resharded below for this mesh.
+  ArrayDict params = this->params();
+  ArrayDict state = options_.zero_stage ? AdamW{}.init_state(params) : optimizer_state();
   uint64_t position[5] = {0, 0, 0, 0, 0};  // step, epoch, batch, seed, skipped steps
   char scale_state[64] = {};  // the loss scale's state, when the run scales its loss
   std::string chain;          // the checkpoint's link (the primary's)
@@ -151,6 +155,8 @@ void Trainer::load(const std::string& path) {
     params = mesh_.replicate(params);
     state = mesh_.replicate(state);
   }
+  if (options_.zero_stage) state = zero_shard_state(state, params, mesh_);
+  if (options_.zero_stage == 3) params = zero_shard_params(params, mesh_);
   // The data order continues from the checkpoint's seed, whatever this run was given.
   const uint64_t seed = position[3];
   if (seed != options_.seed) {

@@ -57,7 +57,7 @@ VerifyResult verify_interval(const std::string& from, const std::string& to, con
                                 .step = [&] { return t().step().has_value(); },
                                 .last_record = [&] { return t().step_records().back(); },
                                 .state = [&] {
-                                  return checkpoint_tensors(t().params(), t().optimizer_state());
+                                  return checkpoint_tensors(t().params(), t().whole_optimizer_state());
                                 }});
 }
 

@@ -1,8 +1,11 @@
 #include "parallel/train/zero.h"
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 #include <stdexcept>
+
+#include <fmt/format.h>
 
 #include "checks/check.h"
 #include "core/trace/collectives.h"
@@ -42,7 +45,8 @@ Tensor own_slice(const Tensor& x, int n, const Tensor& me) {
 
 // Every replica's slices of the parameters put back whole: one all-gather per dtype of the
 // slices packed back to back, then each parameter's N blocks unpadded and reshaped.
-TensorDict gather_slices(const TensorDict& slices, const Params& like, int n, const std::string& axis) {
+TensorDict gather_slices(const TensorDict& slices, const std::vector<ZeroParamShape>& like, int n,
+                         const std::string& axis) {
   const Loc loc = Loc::current();
   detail::require_axis("zero all_gather", axis, loc);
   std::map<DType, std::vector<std::string>> by_dtype;
@@ -61,43 +65,30 @@ TensorDict gather_slices(const TensorDict& slices, const Params& like, int n, co
                          {n, m}, loc);
     int64_t off = 0;
     for (const std::string& name : names) {
-      const Tensor& p = like.at(name);
+      const auto it = std::find_if(like.begin(), like.end(), [&](const ZeroParamShape& s) { return s.name == name; });
+      if (it == like.end()) throw std::invalid_argument(fmt::format("zero all_gather: no shape for '{}'", name));
+      const int64_t numel = num_elements(it->shape);
       const int64_t k = slices.at(name).size();
       Tensor blocks = reshape(slice(all, {0, off}, {n, off + k}, {1, 1}, loc), {n * k}, loc);
-      out.set(name, reshape(slice(blocks, {0}, {p.size()}, {1}, loc), p.shape(), loc));
+      out.set(name, reshape(slice(blocks, {0}, {numel}, {1}, loc), it->shape, loc));
       off += k;
     }
   }
   TensorDict ordered;  // the parameters' order
-  for (const auto& [name, p] : like) ordered.set(name, out.at(name));
+  for (const ZeroParamShape& p : like) ordered.set(p.name, out.at(p.name));
   return ordered;
 }
 
-}  // namespace
-
-std::tuple<TensorDict, TensorDict, Tensor> zero1_adamw_update_of_mean(
-    const Params& params, const TensorDict& mean_grads, const Params& state, const AdamW& optimizer,
-    const Schedule& schedule, const Tensor& step, double max_grad_norm, const std::string& axis) {
-  // The norm of the whole averaged gradient, as the replicated step checks it.
-  Tensor norm = global_norm(mean_grads);
-  check(isfinite(norm) && norm < max_grad_norm,
-        "global gradient norm {} is not finite or not below {}", norm,
-        scalar(norm.dtype(), max_grad_norm));
-  const int n = TraceContext::current()->num_replicas;
-  const Tensor me = axis_index(axis);
-  TensorDict p_slices, g_slices;
-  for (const auto& [name, p] : params) {
-    p_slices.set(name, own_slice(p, n, me));
-    g_slices.set(name, own_slice(mean_grads.at(name), n, me));
-  }
-  AdamW opt = optimizer;
-  opt.lr = schedule(step);
-  auto [next_slices, next_state] = opt.update(p_slices, g_slices, state);
-  return {gather_slices(next_slices, params, n, axis), next_state, norm};
+std::vector<ZeroParamShape> shapes_of(const TensorDict& params) {
+  std::vector<ZeroParamShape> out;
+  for (const auto& [name, p] : params) out.push_back({name, p.dtype(), p.shape()});
+  return out;
 }
 
-std::tuple<TensorDict, TensorDict, Tensor> zero2_adamw_update(
-    const Params& params, const TensorDict& grads, const Params& state, const AdamW& optimizer,
+// Stage 2's update of this replica's parameter slices from the gradients before averaging:
+// {slices', state', norm}.
+std::tuple<TensorDict, TensorDict, Tensor> zero2_update_slices(
+    const TensorDict& p_slices, const TensorDict& grads, const Params& state, const AdamW& optimizer,
     const Schedule& schedule, const Tensor& step, double max_grad_norm, const std::string& axis) {
   const int n = TraceContext::current()->num_replicas;
   // pmean's operand (the gradient times the replica's mean weight), flat and zero-padded to
@@ -105,8 +96,7 @@ std::tuple<TensorDict, TensorDict, Tensor> zero2_adamw_update(
   // that block of pmean(grads).
   TensorDict padded;
   bool all_f64 = true;
-  for (const auto& [name, p] : params) {
-    const Tensor& g = grads.at(name);
+  for (const auto& [name, g] : grads) {
     const int64_t k = zero_shard_size(g.size(), n);
     Tensor flat = reshape(mul(g, detail::mean_scale(g.dtype())), {g.size()});
     if (n * k > g.size()) flat = concat({flat, full(g.dtype(), {n * k - g.size()}, 0.0)}, 0);
@@ -126,13 +116,185 @@ std::tuple<TensorDict, TensorDict, Tensor> zero2_adamw_update(
   check(isfinite(norm) && norm < max_grad_norm,
         "global gradient norm {} is not finite or not below {}", norm,
         scalar(norm.dtype(), max_grad_norm));
+  AdamW opt = optimizer;
+  opt.lr = schedule(step);
+  TensorDict ordered;  // the slices in the gradients' order
+  for (const auto& [name, g] : g_slices) ordered.set(name, p_slices.at(name));
+  auto [next_slices, next_state] = opt.update(ordered, g_slices, state);
+  return {next_slices, next_state, norm};
+}
+
+}  // namespace
+
+std::tuple<TensorDict, TensorDict, Tensor> zero1_adamw_update_of_mean(
+    const Params& params, const TensorDict& mean_grads, const Params& state, const AdamW& optimizer,
+    const Schedule& schedule, const Tensor& step, double max_grad_norm, const std::string& axis,
+    double clip_norm, const std::vector<ParamGroup>& groups, const std::vector<std::string>* pattern_names) {
+  // The norm of the whole averaged gradient, and its clipping, as the replicated step does.
+  Tensor norm;
+  const TensorDict clipped = clip_norm > 0 ? clip_by_global_norm(mean_grads, clip_norm, &norm) : mean_grads;
+  if (clip_norm <= 0) norm = global_norm(mean_grads);
+  check(isfinite(norm) && norm < max_grad_norm,
+        "global gradient norm {} is not finite or not below {}", norm,
+        scalar(norm.dtype(), max_grad_norm));
+  const int n = TraceContext::current()->num_replicas;
+  const Tensor me = axis_index(axis);
+  TensorDict p_slices, g_slices;
+  for (const auto& [name, p] : params) {
+    p_slices.set(name, own_slice(p, n, me));
+    g_slices.set(name, own_slice(clipped.at(name), n, me));
+  }
+  AdamW opt = optimizer;
+  opt.lr = schedule(step);
+  auto [next_slices, next_state] = grouped_update(opt, groups, p_slices, g_slices, state, pattern_names);
+  return {gather_slices(next_slices, shapes_of(params), n, axis), next_state, norm};
+}
+
+std::tuple<TensorDict, TensorDict, Tensor> zero2_adamw_update(
+    const Params& params, const TensorDict& grads, const Params& state, const AdamW& optimizer,
+    const Schedule& schedule, const Tensor& step, double max_grad_norm, const std::string& axis) {
+  const int n = TraceContext::current()->num_replicas;
   const Tensor me = axis_index(axis);
   TensorDict p_slices;
   for (const auto& [name, p] : params) p_slices.set(name, own_slice(p, n, me));
-  AdamW opt = optimizer;
-  opt.lr = schedule(step);
-  auto [next_slices, next_state] = opt.update(p_slices, g_slices, state);
-  return {gather_slices(next_slices, params, n, axis), next_state, norm};
+  auto [next_slices, next_state, norm] =
+      zero2_update_slices(p_slices, grads, state, optimizer, schedule, step, max_grad_norm, axis);
+  return {gather_slices(next_slices, shapes_of(params), n, axis), next_state, norm};
+}
+
+TensorDict zero3_gather_params(const TensorDict& shards, const std::vector<ZeroParamShape>& shapes,
+                               const std::string& axis) {
+  const int n = TraceContext::current()->num_replicas;
+  for (const ZeroParamShape& p : shapes) {
+    const int64_t k = zero_shard_size(num_elements(p.shape), n);
+    if (!shards.contains(p.name) || shards.at(p.name).shape() != Shape{k} || shards.at(p.name).dtype() != p.dtype)
+      throw std::invalid_argument(fmt::format("zero3_gather_params: '{}' should be this replica's shard {} of {}, got {}",
+                                              p.name, type_str(p.dtype, {k}), type_str(p.dtype, p.shape),
+                                              shards.contains(p.name) ? type_str(shards.at(p.name).dtype(), shards.at(p.name).shape())
+                                                                      : std::string("nothing")));
+  }
+  return gather_slices(shards, shapes, n, axis);
+}
+
+std::tuple<TensorDict, TensorDict, Tensor> zero3_adamw_update(
+    const Params& shards, const TensorDict& grads, const Params& state, const AdamW& optimizer,
+    const Schedule& schedule, const Tensor& step, double max_grad_norm, const std::string& axis) {
+  return zero2_update_slices(shards, grads, state, optimizer, schedule, step, max_grad_norm, axis);
+}
+
+namespace {
+
+// The parameter a moment entry ("m.<name>", "v.<name>") belongs to; throws for an entry that
+// is neither a moment of a parameter of `params` nor a scalar.
+const Array& moment_param(const std::string& entry, const ArrayDict& params, const char* who) {
+  if (entry.size() > 2 && (entry.starts_with("m.") || entry.starts_with("v.")))
+    if (params.contains(entry.substr(2))) return params.at(entry.substr(2));
+  throw std::invalid_argument(fmt::format("{}: state entry '{}' is not a moment of a parameter", who, entry));
+}
+
+}  // namespace
+
+ArrayDict zero_gather_state(const ArrayDict& local, const ArrayDict& params, const Mesh& mesh) {
+  const int n = mesh.size(), local_n = mesh.local_size();
+  Communicator* pc = mesh.process_comm();
+  if (pc != nullptr && local_n * mesh.processes() != n)
+    throw std::invalid_argument(fmt::format("zero_gather_state: {} replicas over {} processes of {} each: "
+                                            "the processes must hold equal numbers of replicas",
+                                            n, mesh.processes(), local_n));
+  ArrayDict whole;
+  for (const auto& [name, a] : local) {
+    if (a.rank() == 0) {
+      whole.set(name, a);
+      continue;
+    }
+    const Array& p = moment_param(name, params, "zero_gather_state");
+    const int64_t k = zero_shard_size(p.size(), n);
+    if (a.dtype() != p.dtype() || a.shape() != Shape{local_n * k})
+      throw std::invalid_argument(fmt::format("zero_gather_state: '{}' is {}, the shards of {} replicas of {} "
+                                              "for this process's {} replicas would be {}", name,
+                                              type_str(a.dtype(), a.shape()), n, type_str(p.dtype(), p.shape()),
+                                              local_n, type_str(p.dtype(), {local_n * k})));
+    Array all(p.dtype(), {n * k});
+    if (pc != nullptr)
+      pc->all_gather(a.raw(), all.raw(), a.nbytes());
+    else
+      std::memcpy(all.raw(), a.raw(), a.nbytes());
+    Array w(p.dtype(), p.shape());
+    std::memcpy(w.raw(), all.raw(), w.nbytes());  // the padding past numel dropped
+    whole.set(name, std::move(w));
+  }
+  return whole;
+}
+
+ArrayDict zero_shard_state(const ArrayDict& whole, const ArrayDict& params, const Mesh& mesh) {
+  const int n = mesh.size(), local_n = mesh.local_size(), first = mesh.first_replica();
+  ArrayDict out;
+  for (const auto& [name, w] : whole) {
+    if (w.rank() == 0) {
+      out.set(name, w);
+      continue;
+    }
+    const Array& p = moment_param(name, params, "zero_shard_state");
+    if (w.dtype() != p.dtype() || w.shape() != p.shape())
+      throw std::invalid_argument(fmt::format("zero_shard_state: '{}' is {}, its parameter {}", name,
+                                              type_str(w.dtype(), w.shape()), type_str(p.dtype(), p.shape())));
+    const int64_t k = zero_shard_size(p.size(), n);
+    const size_t es = dtype_size(p.dtype());
+    Array s = Array::zeros(p.dtype(), {local_n * k});
+    const int64_t begin = std::min<int64_t>(int64_t{first} * k, w.size());
+    const int64_t end = std::min<int64_t>(int64_t{first + local_n} * k, w.size());
+    std::memcpy(s.raw(), static_cast<const char*>(w.raw()) + begin * es, static_cast<size_t>(end - begin) * es);
+    out.set(name, std::move(s));
+  }
+  return out;
+}
+
+std::vector<ZeroParamShape> zero_param_shapes(const ArrayDict& params) {
+  std::vector<ZeroParamShape> out;
+  for (const auto& [name, p] : params) out.push_back({name, p.dtype(), p.shape()});
+  return out;
+}
+
+ArrayDict zero_shard_params(const ArrayDict& whole, const Mesh& mesh) {
+  const int n = mesh.size(), local_n = mesh.local_size(), first = mesh.first_replica();
+  ArrayDict out;
+  for (const auto& [name, w] : whole) {
+    const int64_t k = zero_shard_size(w.size(), n);
+    const size_t es = dtype_size(w.dtype());
+    Array s = Array::zeros(w.dtype(), {local_n * k});
+    const int64_t begin = std::min<int64_t>(int64_t{first} * k, w.size());
+    const int64_t end = std::min<int64_t>(int64_t{first + local_n} * k, w.size());
+    std::memcpy(s.raw(), static_cast<const char*>(w.raw()) + begin * es, static_cast<size_t>(end - begin) * es);
+    out.set(name, std::move(s));
+  }
+  return out;
+}
+
+ArrayDict zero_gather_params(const ArrayDict& local, const std::vector<ZeroParamShape>& shapes, const Mesh& mesh) {
+  const int n = mesh.size(), local_n = mesh.local_size();
+  Communicator* pc = mesh.process_comm();
+  if (pc != nullptr && local_n * mesh.processes() != n)
+    throw std::invalid_argument(fmt::format("zero_gather_params: {} replicas over {} processes of {} each: "
+                                            "the processes must hold equal numbers of replicas",
+                                            n, mesh.processes(), local_n));
+  ArrayDict whole;
+  for (const ZeroParamShape& p : shapes) {
+    const int64_t k = zero_shard_size(num_elements(p.shape), n);
+    if (!local.contains(p.name) || local.at(p.name).dtype() != p.dtype || local.at(p.name).shape() != Shape{local_n * k})
+      throw std::invalid_argument(fmt::format("zero_gather_params: '{}' should be {}, the shards of {} for this "
+                                              "process's {} of {} replicas", p.name, type_str(p.dtype, {local_n * k}),
+                                              type_str(p.dtype, p.shape), local_n, n));
+    const Array& a = local.at(p.name);
+    Array all(p.dtype, {n * k});
+    if (pc != nullptr)
+      pc->all_gather(a.raw(), all.raw(), a.nbytes());
+    else
+      std::memcpy(all.raw(), a.raw(), a.nbytes());
+    Array w(p.dtype, p.shape);
+    std::memcpy(w.raw(), all.raw(), w.nbytes());  // the padding past numel dropped
+    whole.set(p.name, std::move(w));
+  }
+  return whole;
 }
 
 ArrayDict zero_local_state(const ArrayDict& first, const std::vector<const std::vector<Array>*>& others,

@@ -20,8 +20,26 @@
 //
 // Stage 2 (zero2_adamw_update) also reduce-scatters the gradients instead of all-reducing them.
 //
-// Not here: stage 3 (sharded parameters), clipping by the global norm, parameter groups,
-// loss scaling with stage 2, the language model's step, and checkpoints of sharded state.
+// Checkpoints: zero_gather_state puts the shards of every replica back together into the
+// replicated step's whole state (the same names, shapes and bits), and zero_shard_state cuts a
+// whole state into this process's shards for any replica count. A checkpoint holds the whole
+// state, so it does not depend on the replica count that wrote it: a run resumes from it at
+// another count (state resharded), or without ZeRO, and a replicated run's checkpoint resumes
+// with ZeRO (tests/zero_trainer_test.cc, tests/mpi/zero_mpi_test.cc).
+//
+// The language model's step (parallel/lm/lm_step.h) takes stage 1.
+//
+// Stage 3 (zero3_gather_params, zero3_adamw_update) also shards the parameters, in the
+// state's layout: replica i holds elements [i k, (i + 1) k) of each parameter, flat and
+// zero-padded, as a sharded dict. The step all-gathers the whole parameters once, at its
+// start (one all-gather per dtype), computes the loss and gradients on them, reduce-scatters
+// the gradients as stage 2 does and updates its shard; it returns the shards, not the whole
+// parameters. The whole parameters are values of the step's plan, freed by the memory plan
+// after their last use in the backward pass; they are not gathered layer by layer, and no
+// gather is prefetched. On the host, zero_shard_params and zero_gather_params convert.
+//
+// Not here: per-layer gathering at stage 3; clipping by the global norm, parameter groups and
+// loss scaling with stage 2; stage 2 in the language model's step.
 #pragma once
 
 #include <cstdint>
@@ -30,6 +48,7 @@
 #include <vector>
 
 #include "core/lib/optimizers.h"
+#include "core/lib/param_groups.h"
 #include "core/lib/schedules.h"
 #include "parallel/mesh.h"
 
@@ -49,9 +68,14 @@ int64_t zero_state_bytes_per_replica(const ArrayDict& params, int replicas);
 // The traced update of ZeRO stage 1 from gradients already averaged over `axis`: this
 // replica's slice of each parameter and of the state updated, the parameters all-gathered.
 // `state` holds this replica's shards. Returns {params', state' (shards), global norm}.
+// With clip_norm > 0 the whole averaged gradient is clipped to that global norm first (as
+// adamw_update_of_mean does, so the same bits), and `groups` apply per parameter name as in
+// grouped_update (`pattern_names`: the names their patterns are checked against).
 std::tuple<TensorDict, TensorDict, Tensor> zero1_adamw_update_of_mean(
     const Params& params, const TensorDict& mean_grads, const Params& state, const AdamW& optimizer,
-    const Schedule& schedule, const Tensor& step, double max_grad_norm, const std::string& axis);
+    const Schedule& schedule, const Tensor& step, double max_grad_norm, const std::string& axis,
+    double clip_norm = 0, const std::vector<ParamGroup>& groups = {},
+    const std::vector<std::string>* pattern_names = nullptr);
 
 // ZeRO stage 2: the same update from this replica's gradients before averaging. pmean's
 // operand is reduce-scattered (psum_scatter, bucketed) instead of all-reduced, so each replica
@@ -63,10 +87,53 @@ std::tuple<TensorDict, TensorDict, Tensor> zero2_adamw_update(
     const Params& params, const TensorDict& grads, const Params& state, const AdamW& optimizer,
     const Schedule& schedule, const Tensor& step, double max_grad_norm, const std::string& axis);
 
+// The whole state (AdamW::init_state's names and shapes: "m.<name>", "v.<name>" shaped as
+// the parameter, "step") from `local`, this process's replicas' shards of a state sharded over
+// `mesh` (zero_init_state's layout). Under MPI every process must call it (an all-gather over
+// the processes) and every process gets the whole state. Throws std::invalid_argument naming
+// the entry when `local` does not have the layout `params` and `mesh` give.
+ArrayDict zero_gather_state(const ArrayDict& local, const ArrayDict& params, const Mesh& mesh);
+
+// This process's replicas' shards (zero_init_state's layout for `mesh`) of `whole`, a state
+// with AdamW::init_state's names and shapes for `params`: replica i's elements [i k, (i + 1) k)
+// of each moment, zeros past the parameter's end; "step" whole. Throws std::invalid_argument
+// naming the entry when `whole` does not match `params`.
+ArrayDict zero_shard_state(const ArrayDict& whole, const ArrayDict& params, const Mesh& mesh);
+
 // The whole sharded state of this process's replicas after a step: replica 0's shards
 // (`first`, what the step returned) followed along axis 0 by those of replicas 1 ..
 // local_size - 1, read from their flat outputs (`replica_outputs(r)`), where the state's
 // entries begin at leaf `offset`. The step counter is replica 0's.
+// Stage 3. The name, dtype and shape of each parameter the step gathers, in order.
+struct ZeroParamShape {
+  std::string name;
+  DType dtype;
+  Shape shape;
+};
+std::vector<ZeroParamShape> zero_param_shapes(const ArrayDict& params);
+
+// This process's replicas' shards of whole parameters: [local_size * k] per parameter, replica
+// i's elements [i k, (i + 1) k), zeros past the end (as zero_shard_state cuts a moment).
+ArrayDict zero_shard_params(const ArrayDict& whole, const Mesh& mesh);
+
+// The whole parameters from this process's replicas' shards (zero_shard_params's layout).
+// Under MPI every process must call it (an all-gather over the processes). Throws
+// std::invalid_argument naming the parameter when `local` does not have that layout.
+ArrayDict zero_gather_params(const ArrayDict& local, const std::vector<ZeroParamShape>& shapes, const Mesh& mesh);
+
+// Traced: the whole parameters (`shapes`) from this replica's shards, all-gathered over
+// `axis` (one all-gather per dtype).
+TensorDict zero3_gather_params(const TensorDict& shards, const std::vector<ZeroParamShape>& shapes,
+                               const std::string& axis);
+
+// Traced: stage 3's update from this replica's parameter shards and its gradients of the
+// whole parameters before averaging: the gradients reduce-scattered (zero2_adamw_update),
+// this replica's shards of the parameters and the state updated. Returns {param shards',
+// state' (shards), global norm (stage 2's)}.
+std::tuple<TensorDict, TensorDict, Tensor> zero3_adamw_update(
+    const Params& shards, const TensorDict& grads, const Params& state, const AdamW& optimizer,
+    const Schedule& schedule, const Tensor& step, double max_grad_norm, const std::string& axis);
+
 ArrayDict zero_local_state(const ArrayDict& first, const std::vector<const std::vector<Array>*>& others,
                            size_t offset);
 
