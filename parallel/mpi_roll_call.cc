@@ -25,12 +25,13 @@ constexpr int kQueryStacks = 5;  // the abort's query: answer, then send host st
 // answer, the whole collection, and the size of the text sent.
 constexpr int kStackFrames = 40;
 constexpr auto kStackThreadTimeout = std::chrono::milliseconds(100);
-constexpr auto kStackBudget = std::chrono::milliseconds(1000);
+constexpr auto kStackBudget = std::chrono::milliseconds(2000);
 constexpr size_t kStackBytes = 16 * 1024;
 // How long an answer may be in flight before the stacks are built anyway.
 constexpr auto kAnswerInFlight = std::chrono::milliseconds(100);
-// How long the abort's survey waits, after the answers, for the answering ranks' stacks.
-constexpr auto kStacksGrace = std::chrono::milliseconds(2000);
+// How long the abort's survey waits, after the answers, for the answering ranks' stacks:
+// past the collection's budget, since symbolizing alone can take seconds in a sanitized build.
+constexpr auto kStacksGrace = std::chrono::milliseconds(5000);
 constexpr size_t kHostBytes = 256;
 // How often a surveying rank looks for answers.
 constexpr auto kPollEvery = std::chrono::milliseconds(1);

@@ -63,7 +63,7 @@ class MpiRollCall {
   // survey), the other ranks are asked for their host stacks too, and waited for a bounded
   // extra grace once the answers are in: every rank's entry adds its host stacks (all
   // threads, symbolized; "host stacks of rank 2 (pid N, sent after its answer):" for
-  // another rank's), or "rank 2 (on host): no host stack within 2.0 s".
+  // another rank's), or "rank 2 (on host): no host stack within 5.0 s".
   std::string survey(const char* collective, uint64_t seq, std::chrono::milliseconds grace,
                      bool host_stacks = false);
 
