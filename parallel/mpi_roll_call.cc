@@ -19,6 +19,19 @@ constexpr int kTag = 1;  // the roll call's communicator carries nothing else
 constexpr int kQuery = 1;
 constexpr int kAnswer = 2;  // from a rank waiting in a collective
 constexpr int kBusy = 3;    // from a rank computing (a poll point: core/base/activity.h)
+constexpr int kStacks = 4;  // a rank's host stacks, sent after its answer to a kQueryStacks
+constexpr int kQueryStacks = 5;  // the abort's query: answer, then send host stacks
+// What a rank's host stacks may cost it: frames per thread, how long one thread may take to
+// answer, the whole collection, and the size of the text sent.
+constexpr int kStackFrames = 40;
+constexpr auto kStackThreadTimeout = std::chrono::milliseconds(100);
+constexpr auto kStackBudget = std::chrono::milliseconds(2000);
+constexpr size_t kStackBytes = 16 * 1024;
+// How long an answer may be in flight before the stacks are built anyway.
+constexpr auto kAnswerInFlight = std::chrono::milliseconds(100);
+// How long the abort's survey waits, after the answers, for the answering ranks' stacks:
+// past the collection's budget, since symbolizing alone can take seconds in a sanitized build.
+constexpr auto kStacksGrace = std::chrono::milliseconds(5000);
 constexpr size_t kHostBytes = 256;
 // How often a surveying rank looks for answers.
 constexpr auto kPollEvery = std::chrono::milliseconds(1);
@@ -31,6 +44,28 @@ std::string rank_list(const std::vector<int>& ranks) {
     out += std::to_string(ranks[i]);
   }
   return out;
+}
+
+bool is_query(int kind) { return kind == kQuery || kind == kQueryStacks; }
+
+// Every line after the first indented under a rank's entry of the report.
+std::string indented(std::string lines) {
+  while (!lines.empty() && lines.back() == '\n') lines.pop_back();
+  for (size_t at = lines.find('\n'); at != std::string::npos; at = lines.find('\n', at + 1))
+    lines.replace(at, 1, "\n    ");
+  return lines;
+}
+
+// This process's host stacks, at most kStackBytes (cut at a line).
+std::string capped_host_stacks(const std::string& header) {
+  std::string text = fmt::format(
+      "{}\n{}", header, all_thread_stacks(kStackFrames, kStackThreadTimeout, kStackBudget));
+  if (text.size() > kStackBytes) {
+    const size_t cut = text.rfind('\n', kStackBytes - 64);
+    text.resize(cut == std::string::npos ? kStackBytes - 64 : cut + 1);
+    text += fmt::format("(cut at {} KiB)\n", kStackBytes / 1024);
+  }
+  return text;
 }
 
 }  // namespace
@@ -47,6 +82,7 @@ struct MpiRollCall::Heard {
   Note note;
   uint64_t at_seq = 0;  // the surveyor's collective number when the note came
   std::string doing;    // an answer's account of what its rank is doing
+  std::string stacks;   // its host stacks, when they came (kStacks)
 };
 
 // A note, then (answers only) the text saying what the rank is doing.
@@ -82,7 +118,8 @@ MpiRollCall::~MpiRollCall() {
   if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
 }
 
-void MpiRollCall::send(int to, int kind, const char* collective, uint64_t seq) {
+void MpiRollCall::send(int to, int kind, const char* collective, uint64_t seq,
+                       const std::string* body) {
   while (!outbox_->empty()) {
     int done = 0;
     MPI_Test(&outbox_->front().request, &done, MPI_STATUS_IGNORE);
@@ -96,24 +133,43 @@ void MpiRollCall::send(int to, int kind, const char* collective, uint64_t seq) {
   std::snprintf(note.collective, sizeof note.collective, "%s", collective);
   // What this rank is doing: built once per roll call that reaches it, and only for answers.
   const auto now = std::chrono::steady_clock::now();
-  if (kind != kQuery && (doing_.empty() || now - doing_at_ > std::chrono::seconds(1))) {
+  if ((kind == kAnswer || kind == kBusy) &&
+      (doing_.empty() || now - doing_at_ > std::chrono::seconds(1))) {
     doing_ = doing(false);
     doing_at_ = now;
   }
+  if (kind == kAnswer || kind == kBusy) body = &doing_;
+  const size_t extra = body ? body->size() : 0;
   Outgoing& o = outbox_->emplace_back();  // a deque: earlier notes do not move
-  o.bytes.resize(sizeof(Note) + (kind == kQuery ? 0 : doing_.size()));
+  o.bytes.resize(sizeof(Note) + extra);
   std::memcpy(o.bytes.data(), &note, sizeof(Note));
-  if (kind != kQuery) std::memcpy(o.bytes.data() + sizeof(Note), doing_.data(), doing_.size());
+  if (extra > 0) std::memcpy(o.bytes.data() + sizeof(Note), body->data(), extra);
   MPI_Isend(o.bytes.data(), static_cast<int>(o.bytes.size()), MPI_BYTE, to, kTag, comm_, &o.request);
 }
 
 std::string MpiRollCall::doing(bool host_stacks) const {
   std::string lines = describe_replica_activity(rank_);
   if (host_stacks)
-    lines += fmt::format("\nhost stacks (pid {}):\n{}", static_cast<long>(::getpid()), all_thread_stacks());
-  while (!lines.empty() && lines.back() == '\n') lines.pop_back();
-  for (size_t at = lines.find('\n'); at != std::string::npos; at = lines.find('\n', at + 1)) lines.replace(at, 1, "\n    ");
-  return lines;
+    lines += fmt::format("\n{}", capped_host_stacks(fmt::format(
+                                      "host stacks (pid {}):", static_cast<long>(::getpid()))));
+  return indented(std::move(lines));
+}
+
+void MpiRollCall::send_owed_stacks() {
+  if (owed_stacks_.empty()) return;
+  // The answers go first: wait (a while) for those in flight to leave.
+  bool in_flight = false;
+  for (Outgoing& o : *outbox_) {
+    int done = 0;
+    if (o.request != MPI_REQUEST_NULL) MPI_Test(&o.request, &done, MPI_STATUS_IGNORE);
+    in_flight = in_flight || o.request != MPI_REQUEST_NULL;
+  }
+  if (in_flight && std::chrono::steady_clock::now() - owed_since_ < kAnswerInFlight) return;
+  const std::string stacks = capped_host_stacks(
+      fmt::format("host stacks of rank {} (pid {}, sent after its answer):", rank_,
+                  static_cast<long>(::getpid())));
+  for (int to : owed_stacks_) send(to, kStacks, owed_collective_.c_str(), owed_seq_, &stacks);
+  owed_stacks_.clear();
 }
 
 void MpiRollCall::drain(const char* collective, uint64_t seq, int reply) {
@@ -134,17 +190,36 @@ void MpiRollCall::drain(const char* collective, uint64_t seq, int reply) {
     // A note about a collective more than one call away from this rank's is left over from
     // a stall that resolved itself (every collective needs every rank).
     if (note.seq + 1 < seq || note.seq > seq + 1) continue;
-    heard_[from] = Heard{true, note, seq,
-                         count > static_cast<int>(sizeof(Note))
-                             ? std::string(bytes.data() + sizeof(Note), bytes.data() + count)
-                             : std::string()};
-    if (note.kind == kQuery) send(from, reply, collective, seq);
+    std::string text = count > static_cast<int>(sizeof(Note))
+                           ? std::string(bytes.data() + sizeof(Note), bytes.data() + count)
+                           : std::string();
+    if (note.kind == kStacks) {  // follows its rank's answer; kept beside it
+      heard_[from].stacks = std::move(text);
+      continue;
+    }
+    std::string stacks = std::move(heard_[from].stacks);
+    heard_[from] = Heard{true, note, seq, std::move(text), std::move(stacks)};
+    if (!is_query(note.kind)) continue;
+    send(from, reply, collective, seq);
+    if (note.kind == kQueryStacks) {
+      if (owed_stacks_.empty()) owed_since_ = std::chrono::steady_clock::now();
+      if (std::find(owed_stacks_.begin(), owed_stacks_.end(), from) == owed_stacks_.end())
+        owed_stacks_.push_back(from);
+      owed_collective_ = collective;
+      owed_seq_ = seq;
+    }
   }
 }
 
-void MpiRollCall::answer(const char* collective, uint64_t seq) { drain(collective, seq, kAnswer); }
+void MpiRollCall::answer(const char* collective, uint64_t seq) {
+  drain(collective, seq, kAnswer);
+  send_owed_stacks();
+}
 
-void MpiRollCall::answer_busy(uint64_t seq) { drain("(computing)", seq, kBusy); }
+void MpiRollCall::answer_busy(uint64_t seq) {
+  drain("(computing)", seq, kBusy);
+  send_owed_stacks();
+}
 
 std::string MpiRollCall::survey(const char* collective, uint64_t seq,
                                 std::chrono::milliseconds grace, bool host_stacks) {
@@ -152,14 +227,27 @@ std::string MpiRollCall::survey(const char* collective, uint64_t seq,
   doing_.clear();
   drain(collective, seq, kAnswer);  // queries that came first are answers too: their senders wait
   for (int r = 0; r < size_; ++r)
-    if (r != rank_) send(r, kQuery, collective, seq);
+    if (r != rank_) send(r, host_stacks ? kQueryStacks : kQuery, collective, seq);
   const auto deadline = std::chrono::steady_clock::now() + grace;
   for (;;) {
     drain(collective, seq, kAnswer);
+    send_owed_stacks();
     int heard = 0;
     for (int r = 0; r < size_; ++r) heard += r != rank_ && heard_[r].any && heard_[r].at_seq == seq;
     if (heard == size_ - 1 || std::chrono::steady_clock::now() >= deadline) break;
     std::this_thread::sleep_for(kPollEvery);
+  }
+  // The ranks that answered send their host stacks next: wait for them a while longer.
+  const auto stacks_deadline = std::chrono::steady_clock::now() + kStacksGrace;
+  while (host_stacks) {
+    bool all_in = true;
+    for (int r = 0; r < size_; ++r)
+      all_in = all_in && (r == rank_ || !heard_[r].any || heard_[r].at_seq != seq ||
+                          !heard_[r].stacks.empty());
+    if (all_in || std::chrono::steady_clock::now() >= stacks_deadline) break;
+    std::this_thread::sleep_for(kPollEvery);
+    drain(collective, seq, kAnswer);
+    send_owed_stacks();
   }
   return describe(collective, seq, host_stacks);
 }
@@ -208,7 +296,7 @@ std::string MpiRollCall::describe(const char* collective, uint64_t seq, bool hos
     if (r == rank_)
       out += fmt::format("\n  rank {} (on {}, this rank): {}", r, hosts_[r],
                          host_stacks || doing_.empty() ? doing(host_stacks) : doing_);
-    else if (h.any && h.at_seq == seq && h.note.kind == kQuery)
+    else if (h.any && h.at_seq == seq && is_query(h.note.kind))
       out += fmt::format("\n  rank {} (on {}): waiting in {} #{} (it asked the others; its account did not come)",
                          r, hosts_[r], h.note.collective, h.note.seq);
     else if (!h.any || h.at_seq != seq)
@@ -218,6 +306,12 @@ std::string MpiRollCall::describe(const char* collective, uint64_t seq, bool hos
     else
       out += fmt::format("\n  rank {} (on {}){}: {}", r, hosts_[r],
                          h.note.kind == kBusy ? " answered while computing" : "", h.doing);
+    if (r == rank_ || !host_stacks) continue;
+    if (!h.stacks.empty())
+      out += fmt::format("\n    {}", indented(h.stacks));
+    else
+      out += fmt::format("\n    rank {} (on {}): no host stack within {:.1f} s", r, hosts_[r],
+                         std::chrono::duration<double>(kStacksGrace).count());
   }
   return out;
 }

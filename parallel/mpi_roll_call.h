@@ -16,6 +16,10 @@
 //  - An answer is only taken as current when it came while the surveyor was in the same
 //    collective call, about a collective at most one call away from it; older notes (a stall
 //    that resolved itself) are ignored.
+//  - Host stacks travel only for the abort's survey, and never in an answer: a rank asked by
+//    it answers first, as fast as any answer, then builds its host stacks (all threads,
+//    symbolized; bounded in time and size) and sends them as a second note. The survey waits
+//    a bounded extra grace for them and names the ranks whose stacks did not come.
 //  - Every call is collective-free after construction and safe to repeat.
 #pragma once
 
@@ -42,7 +46,8 @@ class MpiRollCall {
   // Answers the queries that have come, saying this rank waits in `collective` #`seq`, and
   // what it is doing (checks/activity_report.h: its instruction and collective). Answers
   // carry no host stacks: symbolizing them can take longer than the surveyor waits (seconds
-  // in a sanitized build), and a rank busy symbolizing answers nobody.
+  // in a sanitized build), and a rank busy symbolizing answers nobody. When the abort's
+  // survey asked, the stacks follow in a second note, once the answer has left.
   // Called by a waiting rank on its slow path.
   void answer(const char* collective, uint64_t seq);
   // The same from a rank that is computing (at a poll point of a long kernel, having made
@@ -55,8 +60,10 @@ class MpiRollCall {
   // followed by "; in other collectives: rank 4 (on node2) in barrier #58" when some are,
   // then "\nwhat each rank is doing:" and one entry per rank: its instruction and its
   // collective as it answered, or that it cannot answer. With `host_stacks` (the abort's
-  // survey, once the answers are in), this rank's own entry adds its host stacks (all
-  // threads, symbolized).
+  // survey), the other ranks are asked for their host stacks too, and waited for a bounded
+  // extra grace once the answers are in: every rank's entry adds its host stacks (all
+  // threads, symbolized; "host stacks of rank 2 (pid N, sent after its answer):" for
+  // another rank's), or "rank 2 (on host): no host stack within 5.0 s".
   std::string survey(const char* collective, uint64_t seq, std::chrono::milliseconds grace,
                      bool host_stacks = false);
 
@@ -66,7 +73,11 @@ class MpiRollCall {
   struct Note;
   struct Heard;
   struct Outgoing;
-  void send(int to, int kind, const char* collective, uint64_t seq);
+  // Answers carry doing_; `body` is the text after other notes' header (host stacks).
+  void send(int to, int kind, const char* collective, uint64_t seq,
+            const std::string* body = nullptr);
+  // Sends this rank's host stacks to the ranks that asked for them, once its answers have left.
+  void send_owed_stacks();
   // Receives every note that has come; answers queries (as `reply`); keeps the current ones.
   void drain(const char* collective, uint64_t seq, int reply);
   std::string doing(bool host_stacks) const;  // this rank's activity, and its host stacks
@@ -76,9 +87,15 @@ class MpiRollCall {
   int rank_ = 0;
   int size_ = 1;
   std::vector<std::string> hosts_;
-  std::vector<Heard> heard_;
+  std::vector<Heard> heard_;  // per rank: the latest note, and this rank's call when it came
   std::string doing_;  // this rank's answer text, reused for a second
-  std::chrono::steady_clock::time_point doing_at_{};  // per rank: the latest note, and this rank's call when it came
+  std::chrono::steady_clock::time_point doing_at_{};  // when doing_ was built
+  // Ranks owed this rank's host stacks (their abort's survey asked), since when, and the
+  // collective and number the answer gave.
+  std::vector<int> owed_stacks_;
+  std::chrono::steady_clock::time_point owed_since_{};
+  std::string owed_collective_;
+  uint64_t owed_seq_ = 0;
   // Notes being sent: their buffers must outlive their requests.
   std::unique_ptr<std::deque<Outgoing>> outbox_;
 };

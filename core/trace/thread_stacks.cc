@@ -97,13 +97,22 @@ std::string frames_text(const std::vector<uintptr_t>& pcs, int skip, int max_fra
 
 }  // namespace
 
-std::string all_thread_stacks(int max_frames, std::chrono::milliseconds timeout) {
+std::string all_thread_stacks(int max_frames, std::chrono::milliseconds timeout,
+                              std::chrono::milliseconds budget) {
+  const auto start = std::chrono::steady_clock::now();
   std::lock_guard<std::mutex> lock(g_mu);
   install_once();
   const int self = gettid_now();
   const int pid = static_cast<int>(::getpid());
   std::string out;
-  for (int tid : thread_ids()) {
+  const std::vector<int> tids = thread_ids();
+  for (size_t t = 0; t < tids.size(); ++t) {
+    const int tid = tids[t];
+    if (budget.count() > 0 && std::chrono::steady_clock::now() - start >= budget) {
+      out += fmt::format("  ({} more threads not asked: the collection ran out of its {} ms)\n",
+                         tids.size() - t, budget.count());
+      break;
+    }
     out += fmt::format("  thread {} ({}){}:\n", tid, thread_name(tid),
                        tid == self ? " (this thread)" : "");
     if (tid == self) {

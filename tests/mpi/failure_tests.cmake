@@ -22,10 +22,11 @@ endfunction()
 fjit_mpi_failure_test(mpi_rank_throws_np2 2 "throw|1"
   "rank 1: uncaught exception \\(std::runtime_error\\): injected failure on rank 1")
 # A stall names the ranks that have not arrived and their host, and the ranks waiting, in the
-# warning of every waiting rank and in the abort.
+# warning of every waiting rank and in the abort. A rank that cannot answer sends no host
+# stacks either; the abort names it.
 set(on "\\(on @HOST@\\)")
 fjit_mpi_failure_test(mpi_rank_stalls_np2 2 "hang|1"
-  "stall: rank 0 of 2 \\(mpi, on @HOST@\\) has waited [0-9.]+ s in barrier #1. not arrived: rank 1 ${on}. waiting in it: rank 0 ${on}|aborting the job \\(rank 0 of 2, mpi\\): stall: rank 0 ${on} waited [0-9.]+ s in barrier #1 \\(abort_after 1500 ms\\). not arrived: rank 1 ${on}. waiting in it: rank 0 ${on}")
+  "stall: rank 0 of 2 \\(mpi, on @HOST@\\) has waited [0-9.]+ s in barrier #1. not arrived: rank 1 ${on}. waiting in it: rank 0 ${on}|aborting the job \\(rank 0 of 2, mpi\\): stall: rank 0 ${on} waited [0-9.]+ s in barrier #1 \\(abort_after 1500 ms\\). not arrived: rank 1 ${on}. waiting in it: rank 0 ${on}|rank 1 ${on}: no host stack within [0-9.]+ s")
 fjit_mpi_failure_test(mpi_rank_stalls_np3 3 "hang|2"
   "stall: rank 0 of 3 \\(mpi, on @HOST@\\) has waited [0-9.]+ s in barrier #1. not arrived: rank 2 ${on}. waiting in it: ranks 0,1 ${on}|stall: rank 1 of 3 \\(mpi, on @HOST@\\) has waited [0-9.]+ s in barrier #1. not arrived: rank 2 ${on}. waiting in it: ranks 0,1 ${on}|aborting the job \\(rank [01] of 3, mpi\\): stall: rank [01] ${on} waited [0-9.]+ s in barrier #1 \\(abort_after 1500 ms\\). not arrived: rank 2 ${on}. waiting in it: ranks 0,1 ${on}")
 # The same in an all-reduce through the shared-memory window (its barrier answers roll calls).
@@ -39,8 +40,11 @@ fjit_mpi_failure_test(mpi_rank_mismatch_np3 3 "mismatch|2"
 
 # Stuck ranks say what they are doing: rank 1 asleep inside its matmul (a long kernel that
 # polls) or just before its psum answers the roll call with its instruction; the waiting rank
-# gives its collective; both list their host stacks.
+# gives its collective; both list their host stacks. The abort message holds the stuck rank's
+# host stacks, sent after its answer: its thread asleep in the executor's test seam
+# (maybe_sleep_in), inside the step that the test's sleep_in_a_step runs, a frame no waiting
+# rank has; at three ranks, also the other waiting rank's (in the all-reduce kernel).
 fjit_mpi_failure_test(mpi_rank_in_long_kernel_np2 2 "kernel-sleep|1"
-  "rank 1 ${on} answered while computing: in instruction [0-9]+ of [0-9]+: matmul f32\\[2,5\\] <- f32\\[2,3\\], f32\\[3,5\\], at [^ ]*tests/mpi/rank_failure_main.cc:[0-9]+ in |rank 0 \\(on @HOST@, this rank\\): .*waiting in all_reduce #[0-9]+ \\(axis 'batch', 4 bytes\\) for the other replicas|host stacks \\(pid [0-9]+\\):.  +thread [0-9]+|aborting the job \\(rank 0 of 2, mpi\\): stall: .*answered while computing: in instruction")
+  "rank 1 ${on} answered while computing: in instruction [0-9]+ of [0-9]+: matmul f32\\[2,5\\] <- f32\\[2,3\\], f32\\[3,5\\], at [^ ]*tests/mpi/rank_failure_main.cc:[0-9]+ in |rank 0 \\(on @HOST@, this rank\\): .*waiting in all_reduce #[0-9]+ \\(axis 'batch', 4 bytes\\) for the other replicas|host stacks \\(pid [0-9]+\\):.  +thread [0-9]+|aborting the job \\(rank 0 of 2, mpi\\): stall: .*answered while computing: in instruction|host stacks of rank 1 \\(pid [0-9]+, sent after its answer\\):.  +thread [0-9]+ .*maybe_sleep_in.*#[0-9]+ sleep_in_a_step \\(tests/mpi/rank_failure_main.cc:[0-9]+\\)")
 fjit_mpi_failure_test(mpi_rank_before_collective_np3 3 "collective-sleep|2"
-  "rank 2 ${on} answered while computing: in instruction [0-9]+ of [0-9]+: all_reduce f32\\[\\] <- f32\\[\\], at [^ ]*tests/mpi/rank_failure_main.cc:[0-9]+ in (.*)\\(axis 'batch'\\).*not in a collective|rank [01] \\(on @HOST@\\): .*waiting in all_reduce #[0-9]+ \\(axis 'batch', 4 bytes\\)|aborting the job \\(rank [01] of 3, mpi\\): stall: ")
+  "rank 2 ${on} answered while computing: in instruction [0-9]+ of [0-9]+: all_reduce f32\\[\\] <- f32\\[\\], at [^ ]*tests/mpi/rank_failure_main.cc:[0-9]+ in (.*)\\(axis 'batch'\\).*not in a collective|rank [01] \\(on @HOST@\\): .*waiting in all_reduce #[0-9]+ \\(axis 'batch', 4 bytes\\)|aborting the job \\(rank [01] of 3, mpi\\): stall: |host stacks of rank 2 \\(pid [0-9]+, sent after its answer\\):.  +thread [0-9]+ .*maybe_sleep_in.*#[0-9]+ sleep_in_a_step \\(tests/mpi/rank_failure_main.cc:[0-9]+\\)|host stacks of rank [01] \\(pid [0-9]+, sent after its answer\\):.  +thread [0-9]+ .*all_reduce_kernel.*#[0-9]+ sleep_in_a_step")
