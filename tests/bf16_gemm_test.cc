@@ -96,4 +96,24 @@ TEST(Bf16Gemm, PackedBOnceMatchesThePlainProductBitForBit) {
   }
 }
 
+// A transposed A (op(A) read from A stored [k, m] with a row stride): the active path against
+// a double loop, edge rows and odd depths included.
+TEST(Bf16Gemm, TransposedAMatchesADoubleLoop) {
+  struct Case { int64_t m, n, k; };
+  for (const Case& cs : {Case{12, 32, 2}, Case{13, 33, 7}, Case{36, 64, 300}, Case{50, 20, 257}}) {
+    const int64_t lda = cs.m + 5;
+    const auto at = random_bf16(cs.k * lda, 5), b = random_bf16(cs.k * cs.n, 6);
+    std::vector<float> c(cs.m * cs.n);
+    bf16_gemm_ex(cs.m, cs.n, cs.k, at.data(), lda, true, b.data(), c.data(), false);
+    double worst = 0;
+    for (int64_t i = 0; i < cs.m; ++i)
+      for (int64_t j = 0; j < cs.n; ++j) {
+        double s = 0;
+        for (int64_t p = 0; p < cs.k; ++p) s += wide(at[p * lda + i]) * wide(b[p * cs.n + j]);
+        worst = std::max(worst, std::fabs(s - c[i * cs.n + j]));
+      }
+    EXPECT_LE(worst, 1e-6 * cs.k + 1e-6) << cs.m << "x" << cs.n << "x" << cs.k;
+  }
+}
+
 }  // namespace fjit

@@ -32,6 +32,7 @@ uint16_t* aligned64(std::vector<uint16_t>& buf) {
 void bf16_gemm_on_packed(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda,
                          bool trans_a, const uint16_t* bp, float* c, bool accumulate) {
   const gemm::Bf16TileFn tile = gemm::bf16_tile_avx512();
+  const gemm::Bf16PackATFn pack_at = gemm::bf16_pack_a_trans_avx512();
   const int64_t pairs = (k + 1) / 2, ns = (n + kNr - 1) / kNr, ms = (m + kMr - 1) / kMr;
   thread_local std::vector<uint32_t> ap_buf;
   ap_buf.resize(kPairs * kMr);
@@ -57,11 +58,7 @@ void bf16_gemm_on_packed(int64_t m, int64_t n, int64_t k, const uint16_t* a, int
         a_row = lda;
         a_pair = 2;
       } else if (trans_a && rows == kMr && whole_pairs) {  // two rows of A^T's storage per pair
-        for (int64_t q = 0; q < np; ++q) {
-          const uint16_t* r0 = a + 2 * (q0 + q) * lda + row0;
-          const uint16_t* r1 = r0 + lda;
-          for (int64_t i = 0; i < kMr; ++i) ap[q * kMr + i] = uint32_t{r0[i]} | (uint32_t{r1[i]} << 16);
-        }
+        pack_at(np, a + 2 * q0 * lda + row0, lda, ap);
       } else {
         for (int64_t q = 0; q < np; ++q)
           for (int64_t i = 0; i < kMr; ++i) {
