@@ -3,7 +3,7 @@
 
     python3 bench/jax_step.py [--build build] [--rounds 7] [--min-time 1.0] [--threads 1]
                               [--models mlp-sgd,mlp-adam,mlp-small,cnn,vit,lm]
-                              [--frameworks jax,libtorch]
+                              [--frameworks jax,libtorch] [--compute-dtype f32|bf16]
 
 The models, batches and optimizers are those of bench/model_step.cc (fjit's side): the MLPs
 784-512-512-10 (batch 128; SGD lr 0.01, and Adam) and 64-128-10 (batch 64, SGD), and the CNN
@@ -12,6 +12,11 @@ written here in JAX with the same layers, shapes and dtypes; and the language mo
 bench/lm_step.cc ("lm": decoder 6 layers d 384, batch 8 x 256, clipping, AdamW), JAX's being
 bench/lm_compare.py's. LibTorch's side is bench/libtorch_step.cc, built only when CMake was
 given a LibTorch (bench/libtorch.cmake); without it, or without jax, that column is skipped.
+
+--compute-dtype bf16 runs fjit's steps with --compute-dtype bf16 (the layers' bf16 policy) and
+JAX's with the same policy written out: bf16 operands into the dense and convolution products
+(preferred_element_type f32), f32 parameters and optimizer state; LibTorch and JAX's LM step
+have no bf16 mode here (skipped, said so).
 
 fjit and LibTorch run as long-lived workers (--serve, bench/step_rounds.py) with one core, a
 fresh process per round with two (idle workers' OpenMP threads would spin), JAX in this
@@ -59,14 +64,24 @@ def parse():
     ap.add_argument("--threads", type=int, default=1, choices=[1, 2])
     ap.add_argument("--models", default=",".join(MODELS))
     ap.add_argument("--frameworks", default="jax,libtorch")
+    ap.add_argument("--compute-dtype", default="f32", choices=["f32", "bf16"],
+                    help="bf16: products on bf16 operands with f32 results, f32 parameters")
     return ap.parse_args()
 
 
-def models(jax, jnp):
+def models(jax, jnp, bf16=False):
     lax = jax.lax
 
+    # The products under fjit's bf16 policy (core/nn/precision.h): both operands rounded to bf16,
+    # f32 result; parameters, attention's softmax products, norms and losses stay f32.
+    def mm(x, w):
+        if not bf16:
+            return x @ w
+        return jnp.matmul(x.astype(jnp.bfloat16), w.astype(jnp.bfloat16),
+                          preferred_element_type=jnp.float32)
+
     def dense(p, n, x):
-        return x @ p[n + "/w"] + p[n + "/b"]
+        return mm(x, p[n + "/w"]) + p[n + "/b"]
 
     def dropout(x, rate, key):
         keep = jax.random.bernoulli(key, 1.0 - rate, x.shape)
@@ -78,14 +93,17 @@ def models(jax, jnp):
     def mlp(p, x, key):
         n = len(p) // 2
         for k in range(1, n + 1):
-            x = x @ p[f"w{k}"] + p[f"b{k}"]
+            x = mm(x, p[f"w{k}"]) + p[f"b{k}"]
             if k < n:
                 x = jax.nn.relu(x)
         return x
 
     def conv(p, n, x):
-        y = lax.conv_general_dilated(x, p[n + "/w"], (1, 1), "SAME",
-                                     dimension_numbers=("NHWC", "HWIO", "NHWC"))
+        w = p[n + "/w"]
+        if bf16:
+            x, w = x.astype(jnp.bfloat16), w.astype(jnp.bfloat16)
+        y = lax.conv_general_dilated(x, w, (1, 1), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC"),
+                                     preferred_element_type=jnp.float32 if bf16 else None)
         return jax.nn.relu(y + p[n + "/b"])
 
     def pool(x, padding="VALID"):
@@ -159,8 +177,8 @@ def init(jnp, np, name):
     return p
 
 
-def make_step(jax, jnp, np, name):
-    fwd = models(jax, jnp)["mlp" if name.startswith("mlp") else name]
+def make_step(jax, jnp, np, name, bf16=False):
+    fwd = models(jax, jnp, bf16)["mlp" if name.startswith("mlp") else name]
     opt = "sgd" if name in ("mlp-sgd", "mlp-small") else "adam" if name == "mlp-adam" else "adamw"
     b1, b2, eps, lr = 0.9, 0.999, 1e-8, 1e-3
 
@@ -208,7 +226,7 @@ def time_jax(step, args, steps, warmup=1, wall=False):
     return statistics.median(out)
 
 
-def jax_side(name):
+def jax_side(name, bf16=False):
     """JAX's step for `name` as a side of the rounds, or None when jax cannot be imported."""
     try:
         import jax
@@ -217,18 +235,22 @@ def jax_side(name):
     except ImportError as e:
         print(f"jax_step: JAX is not installed ({e}); its column is skipped")
         return None
+    if name == "lm" and bf16:
+        print("jax_step: JAX's language-model step (bench/lm_compare.py) has no bf16 mode; its column is skipped")
+        return None
     if name == "lm":
         import lm_compare
         lm = lm_compare.JaxSide()
         return step_rounds.InProcess("JAX", lambda n, wall: lm.train(n, time.perf_counter if wall else time.process_time))
-    step, args = make_step(jax, jnp, np, name)
+    step, args = make_step(jax, jnp, np, name, bf16)
     return step_rounds.InProcess("JAX", lambda n, wall: time_jax(step, args, n, wall=wall))
 
 
-def fjit_argv(build, name):
+def fjit_argv(build, name, dtype="f32"):
     if name == "lm":
-        return [os.path.join(build, "bench", "lm_step"), "--warmup", "1"]
-    return [os.path.join(build, "bench", "model_step"), "--model", name, "--warmup", "1"]
+        return [os.path.join(build, "bench", "lm_step"), "--warmup", "1", "--compute-dtype", dtype]
+    return [os.path.join(build, "bench", "model_step"), "--model", name, "--warmup", "1",
+            "--compute-dtype", dtype]
 
 
 def check_losses(build, name, libtorch):
@@ -257,23 +279,31 @@ def main():
               "the LibTorch column is skipped")
         frameworks.remove("libtorch")
     wall = a.threads > 1
+    bf16 = a.compute_dtype == "bf16"
+    if bf16 and "libtorch" in frameworks:
+        print("jax_step: bench/libtorch_step has no bf16 mode yet; the LibTorch column is skipped")
+        frameworks.remove("libtorch")
     print(f"{a.threads} core(s), {a.rounds} rounds, at least {a.min_time} s of steps per side and round; "
-          f"frameworks: {', '.join(frameworks) or 'none'}")
+          f"frameworks: {', '.join(frameworks) or 'none'}; compute dtype {a.compute_dtype}")
     for name in a.models.split(","):
         if "libtorch" in frameworks:
             check_losses(a.build, name, libtorch)
         fresh = a.threads > 1  # step_rounds.Worker: idle workers' threads would spin
-        sides = [step_rounds.Worker("fjit", fjit_argv(a.build, name), fresh)]
+        sides = [step_rounds.Worker("fjit", fjit_argv(a.build, name, a.compute_dtype), fresh)]
         if "jax" in frameworks:
-            side = jax_side(name)
+            side = jax_side(name, bf16)
             if side is None:
-                frameworks.remove("jax")
+                if not (name == "lm" and bf16):
+                    frameworks.remove("jax")
             else:
                 sides.append(side)
         if "libtorch" in frameworks:
             sides.append(step_rounds.Worker("LibTorch", [libtorch, "--model", name, "--warmup", "1",
                                                          "--threads", str(a.threads)], fresh))
         if len(sides) == 1:
+            sides[0].close()
+            if frameworks:  # only this model has no peer (JAX's LM in bf16)
+                continue
             print("jax_step: neither JAX nor LibTorch is there to compare with; skipped")
             return 0
         try:
@@ -283,7 +313,7 @@ def main():
                 if isinstance(s, step_rounds.Worker):
                     s.close()
         for s in sides[1:]:
-            print(step_rounds.ratio_line(TITLES[name], "fjit", s.name, times, steps, a.threads, wall))
+            print(step_rounds.ratio_line(TITLES[name] + (" bf16" if bf16 else ""), "fjit", s.name, times, steps, a.threads, wall))
         sys.stdout.flush()
     return 0
 

@@ -2,6 +2,7 @@
 """PyTorch on CPU on the same two training steps as bench/train_step_bench.cc (optional).
 
     python3 bench/pytorch_step.py [--steps-large N] [--steps-small N] [--no-compile]
+                                  [--compute-dtype f32|bf16]
 
 Each step: relu MLP forward, softmax cross-entropy (mean), backward, and an SGD update
 (lr 0.01) in f32, for 784-512-512-10 at batch 128 and 64-128-10 at batch 64, with one
@@ -10,6 +11,8 @@ step is zero_grad + forward + backward + optimizer.step(), the usual training lo
 figure is the median over many steps of the thread's CPU time (as train_step_bench's
 interleaved mode measures fjit), with wall time next to it. torch.compile of the same step is
 timed too when it compiles within --compile-budget seconds (it needs a C++ compiler).
+--compute-dtype bf16 runs the forward pass and loss under torch.autocast("cpu", bfloat16)
+(the products on bf16 operands; f32 parameters and optimizer), as fjit's bf16 policy.
 
 Prints one `RESULT <name> | <value> | <note>` line per figure (bench/run_all.sh collects
 them). When torch cannot be imported it says so and exits 0: the comparison is optional.
@@ -40,9 +43,11 @@ def build(torch, sizes, batch):
     return model, x, y, opt, loss_fn
 
 
-def eager_step(model, x, y, opt, loss_fn):
+def eager_step(model, x, y, opt, loss_fn, bf16=False):
     opt.zero_grad(set_to_none=True)
-    loss = loss_fn(model(x), y)
+    import torch
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):  # products in bf16
+        loss = loss_fn(model(x).float(), y)
     loss.backward()
     opt.step()
     return loss
@@ -67,7 +72,11 @@ def main():
     ap.add_argument("--no-compile", action="store_true", help="skip torch.compile")
     ap.add_argument("--compile-budget", type=float, default=120.0,
                     help="seconds torch.compile may take for both models before it is skipped")
+    ap.add_argument("--compute-dtype", default="f32", choices=["f32", "bf16"],
+                    help="bf16: the step under torch.autocast('cpu', bfloat16); f32 parameters")
     args = ap.parse_args()
+    bf16 = args.compute_dtype == "bf16"
+    tag = " bf16" if bf16 else ""
     try:
         import torch
     except Exception as e:  # ImportError, or a broken install (missing shared libraries)
@@ -82,13 +91,13 @@ def main():
     for title, sizes, batch in MODELS:
         steps = args.steps_large if sizes[0] == 784 else args.steps_small
         model, x, y, opt, loss_fn = build(torch, sizes, batch)
-        cpu, wall = time_steps(lambda: eager_step(model, x, y, opt, loss_fn), steps, warmup=max(10, steps // 10))
-        print(f"RESULT pytorch eager step, {title} | {cpu:.1f} us | wall {wall:.1f} us, "
+        cpu, wall = time_steps(lambda: eager_step(model, x, y, opt, loss_fn, bf16), steps, warmup=max(10, steps // 10))
+        print(f"RESULT pytorch eager step{tag}, {title} | {cpu:.1f} us | wall {wall:.1f} us, "
               f"median of {steps} steps")
         if not compile_ok:
             continue
         model, x, y, opt, loss_fn = build(torch, sizes, batch)
-        compiled = torch.compile(lambda: eager_step(model, x, y, opt, loss_fn))
+        compiled = torch.compile(lambda: eager_step(model, x, y, opt, loss_fn, bf16))
         t0 = time.perf_counter()
         try:
             compiled()  # compiles forward, backward and the optimizer step
@@ -100,7 +109,7 @@ def main():
             continue
         compile_spent += time.perf_counter() - t0
         cpu, wall = time_steps(compiled, steps, warmup=max(10, steps // 10))
-        print(f"RESULT pytorch torch.compile step, {title} | {cpu:.1f} us | wall {wall:.1f} us, "
+        print(f"RESULT pytorch torch.compile step{tag}, {title} | {cpu:.1f} us | wall {wall:.1f} us, "
               f"median of {steps} steps; compiling took {compile_spent:.0f} s so far")
         if compile_spent > args.compile_budget:
             print(f"pytorch_step: torch.compile took {compile_spent:.0f} s, over the "

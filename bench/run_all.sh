@@ -109,6 +109,11 @@ run pytorch_step "$PYTHON" "$ROOT/bench/pytorch_step.py" "${torch_args[@]}"
 # bench/libtorch_step was not built: bench/libtorch.cmake).
 run jax_step_1_core "$PYTHON" "$ROOT/bench/jax_step.py" --build "$BUILD" --threads 1
 run jax_step_2_cores "$PYTHON" "$ROOT/bench/jax_step.py" --build "$BUILD" --threads 2
+# The same in bf16 compute (fjit's --compute-dtype bf16, JAX's bf16 products, PyTorch's autocast;
+# LibTorch and JAX's language model have no bf16 side yet and are skipped there).
+run pytorch_step_bf16 "$PYTHON" "$ROOT/bench/pytorch_step.py" "${torch_args[@]}" --compute-dtype bf16
+run jax_step_1_core_bf16 "$PYTHON" "$ROOT/bench/jax_step.py" --build "$BUILD" --threads 1 --compute-dtype bf16
+run jax_step_2_cores_bf16 "$PYTHON" "$ROOT/bench/jax_step.py" --build "$BUILD" --threads 2 --compute-dtype bf16
 
 load_after=$(load)
 elapsed=$(($(date +%s) - t0))
@@ -127,7 +132,8 @@ small_vs_torch() {
 # The fjit/JAX and fjit/LibTorch ratios of bench/jax_step.py as one table (medians of the
 # per-round ratios, their range in brackets); prints nothing when it printed none.
 peer_table() {
-  cat "$work/jax_step_1_core.out" "$work/jax_step_2_cores.out" 2>/dev/null | grep -E '^RESULT fjit/(JAX|LibTorch) ' |
+  cat "$work/jax_step_1_core.out" "$work/jax_step_2_cores.out" "$work/jax_step_1_core_bf16.out" \
+    "$work/jax_step_2_cores_bf16.out" 2>/dev/null | grep -E '^RESULT fjit/(JAX|LibTorch) ' |
     awk -F' [|] ' '
       { head = $1; sub(/^RESULT fjit\//, "", head); peer = head; sub(/ .*/, "", peer)
         title = head; sub(/^[^ ]+ /, "", title); cores = title

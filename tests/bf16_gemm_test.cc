@@ -61,4 +61,59 @@ TEST(Bf16Gemm, BothPathsMatchADoubleLoop) {
 }
 
 }  // namespace
+// op(B) packed once (row-major or transposed storage, with a row stride) and multiplied:
+// the same bits as bf16_gemm_ex on the row-major B, and a double loop's value.
+TEST(Bf16Gemm, PackedBOnceMatchesThePlainProductBitForBit) {
+  if (!active_avx512_bf16()) GTEST_SKIP() << "bf16_pack_b is the AVX512_BF16 path's";
+  struct Case { int64_t m, n, k; };
+  for (const Case& cs : {Case{1, 1, 1}, Case{12, 32, 2}, Case{13, 33, 7}, Case{50, 70, 300},
+                         Case{25, 64, 257}}) {
+    const int64_t ld = cs.k + 3;  // B stored [n, k] inside rows of ld
+    const auto a = random_bf16(cs.m * cs.k, 3), bt = random_bf16(cs.n * ld, 4);
+    std::vector<uint16_t> b(cs.k * cs.n);  // the same values row-major [k, n]
+    for (int64_t p = 0; p < cs.k; ++p)
+      for (int64_t j = 0; j < cs.n; ++j) b[p * cs.n + j] = bt[j * ld + p];
+    std::vector<float> plain(cs.m * cs.n), packed(cs.m * cs.n, 7.f), packed_t(cs.m * cs.n, 7.f);
+    bf16_gemm_ex(cs.m, cs.n, cs.k, a.data(), cs.k, false, b.data(), plain.data(), false);
+    std::vector<uint16_t> bp(bf16_packed_b_size(cs.n, cs.k) + 32);
+    uint16_t* al = bp.data() + ((64 - reinterpret_cast<uintptr_t>(bp.data()) % 64) % 64) / 2;
+    bf16_pack_b(cs.n, cs.k, b.data(), cs.n, false, al);
+    bf16_gemm_packed_b(cs.m, cs.n, cs.k, a.data(), cs.k, false, al, packed.data(), false);
+    bf16_pack_b(cs.n, cs.k, bt.data(), ld, true, al);
+    bf16_gemm_packed_b(cs.m, cs.n, cs.k, a.data(), cs.k, false, al, packed_t.data(), false);
+    double worst = 0;
+    for (int64_t i = 0; i < cs.m; ++i)
+      for (int64_t j = 0; j < cs.n; ++j) {
+        double s = 0;
+        for (int64_t p = 0; p < cs.k; ++p) s += wide(a[i * cs.k + p]) * wide(b[p * cs.n + j]);
+        worst = std::max(worst, std::fabs(s - packed_t[i * cs.n + j]));
+      }
+    EXPECT_LE(worst, 1e-6 * cs.k + 1e-6) << cs.m << "x" << cs.n << "x" << cs.k;
+    EXPECT_EQ(0, std::memcmp(plain.data(), packed.data(), plain.size() * sizeof(float)))
+        << cs.m << "x" << cs.n << "x" << cs.k;
+    EXPECT_EQ(0, std::memcmp(plain.data(), packed_t.data(), plain.size() * sizeof(float)))
+        << cs.m << "x" << cs.n << "x" << cs.k << " transposed";
+  }
+}
+
+// A transposed A (op(A) read from A stored [k, m] with a row stride): the active path against
+// a double loop, edge rows and odd depths included.
+TEST(Bf16Gemm, TransposedAMatchesADoubleLoop) {
+  struct Case { int64_t m, n, k; };
+  for (const Case& cs : {Case{12, 32, 2}, Case{13, 33, 7}, Case{36, 64, 300}, Case{50, 20, 257}}) {
+    const int64_t lda = cs.m + 5;
+    const auto at = random_bf16(cs.k * lda, 5), b = random_bf16(cs.k * cs.n, 6);
+    std::vector<float> c(cs.m * cs.n);
+    bf16_gemm_ex(cs.m, cs.n, cs.k, at.data(), lda, true, b.data(), c.data(), false);
+    double worst = 0;
+    for (int64_t i = 0; i < cs.m; ++i)
+      for (int64_t j = 0; j < cs.n; ++j) {
+        double s = 0;
+        for (int64_t p = 0; p < cs.k; ++p) s += wide(at[p * lda + i]) * wide(b[p * cs.n + j]);
+        worst = std::max(worst, std::fabs(s - c[i * cs.n + j]));
+      }
+    EXPECT_LE(worst, 1e-6 * cs.k + 1e-6) << cs.m << "x" << cs.n << "x" << cs.k;
+  }
+}
+
 }  // namespace fjit

@@ -215,7 +215,9 @@ ValueType patches_type(Op op, const Attrs& a, const ValueType& x, const ValueTyp
          " (dilated) is larger than the padded image " + std::to_string(ph) + "x" +
          std::to_string(pw) + " of " + type_str(image.dtype, image.shape));
   const Shape cols{n, (ph - span_h) / w[2] + 1, (pw - span_w) / w[3] + 1, w[0] * w[1] * c};
-  require_dtype(x, is_arithmetic(x.dtype), "a numeric operand");
+  // patches only copies: bf16 images too (the mixed-precision policy's convolutions).
+  require_dtype(x, is_arithmetic(x.dtype) || (op == Op::Patches && x.dtype == DType::bf16),
+                "a numeric operand");
   if (op == Op::Patches) return {x.dtype, cols};
   if (x.shape != cols || x.dtype != hint.dtype)
     fail("patches " + type_str(x.dtype, x.shape) + " do not match the windows of " +

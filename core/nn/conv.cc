@@ -33,12 +33,16 @@ Tensor conv2d(const Tensor& x, const Tensor& w, const ConvOptions& o, Loc loc) {
                  ") must be the image's channels (" + std::to_string(c) + ") / groups (" +
                  std::to_string(g) + "), and its output channels a multiple of groups", &loc);
   const Window win{{kh, kw}, o.strides, o.dilation, o.padding};
-  Tensor cols = patches(x, win, 0.0, loc);  // [N, OH, OW, KH*KW*C]
+  // Under the bf16 policy the image is cast before patches (one cast of the image, not of its
+  // KH*KW-times larger patches; the same bf16 values, and the patches' cotangent stays f32).
+  const bool bf16 = g == 1 && current_precision().compute == DType::bf16 && x.dtype() == DType::f32;
+  Tensor cols = patches(bf16 ? cast(x, DType::bf16, loc) : x, win, 0.0, loc);  // [N, OH, OW, KH*KW*C]
   const int64_t n = cols.shape()[0], oh = cols.shape()[1], ow = cols.shape()[2];
   const int64_t m = n * oh * ow, k = kh * kw;
   if (g == 1) {
-    Tensor y = policy_matmul(reshape(cols, {m, k * c}, loc), reshape(w, {k * c, out_c}, loc), false,
-                      false, loc);
+    const Tensor rows = reshape(cols, {m, k * c}, loc), w2 = reshape(w, {k * c, out_c}, loc);
+    Tensor y = bf16 ? matmul(rows, cast(w2, DType::bf16, loc), DType::f32, false, false, loc)
+                    : policy_matmul(rows, w2, false, false, loc);
     return reshape(y, {n, oh, ow, out_c}, loc);
   }
   // One batched product per group: [G, M, K*Cg] x [G, K*Cg, O/G].

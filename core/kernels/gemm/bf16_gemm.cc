@@ -1,5 +1,5 @@
-// bf16_gemm.h's driver: depth blocks of kPairs pairs, op(B) packed per block as slivers of 32
-// columns of bf16 pairs, A per sliver of 12 rows as 32-bit pairs; edge tiles through a
+// bf16_gemm.h's driver: depth blocks of kPairs pairs, op(B) packed once (bf16_pack_b) as
+// slivers of 32 columns of bf16 pairs per depth block, A per sliver of 12 rows as 32-bit pairs; edge tiles through a
 // temporary tile, as the packed f32 GEMM does.
 #include "core/kernels/gemm/bf16_gemm.h"
 
@@ -23,24 +23,22 @@ float widen(uint16_t x) {
   return f;
 }
 
+uint16_t* aligned64(std::vector<uint16_t>& buf) {
+  return buf.data() + ((64 - reinterpret_cast<uintptr_t>(buf.data()) % 64) % 64) / 2;
+}
+
 // op(A) [m, k]: A row-major with row stride lda, or with trans_a A^T for A stored [k, m] with
-// row stride lda.
-void bf16_gemm_native(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda, bool trans_a,
-                      const uint16_t* b, float* c, bool accumulate) {
+// row stride lda; bp: op(B) packed by bf16_pack_b.
+void bf16_gemm_on_packed(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda,
+                         bool trans_a, const uint16_t* bp, float* c, bool accumulate) {
   const gemm::Bf16TileFn tile = gemm::bf16_tile_avx512();
+  const gemm::Bf16PackATFn pack_at = gemm::bf16_pack_a_trans_avx512();
   const int64_t pairs = (k + 1) / 2, ns = (n + kNr - 1) / kNr, ms = (m + kMr - 1) / kMr;
-  thread_local std::vector<uint16_t> bp_buf;
   thread_local std::vector<uint32_t> ap_buf;
-  bp_buf.resize(ns * kPairs * kNr * 2 + 32);
   ap_buf.resize(kPairs * kMr);
-  // 64-byte alignment for the kernel's aligned loads of B.
-  uint16_t* bp = bp_buf.data() + ((64 - reinterpret_cast<uintptr_t>(bp_buf.data()) % 64) % 64) / 2;
   uint32_t* ap = ap_buf.data();
   const auto* ap16 = reinterpret_cast<const uint16_t*>(ap);
   alignas(64) float tmp[kMr * kNr];
-  auto at = [&](const uint16_t* x, int64_t rows, int64_t cols, int64_t r, int64_t col) -> uint16_t {
-    return r < rows && col < cols ? x[r * cols + col] : uint16_t{0};
-  };
   auto a_at = [&](int64_t r, int64_t p) -> uint16_t {
     if (r >= m || p >= k) return 0;
     return trans_a ? a[p * lda + r] : a[r * lda + p];
@@ -48,27 +46,7 @@ void bf16_gemm_native(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_
   for (int64_t q0 = 0; q0 < pairs; q0 += kPairs) {
     const int64_t np = std::min(kPairs, pairs - q0);
     const bool whole_pairs = 2 * (q0 + np) <= k;
-    for (int64_t j = 0; j < ns; ++j) {
-      uint16_t* d = bp + j * np * kNr * 2;
-      if ((j + 1) * kNr <= n && whole_pairs) {  // inside B: two rows interleaved
-        for (int64_t q = 0; q < np; ++q) {
-          const uint16_t* r0 = b + 2 * (q0 + q) * n + j * kNr;
-          const uint16_t* r1 = r0 + n;
-          uint16_t* dq = d + q * kNr * 2;
-          for (int64_t col = 0; col < kNr; ++col) {
-            dq[2 * col] = r0[col];
-            dq[2 * col + 1] = r1[col];
-          }
-        }
-        continue;
-      }
-      for (int64_t q = 0; q < np; ++q)
-        for (int64_t col = 0; col < kNr; ++col) {
-          const int64_t p = 2 * (q0 + q), cc = j * kNr + col;
-          d[(q * kNr + col) * 2] = at(b, k, n, p, cc);
-          d[(q * kNr + col) * 2 + 1] = at(b, k, n, p + 1, cc);
-        }
-    }
+    const uint16_t* bq = bp + q0 * ns * kNr * 2;
     const bool add = accumulate || q0 > 0;
     for (int64_t s = 0; s < ms; ++s) {
       const int64_t row0 = s * kMr, rows = std::min(kMr, m - row0);
@@ -80,11 +58,7 @@ void bf16_gemm_native(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_
         a_row = lda;
         a_pair = 2;
       } else if (trans_a && rows == kMr && whole_pairs) {  // two rows of A^T's storage per pair
-        for (int64_t q = 0; q < np; ++q) {
-          const uint16_t* r0 = a + 2 * (q0 + q) * lda + row0;
-          const uint16_t* r1 = r0 + lda;
-          for (int64_t i = 0; i < kMr; ++i) ap[q * kMr + i] = uint32_t{r0[i]} | (uint32_t{r1[i]} << 16);
-        }
+        pack_at(np, a + 2 * q0 * lda + row0, lda, ap);
       } else {
         for (int64_t q = 0; q < np; ++q)
           for (int64_t i = 0; i < kMr; ++i) {
@@ -94,7 +68,7 @@ void bf16_gemm_native(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_
       }
       for (int64_t j = 0; j < ns; ++j) {
         const int64_t col0 = j * kNr, cols = std::min(kNr, n - col0);
-        const uint16_t* bs = bp + j * np * kNr * 2;
+        const uint16_t* bs = bq + j * np * kNr * 2;
         float* ct = c + row0 * n + col0;
         if (rows == kMr && cols == kNr) {
           tile(np, as, a_row, a_pair, bs, ct, n, add);
@@ -109,7 +83,70 @@ void bf16_gemm_native(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_
   }
 }
 
+void bf16_gemm_native(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda, bool trans_a,
+                      const uint16_t* b, float* c, bool accumulate) {
+  thread_local std::vector<uint16_t> bp_buf;
+  bp_buf.resize(bf16_packed_b_size(n, k) + 32);
+  uint16_t* bp = aligned64(bp_buf);
+  bf16_pack_b(n, k, b, n, false, bp);
+  bf16_gemm_on_packed(m, n, k, a, lda, trans_a, bp, c, accumulate);
+}
+
 }  // namespace
+
+int64_t bf16_packed_b_size(int64_t n, int64_t k) {
+  return ((k + 1) / 2) * ((n + kNr - 1) / kNr) * kNr * 2;
+}
+
+void bf16_pack_b(int64_t n, int64_t k, const uint16_t* b, int64_t ldb, bool trans_b, uint16_t* bp) {
+  const int64_t pairs = (k + 1) / 2, ns = (n + kNr - 1) / kNr;
+  // op(B)[p, col]: B [k, n] row-major, or B stored [n, k] (read along its rows).
+  auto at = [&](int64_t p, int64_t col) -> uint16_t {
+    if (p >= k || col >= n) return 0;
+    return trans_b ? b[col * ldb + p] : b[p * ldb + col];
+  };
+  for (int64_t q0 = 0; q0 < pairs; q0 += kPairs) {
+    const int64_t np = std::min(kPairs, pairs - q0);
+    const bool whole_pairs = 2 * (q0 + np) <= k;
+    for (int64_t j = 0; j < ns; ++j) {
+      uint16_t* d = bp + q0 * ns * kNr * 2 + j * np * kNr * 2;
+      const bool whole = (j + 1) * kNr <= n && whole_pairs;
+      if (whole && !trans_b) {  // two rows of B interleaved
+        for (int64_t q = 0; q < np; ++q) {
+          const uint16_t* r0 = b + 2 * (q0 + q) * ldb + j * kNr;
+          const uint16_t* r1 = r0 + ldb;
+          uint16_t* dq = d + q * kNr * 2;
+          for (int64_t col = 0; col < kNr; ++col) {
+            dq[2 * col] = r0[col];
+            dq[2 * col + 1] = r1[col];
+          }
+        }
+      } else if (whole) {  // a pair is two neighbours along a stored row: one 32-bit copy
+        for (int64_t col = 0; col < kNr; ++col) {
+          const uint16_t* row = b + (j * kNr + col) * ldb + 2 * q0;
+          for (int64_t q = 0; q < np; ++q) std::memcpy(d + (q * kNr + col) * 2, row + 2 * q, 4);
+        }
+      } else {
+        for (int64_t q = 0; q < np; ++q)
+          for (int64_t col = 0; col < kNr; ++col) {
+            const int64_t p = 2 * (q0 + q), cc = j * kNr + col;
+            d[(q * kNr + col) * 2] = at(p, cc);
+            d[(q * kNr + col) * 2 + 1] = at(p + 1, cc);
+          }
+      }
+    }
+  }
+}
+
+void bf16_gemm_packed_b(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda,
+                        bool trans_a, const uint16_t* bp, float* c, bool accumulate) {
+  if (m <= 0 || n <= 0) return;
+  if (k <= 0) {
+    if (!accumulate) std::fill(c, c + m * n, 0.f);
+    return;
+  }
+  bf16_gemm_on_packed(m, n, k, a, lda, trans_a, bp, c, accumulate);
+}
 
 void bf16_gemm_widened(int64_t m, int64_t n, int64_t k, const uint16_t* a, const uint16_t* b,
                        float* c, bool accumulate) {

@@ -21,6 +21,15 @@ void bf16_gemm(int64_t m, int64_t n, int64_t k, const uint16_t* a, const uint16_
 // Bits as bf16_gemm's on the same values.
 void bf16_gemm_ex(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda, bool trans_a,
                   const uint16_t* b, float* c, bool accumulate);
+// op(B) [k, n] packed once for several products on it (the AVX512_BF16 path only: callers
+// check active_avx512_bf16()): B row-major [k, n] with row stride ldb, or with trans_b B stored
+// [n, k] with row stride ldb. bp holds bf16_packed_b_size(n, k) elements, 64-byte aligned.
+// bf16_gemm_packed_b then multiplies op(A) (as bf16_gemm_ex) by it: the same bits as
+// bf16_gemm_ex on the same values.
+int64_t bf16_packed_b_size(int64_t n, int64_t k);
+void bf16_pack_b(int64_t n, int64_t k, const uint16_t* b, int64_t ldb, bool trans_b, uint16_t* bp);
+void bf16_gemm_packed_b(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda,
+                        bool trans_a, const uint16_t* bp, float* c, bool accumulate);
 // The same product forced onto the widening path (tests compare the two).
 void bf16_gemm_widened(int64_t m, int64_t n, int64_t k, const uint16_t* a, const uint16_t* b,
                        float* c, bool accumulate);

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/base/fpe_flags.h"
+#include "core/base/isa.h"
 #include "core/base/threads.h"
 #include "core/kernels/gemm/bf16_gemm.h"
 
@@ -39,10 +40,27 @@ void bf16_kernel(const Instr& in, const Frame& f) {
   float* c = in.output<float>(f);
   const int64_t rows = block_rows(m), blocks = (m + rows - 1) / rows;
   const int64_t items = batch * blocks;
+  // AVX512_BF16: each batch entry's op(B) packed once (a transposed B read in place), then
+  // shared by its row blocks. Otherwise (the widening path) a transposed B is copied into
+  // row-major order per block.
+  const bool native = active_avx512_bf16() && k > 0;
+  const int64_t bsz = bf16_packed_b_size(n, k);  // a multiple of 32 elements (64 bytes)
+  thread_local std::vector<uint16_t> bp_buf;
+  uint16_t* bp = nullptr;
+  if (native) {
+    bp_buf.resize(batch * bsz + 32);
+    bp = bp_buf.data() + ((64 - reinterpret_cast<uintptr_t>(bp_buf.data()) % 64) % 64) / 2;
+  }
+  auto pack = [&](int64_t i) { bf16_pack_b(n, k, b + i * sb, TB ? k : n, TB, bp + i * bsz); };
   auto run = [&](int64_t item) {
     const int64_t i = item / blocks, r0 = (item % blocks) * rows, mr = std::min(rows, m - r0);
     // Rows r0..r0+mr of op(A): of A [M, K], or columns of A stored [K, M] (read in place).
     const uint16_t* ai = a + i * sa + (TA ? r0 : r0 * k);
+    float* ci = c + i * m * n + r0 * n;
+    if (native) {
+      bf16_gemm_packed_b(mr, n, k, ai, TA ? m : k, TA, bp + i * bsz, ci, false);
+      return;
+    }
     const uint16_t* bi = b + i * sb;
     thread_local std::vector<uint16_t> bt_buf;
     if constexpr (TB) {  // B stored [N, K]
@@ -50,16 +68,23 @@ void bf16_kernel(const Instr& in, const Frame& f) {
       transpose_into(bi, n, k, k, bt_buf.data());
       bi = bt_buf.data();
     }
-    bf16_gemm_ex(mr, n, k, ai, TA ? m : k, TA, bi, c + i * m * n + r0 * n, false);
+    bf16_gemm_ex(mr, n, k, ai, TA ? m : k, TA, bi, ci, false);
   };
   const int threads = static_cast<int>(std::min<int64_t>(items, intra_op_threads()));
   if (threads > 1 && 2 * batch * m * n * k >= (int64_t{1} << 21)) {
-#pragma omp parallel for num_threads(threads) schedule(static)
-    for (int64_t item = 0; item < items; ++item) {
-      run(item);
+#pragma omp parallel num_threads(threads)
+    {
+      if (native) {
+#pragma omp for schedule(static)
+        for (int64_t i = 0; i < batch; ++i) pack(i);
+      }
+#pragma omp for schedule(static)
+      for (int64_t item = 0; item < items; ++item) run(item);
       fpe::collect_worker_flags();
     }
   } else {
+    if (native)
+      for (int64_t i = 0; i < batch; ++i) pack(i);
     for (int64_t item = 0; item < items; ++item) run(item);
   }
 }

@@ -39,6 +39,10 @@ struct UKernel {
 using Bf16TileFn = void (*)(int64_t pairs, const uint16_t* a, int64_t a_row, int64_t a_pair,
                             const uint16_t* b, float* c, int64_t ldc, bool add);
 Bf16TileFn bf16_tile_avx512();
+// Its A packing from a transposed A (12 rows of op(A) are 12 neighbouring columns of A's
+// storage): for each pair q < pairs, ap[q * 12 + i] = a[2q * lda + i] | a[(2q + 1) * lda + i] << 16.
+using Bf16PackATFn = void (*)(int64_t pairs, const uint16_t* a, int64_t lda, uint32_t* ap);
+Bf16PackATFn bf16_pack_a_trans_avx512();
 
 // f32 kernels: AVX2 + FMA (every CPU fjit runs on), AVX-512 F/BW/VL/DQ.
 const UKernel& ukernel_avx2();

@@ -40,10 +40,24 @@ FJIT_BF16 void tile_bf16_12x32(int64_t pairs, const uint16_t* a, int64_t a_row, 
   }
 }
 
+// Two rows of 12 bf16 from A's storage widened to 32 bits and interleaved: masked loads and
+// stores, so nothing past the 12 columns is read or written.
+FJIT_BF16 void pack_a_trans_12(int64_t pairs, const uint16_t* a, int64_t lda, uint32_t* ap) {
+  const __mmask16 m12 = 0x0FFF;
+  for (int64_t q = 0; q < pairs; ++q) {
+    const uint16_t* r0 = a + 2 * q * lda;
+    // maskz forms: GCC 12 warns on the plain forms' undefined pass-through operand.
+    const __m512i lo = _mm512_maskz_cvtepu16_epi32(m12, _mm256_maskz_loadu_epi16(m12, r0));
+    const __m512i hi = _mm512_maskz_cvtepu16_epi32(m12, _mm256_maskz_loadu_epi16(m12, r0 + lda));
+    _mm512_mask_storeu_epi32(ap + q * 12, m12, _mm512_or_si512(lo, _mm512_maskz_slli_epi32(m12, hi, 16)));
+  }
+}
+
 #undef FJIT_BF16
 
 }  // namespace
 
 Bf16TileFn bf16_tile_avx512() { return tile_bf16_12x32; }
+Bf16PackATFn bf16_pack_a_trans_avx512() { return pack_a_trans_12; }
 
 }  // namespace fjit::gemm

@@ -70,6 +70,12 @@ template <class T> void patches_adjoint_kernel(const Instr& in, const Frame& f) 
 
 void noop_kernel(const Instr&, const Frame&) {}
 
+// patches of a 16-bit type with no arithmetic (bf16): the copy kernel on its bit patterns.
+template <class Bits> KernelFn pick_copy(Instr& instr, Bits pad) {
+  std::memcpy(&instr.p[6], &pad, sizeof(Bits));
+  return &patches_kernel<Bits>;
+}
+
 template <class T> KernelFn pick(Instr& instr) {
   if (instr.op == Op::PatchesAdjoint) return &patches_adjoint_kernel<T>;
   const T pad = convert_element<T>(instr.attrs.scalar);
@@ -96,6 +102,10 @@ bool select_patches(Instr& instr) {
     case DType::f32: instr.fn = pick<float>(instr); return true;
     case DType::f64: instr.fn = pick<double>(instr); return true;
     case DType::i32: instr.fn = pick<int32_t>(instr); return true;
+    case DType::bf16:  // the mixed-precision policy's patches (core/nn/conv.cc): copies only
+      if (instr.op != Op::Patches) return false;
+      instr.fn = pick_copy<uint16_t>(instr, convert_element<bf16_t>(instr.attrs.scalar).bits);
+      return true;
     default: return false;
   }
 }
