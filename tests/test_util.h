@@ -13,6 +13,7 @@
 #include <random>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/base/log.h"
@@ -120,6 +121,16 @@ inline void expect_bit_equal(const ArrayDict& a, const ArrayDict& b, const std::
   ASSERT_EQ(a.names(), b.names()) << what;
   for (size_t i = 0; i < a.size(); ++i)
     EXPECT_TRUE(a.value(i).bit_equal(b.value(i))) << what << ": '" << a.name(i) << "' differs";
+}
+
+// The replica counts nearest to n, below and above, that divide `batch` (resuming a
+// checkpoint at another count needs the global batch to divide over it); below is 0 when
+// there is none.
+inline std::pair<int, int> dividing_counts_around(int n, int64_t batch) {
+  int below = 0, above = n + 1;
+  for (int m = n - 1; m >= 1 && below == 0; --m) below = batch % m == 0 ? m : 0;
+  while (batch % above != 0) ++above;
+  return {below, above};
 }
 
 // A copy that shares no buffer with `d` (Arrays copy by reference).

@@ -24,6 +24,8 @@ Mesh& mesh() {
 
 TEST(ZeroLmMpi, TrainerIsBitIdenticalAndResumesResharded) {
   const int n = mesh().size(), rank = mesh().first_replica();
+  const int64_t batch = testing::zero_lm_options("", 0, 1).batch_size;
+  if (batch < n) GTEST_SKIP() << "a global batch of " << batch << " sequences feeds at most " << batch << " ranks";
   uint64_t pid = static_cast<uint64_t>(::getpid());  // rank 0's: one directory for the job
   mesh().process_comm()->broadcast(&pid, sizeof pid, 0);
   const auto dir = std::filesystem::temp_directory_path() / ("fjit_zero_lm_mpi_" + std::to_string(pid));
@@ -43,6 +45,7 @@ TEST(ZeroLmMpi, TrainerIsBitIdenticalAndResumesResharded) {
   // Resumed by n - 1 and n + 1 thread replicas (rank 0, which can read the file).
   if (rank == 0)
     for (int m : {n - 1, n + 1})
+      if (m <= batch)
       testing::expect_same_lm_run(testing::zero_lm_resume(Mesh::threads(m), dir, 0, file("replicated")),
                                   testing::zero_lm_resume(Mesh::threads(m), dir, 1, file("zero")), 3);
   mesh().process_comm()->barrier();

@@ -18,6 +18,7 @@
 #include <string>
 
 #include "tests/mpi/mpi_test_main.h"
+#include "tests/test_util.h"
 #include "tests/zero_testing.h"
 #include "tests/zero_trainer_testing.h"
 
@@ -58,6 +59,10 @@ TEST(ZeroMpi, TrainerIsBitIdentical) {
 
 TEST(ZeroMpi, CheckpointsResumeResharded) {
   const int n = mesh().size(), rank = mesh().first_replica();
+  const int64_t batch = testing::zero_resume_options(0, 1).batch_size;
+  if (batch % n != 0) GTEST_SKIP() << "a global batch of " << batch << " does not divide over " << n << " ranks";
+  // Other replica counts that the batch divides over, either side of n.
+  const auto [fewer, more] = testing::dividing_counts_around(n, batch);
   uint64_t pid = static_cast<uint64_t>(::getpid());  // rank 0's: one directory for the job
   mesh().process_comm()->broadcast(&pid, sizeof pid, 0);
   const auto dir = std::filesystem::temp_directory_path() / ("fjit_zero_mpi_" + std::to_string(pid));
@@ -69,9 +74,9 @@ TEST(ZeroMpi, CheckpointsResumeResharded) {
   while (auto s = straight.step())
     if (straight.steps_done() > 10) never_stopped.losses.push_back(s->loss);
   never_stopped.params = straight.params();
-  // Written by n + 1 thread replicas in each process (its own file; only rank 0's is read).
+  // Written by `more` thread replicas in each process (its own file; only rank 0's is read).
   const std::string by_threads = file("threads_rank" + std::to_string(rank));
-  testing::zero_train_and_save(Mesh::threads(n + 1), 0, by_threads);
+  testing::zero_train_and_save(Mesh::threads(more), 0, by_threads);
   const std::string threads_ckpt = file("threads_rank0");
   for (int stage : {1, 2, 3}) {
     SCOPED_TRACE(::testing::Message() << n << " ranks, stage " << stage);
@@ -79,12 +84,13 @@ TEST(ZeroMpi, CheckpointsResumeResharded) {
     testing::zero_train_and_save(mesh(), stage, path);
     if (rank == 0) testing::expect_same_checkpoint_tensors(replicated, path);
     testing::expect_same_resumed(never_stopped, testing::zero_resume_run(mesh(), stage, path));
-    // Saved by n + 1 replicas, resumed by n ranks: as the replicated ranks resume it.
+    // Saved by `more` replicas, resumed by n ranks: as the replicated ranks resume it.
     testing::expect_same_resumed(testing::zero_resume_run(mesh(), 0, threads_ckpt),
                                  testing::zero_resume_run(mesh(), stage, threads_ckpt));
-    // Saved by n ranks, resumed by n - 1 and n + 1 thread replicas (rank 0, which wrote it).
+    // Saved by n ranks, resumed by `fewer` and `more` thread replicas (rank 0, which wrote it).
     if (rank == 0)
-      for (int m : {n - 1, n + 1})
+      for (int m : {fewer, more})
+        if (m > 0)
         testing::expect_same_resumed(testing::zero_resume_run(Mesh::threads(m), 0, replicated),
                                      testing::zero_resume_run(Mesh::threads(m), stage, path));
     mesh().process_comm()->barrier();
