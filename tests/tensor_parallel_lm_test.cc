@@ -21,6 +21,7 @@ constexpr double kRel = 1e-5;
 
 using testing::random;
 using testing::rel_err;
+using testing::token_ids;
 
 Mesh grid() { return Mesh::threads({{"data", 2}, {"model", 2}}); }
 
@@ -170,19 +171,6 @@ DecoderConfig llama() {
   return c;
 }
 
-// Token ids i32 [b, t] from a linear congruential stream.
-Array token_ids(int64_t b, int64_t t, int64_t vocab, uint64_t seed) {
-  Array a(DType::i32, {b, t});
-  uint64_t z = seed;
-  for (int64_t i = 0; i < a.size(); ++i) {
-    z = z * 6364136223846793005ull + 1442695040888963407ull;
-    a.data<int32_t>()[i] = static_cast<int32_t>((z >> 33) % static_cast<uint64_t>(vocab));
-  }
-  return a;
-}
-
-Tensor lm_loss(const Tensor& logits, const Tensor& labels) { return mean(softmax_cross_entropy(logits, labels)); }
-
 // The LM trained kSteps SGD steps on 8 sequences: 4-way data parallelism (pmap of
 // decoder_logits) against 2-way data x 2-way model (shard_map of tp_decoder_logits); the
 // losses step by step and the final parameters agree.
@@ -192,21 +180,8 @@ void expect_two_by_two_trains_as_four_way_data(const DecoderConfig& c, const cha
   const Array ids = token_ids(8, c.context, c.vocab, 21), labels = token_ids(8, c.context, c.vocab, 22);
   constexpr double kLr = 0.5;
   constexpr int kSteps = 5;
-  auto sgd = [](const TensorDict& q, const TensorDict& g) {
-    TensorDict next;
-    for (const auto& kv : q) next.set(kv.first, kv.second - g[kv.first] * kLr);
-    return next;
-  };
-  auto dp = pmap(Mesh::threads(4), "batch", [&](const TensorDict& q, const Tensor& x, const Tensor& y) {
-    auto [loss, g] = value_and_grad([&](const TensorDict& w) { return lm_loss(decoder_logits(w, c, x), y); })(q);
-    return std::tuple{sgd(q, pmean(g, "batch")), pmean(loss, "batch")};
-  });
-  const ShardSpec spec = tp_decoder_spec(c, "model");
-  auto tp = shard_map([&](const TensorDict& q, const Tensor& x, const Tensor& y) {
-    auto [loss, g] = value_and_grad([&](const TensorDict& w) { return lm_loss(tp_decoder_logits(w, c, x, "model"), y); })(q);
-    return std::tuple{sgd(q, pmean(g, "data")), pmean(loss, "data")};
-  }, grid(), {spec, {"data"}, {"data"}}, {spec, {}});
-
+  auto dp = testing::lm_data_parallel_step(Mesh::threads(4), c, kLr);
+  auto tp = testing::lm_tensor_parallel_step(grid(), c, kLr);
   ArrayDict pd = p, pt = tp_decoder_params(p, c);
   std::printf("%s: %s\nstep  4-way data      2 data x 2 model\n", label, c.describe().c_str());
   for (int s = 0; s < kSteps; ++s) {

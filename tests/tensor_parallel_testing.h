@@ -1,7 +1,8 @@
 // What the tensor-parallel tests share: f32 test arrays and their comparison, and the block
 // that shard_map_test and mesh_mpi_test train: the shard_map specs of the split layers'
 // parameters, the block built from them (as core/nn/transformer.h's, layer norm and GELU MLP),
-// and its SGD step on a data x model grid.
+// and its SGD step on a data x model grid; the language model's SGD step by data parallelism
+// and on a data x model grid (core/nn/tensor_parallel_decoder.h).
 #pragma once
 
 #include <gtest/gtest.h>
@@ -95,6 +96,44 @@ inline auto tp_block_step(const Mesh& mesh, const MultiHeadAttentionOptions& o, 
     for (const auto& kv : q) next.set(kv.first, kv.second - g[kv.first] * lr);
     return std::tuple{next, pmean(loss, "data")};
   }, mesh, {spec, {"data"}, {"data"}}, {spec, {}});
+}
+
+inline Tensor lm_loss(const Tensor& logits, const Tensor& labels) { return mean(softmax_cross_entropy(logits, labels)); }
+
+inline TensorDict sgd(const TensorDict& q, const TensorDict& g, double lr) {
+  TensorDict next;
+  for (const auto& kv : q) next.set(kv.first, kv.second - g[kv.first] * lr);
+  return next;
+}
+
+// One SGD step of the language model c by data parallelism over `mesh` (one axis, "batch"):
+// (decoder_params' dict, ids, labels) -> (new params, the batch's mean loss).
+inline auto lm_data_parallel_step(const Mesh& mesh, const DecoderConfig& c, double lr) {
+  return pmap(mesh, "batch", [c, lr](const TensorDict& q, const Tensor& x, const Tensor& y) {
+    auto [loss, g] = value_and_grad([&](const TensorDict& w) { return lm_loss(decoder_logits(w, c, x), y); })(q);
+    return std::tuple{sgd(q, pmean(g, "batch"), lr), pmean(loss, "batch")};
+  });
+}
+
+// The same step on a "data" x "model" mesh: sequences split over "data", every block over
+// "model"; takes and returns tp_decoder_params' dict.
+inline auto lm_tensor_parallel_step(const Mesh& mesh, const DecoderConfig& c, double lr) {
+  const ShardSpec spec = tp_decoder_spec(c, "model");
+  return shard_map([c, lr](const TensorDict& q, const Tensor& x, const Tensor& y) {
+    auto [loss, g] = value_and_grad([&](const TensorDict& w) { return lm_loss(tp_decoder_logits(w, c, x, "model"), y); })(q);
+    return std::tuple{sgd(q, pmean(g, "data"), lr), pmean(loss, "data")};
+  }, mesh, {spec, {"data"}, {"data"}}, {spec, {}});
+}
+
+// Token ids i32 [b, t] in [0, vocab) from a linear congruential stream.
+inline Array token_ids(int64_t b, int64_t t, int64_t vocab, uint64_t seed) {
+  Array a(DType::i32, {b, t});
+  uint64_t z = seed;
+  for (int64_t i = 0; i < a.size(); ++i) {
+    z = z * 6364136223846793005ull + 1442695040888963407ull;
+    a.data<int32_t>()[i] = static_cast<int32_t>((z >> 33) % static_cast<uint64_t>(vocab));
+  }
+  return a;
 }
 
 }  // namespace fjit::testing
