@@ -363,6 +363,20 @@ TEST_F(ReplayTest, AShardMapStepReplaysWithItsMeshAxes) {
   EXPECT_EQ(r.op, "log") << r.text;
   EXPECT_EQ(r.replica, 3) << r.text;
   EXPECT_EQ(r.index, (std::vector<int64_t>{1, 1})) << r.text;
+
+  // Axis sizes that do not make the replica count: an error naming meta.json.
+  const std::string meta = dir_ + "/step0_replica0/meta.json";
+  std::string text;
+  {
+    std::ifstream in(meta);
+    text.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  const size_t open = text.find('[', text.find("\"axis_sizes\""));
+  ASSERT_NE(open, std::string::npos) << text;
+  text.replace(open, text.find(']', open) - open + 1, "[2, 3]");
+  std::ofstream(meta) << text;
+  const std::string msg = testing::error_of([&] { replay(dir_ + "/step0_replica0", step_fn); });
+  EXPECT_EQ(msg.rfind(meta + ": axis_sizes [2,3] do not fit", 0), 0u) << msg;
 }
 
 }  // namespace
