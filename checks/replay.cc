@@ -44,6 +44,7 @@ std::shared_ptr<const Executable> trace_and_compile(const ReplayBundle& b, const
   TraceContext ctx(topts);
   ctx.axis_names = b.axis_names;
   ctx.num_replicas = b.num_replicas;
+  ctx.axis_sizes = b.axis_sizes;
   std::vector<Tensor> leaves;
   std::vector<std::string> paths;
   for (const auto& [path, value] : b.inputs) {
@@ -89,7 +90,7 @@ void for_each_replica(const std::vector<ReplayBundle>& parts, Body body) {
     return ctx;
   };
   if (n == 1) return body(0, ctx_of(0, nullptr));
-  ReplayGroup group(n);
+  ReplayGroup group(n, parts[0].axis_names, parts[0].axis_sizes);
   std::vector<std::exception_ptr> errors(n);
   std::vector<std::thread> threads;
   for (int k = 0; k < n; ++k)
@@ -163,9 +164,10 @@ std::vector<ReplayBundle> load_parts(ReplayBundle first) {
       const std::string dir = replay_part_path(first.dir, first.step, k);
       if (!std::filesystem::is_directory(dir)) break;
       ReplayBundle b = load_replay_bundle(dir);
-      if (b.fingerprint != first.fingerprint || b.num_replicas != first.num_replicas || b.replica != k)
+      if (b.fingerprint != first.fingerprint || b.num_replicas != first.num_replicas || b.replica != k ||
+          b.axis_sizes != first.axis_sizes)
         throw std::runtime_error(dir + ": is not a part of the step of " + first.dir +
-                                 " (another plan, replica count or replica number)");
+                                 " (another plan, replica count, mesh or replica number)");
       parts.push_back(std::move(b));
     }
     if (static_cast<int>(parts.size()) == first.num_replicas) return parts;

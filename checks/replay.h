@@ -35,10 +35,14 @@
 //     When the bad values came with the inputs, it names the input leaf, its first bad
 //     element and the first op the user wrote that reads it (the comparisons the automatic
 //     checks insert in front of an op are not named).
+// A step of shard_map on a mesh with named axes records the axes' sizes: it is traced with
+// them, and replayed together its replicas form one group per axis (checks/replay_group.h),
+// as the mesh did.
 // Limits: a part replayed alone (the other parts missing, or a bundle of an older format)
 // has its collectives return this replica's own value (an all-reduce over one replica), so
 // values downstream of one differ from the real step's; the result says when the op found
-// is downstream of a collective.
+// is downstream of a collective. Alone, axis_index gives the part's replica number, which on
+// a mesh with several axes is not its coordinate.
 #pragma once
 
 #include <cstdint>

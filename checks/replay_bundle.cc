@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include "core/io/atomic_file.h"
@@ -76,6 +77,7 @@ Json meta_json(const StepChecks& s, bool raised) {
   m["num_replicas"] = s.num_replicas;
   m["raised"] = raised;
   m["axis_names"] = std::vector<std::string>(s.axis_names.begin(), s.axis_names.end());
+  if (!s.axis_sizes.empty()) m["axis_sizes"] = std::vector<int>(s.axis_sizes.begin(), s.axis_sizes.end());
   m["check_mode"] = check_mode_name(s.mode);
   m["fingerprint"] = hex(plan_fingerprint(*s.exe));
   Json inputs = Json::array();
@@ -186,6 +188,14 @@ ReplayBundle load_replay_bundle(const std::string& dir) {
     b.num_replicas = m.at("num_replicas").get<int>();
     b.raised = m.value("raised", true);
     b.axis_names = m.at("axis_names").get<std::vector<std::string>>();
+    if (m.contains("axis_sizes")) {
+      b.axis_sizes = m.at("axis_sizes").get<std::vector<int>>();
+      int64_t product = 1;
+      for (int n : b.axis_sizes) product *= n < 1 ? 0 : n;
+      if (b.axis_sizes.size() != b.axis_names.size() || product != m.at("num_replicas").get<int64_t>())
+        fail(fmt::format("axis_sizes [{}] do not fit axis_names ({}) and num_replicas ({})",
+                         fmt::join(b.axis_sizes, ","), b.axis_names.size(), m.at("num_replicas").get<int64_t>()));
+    }
     const std::string mode = m.at("check_mode").get<std::string>();
     if (mode == "all") b.mode = CheckMode::all;
     else if (mode == "user") b.mode = CheckMode::user;

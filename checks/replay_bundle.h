@@ -11,8 +11,9 @@
 //   outputs.safetensors the replica's outputs as the step computed them ("out0", "out1", ...)
 //   meta.json           {"format": "fjit-replay-1", "function", "step", "replica",
 //                        "num_replicas", "raised" (a check raised on this replica),
-//                        "axis_names", "check_mode", "fingerprint" (16 hex digits),
-//                        "inputs": [{"path", "dtype", "shape"}, ...]}
+//                        "axis_names", "axis_sizes" (only on a mesh with named axes,
+//                        shard_map: each axis's size, their product num_replicas), "check_mode",
+//                        "fingerprint" (16 hex digits), "inputs": [{"path", "dtype", "shape"}, ...]}
 //   report.txt          the check report of that step, as logged
 // The parts of one step together are what fjit::replay re-executes as the whole step.
 //
@@ -50,6 +51,7 @@ struct ReplayBundle {
   int num_replicas = 1;
   bool raised = true;      // a check raised on this replica
   std::vector<std::string> axis_names;
+  std::vector<int> axis_sizes;  // empty: every axis spans num_replicas (pmap)
   CheckMode mode = CheckMode::user;
   uint64_t fingerprint = 0;
   io::NamedArrays inputs;   // leaf path -> value, in the plan's parameter order
@@ -72,8 +74,8 @@ std::string write_replay_bundle(const StepChecks& s, const std::string& report, 
 std::string replay_part_path(const std::string& dir, int64_t step, int replica);
 
 // Reads and validates a bundle. Throws std::runtime_error "<file>: <problem>" naming the
-// file at fault (a missing or malformed meta.json, inputs.safetensors that is corrupt or
-// disagrees with meta.json's list of inputs).
+// file at fault (a missing or malformed meta.json, axis sizes that do not multiply to
+// num_replicas, inputs.safetensors that is corrupt or disagrees with meta.json's list of inputs).
 ReplayBundle load_replay_bundle(const std::string& dir);
 
 }  // namespace fjit

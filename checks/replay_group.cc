@@ -54,6 +54,10 @@ struct ReplayGroup::State {
   std::string why;
   std::vector<const void*> slots;
   std::vector<std::unique_ptr<Communicator>> members;
+  // A mesh's per-axis groups: axis_groups[a][g], and for each member its group on each axis.
+  std::vector<std::string> axis_names;
+  std::vector<std::vector<std::unique_ptr<ReplayGroup>>> axis_groups;
+  std::vector<std::vector<Communicator*>> member_axes;  // [rank][axis]
 
   void wait_all(int rank) {
     std::unique_lock<std::mutex> lock(mu);
@@ -135,6 +139,12 @@ class Member final : public Communicator {
     s_.wait_all(rank_);
   }
   void barrier() override { s_.wait_all(rank_); }
+  Communicator* for_axis(const std::string& axis) override {
+    if (s_.member_axes.empty()) return this;
+    for (size_t a = 0; a < s_.axis_names.size(); ++a)
+      if (s_.axis_names[a] == axis) return s_.member_axes[rank_][a];
+    return this;
+  }
   [[noreturn]] void abort_job(const std::string& message) override {
     throw std::runtime_error("fjit::replay: the replayed step would end the job: " + message);
   }
@@ -155,6 +165,35 @@ ReplayGroup::ReplayGroup(int size, std::chrono::milliseconds timeout)
   for (int r = 0; r < size; ++r) state_->members.push_back(std::make_unique<Member>(*state_, r));
 }
 
+ReplayGroup::ReplayGroup(int size, const std::vector<std::string>& axis_names, const std::vector<int>& axis_sizes,
+                         std::chrono::milliseconds timeout)
+    : ReplayGroup(size, timeout) {
+  if (axis_sizes.empty()) return;
+  int64_t product = 1;
+  for (int n : axis_sizes) product *= n < 1 ? 0 : n;
+  if (axis_sizes.size() != axis_names.size() || product != size)
+    throw std::invalid_argument(fmt::format("ReplayGroup: {} axis sizes for {} axis names do not make {} replicas",
+                                            axis_sizes.size(), axis_names.size(), size));
+  const size_t axes = axis_sizes.size();
+  State& s = *state_;
+  s.axis_names = axis_names;
+  s.axis_groups.resize(axes);
+  s.member_axes.assign(size, std::vector<Communicator*>(axes, nullptr));
+  // Row-major coordinates: the last axis varies fastest. On axis a, replica r's group is
+  // numbered by its other coordinates and its rank there is its coordinate on a.
+  for (size_t a = 0; a < axes; ++a) {
+    int stride = 1;
+    for (size_t b = a + 1; b < axes; ++b) stride *= axis_sizes[b];
+    const int groups = size / axis_sizes[a];
+    for (int g = 0; g < groups; ++g) s.axis_groups[a].push_back(std::make_unique<ReplayGroup>(axis_sizes[a], timeout));
+    for (int r = 0; r < size; ++r) {
+      const int coord = (r / stride) % axis_sizes[a];
+      const int group = (r / (stride * axis_sizes[a])) * stride + r % stride;
+      s.member_axes[r][a] = &s.axis_groups[a][group]->member(coord);
+    }
+  }
+}
+
 ReplayGroup::~ReplayGroup() = default;
 
 int ReplayGroup::size() const { return state_->size; }
@@ -167,6 +206,8 @@ void ReplayGroup::fail(int rank, const std::string& why) {
   state_->failed = true;
   state_->why = fmt::format("fjit::replay: replica {} stopped: {}", rank, why);
   state_->cv.notify_all();
+  for (auto& groups : state_->axis_groups)
+    for (auto& g : groups) g->fail(rank, why);
 }
 
 }  // namespace fjit

@@ -327,5 +327,57 @@ TEST_F(ReplayTest, DonatedInputsSurviveARaisingStepWhileDumping) {
   EXPECT_TRUE(b.inputs[0].second.bit_equal(before)) << "the step's input, not its output";
 }
 
+// A 2 x 2 grid under shard_map: x [4, 6] split over ("data", "model"), so element (3, 4) is
+// element (1, 1) of replica 3 = (data 1, model 1). The bundle records the axis sizes, and the
+// replay runs each psum over its own axis's group: the recorded outputs come back bit for bit
+// (over all four replicas at once they would not).
+TEST_F(ReplayTest, AShardMapStepReplaysWithItsMeshAxes) {
+  Mesh mesh = Mesh::threads({{"data", 2}, {"model", 2}});
+  auto step_fn = [](const Params& p, const Tensor& x) {
+    Tensor local = sum(log(x * p["w"]));
+    Tensor row = psum(local, "model");
+    Tensor total = psum(row, "data");
+    check(isfinite(total), "total {} is not finite", total);
+    Tensor coord = cast(axis_index("model"), DType::f32);
+    return std::tuple{total, reshape(row + coord, {1, 1})};
+  };
+  PmapOptions o;
+  o.jit.checks = CheckMode::user;
+  o.jit.policy = CheckPolicy::log;
+  auto step = shard_map(step_fn, mesh, {ShardSpec::dict({{"w", {"model"}}}), {"data", "model"}},
+                        {{}, {"data", "model"}}, o);
+  ArrayDict p;
+  p.set("w", Array::from_vector(std::vector<float>{1.0f, 2.0f, 0.5f, 1.5f, 0.25f, 3.0f}));
+  Array x = Array::full(DType::f32, {4, 6}, 0.75);
+  x.data<float>()[3 * 6 + 4] = -2.0f;
+  step(p, x);
+  ASSERT_EQ(entries().size(), 4u);
+  const ReplayBundle b = load_replay_bundle(dir_ + "/step0_replica0");
+  EXPECT_EQ(b.axis_names, (std::vector<std::string>{"data", "model"}));
+  EXPECT_EQ(b.axis_sizes, (std::vector<int>{2, 2}));
+  const ReplayResult r = replay(dir_ + "/step0_replica0", step_fn);
+  EXPECT_EQ(r.replicas_replayed, 4) << r.text;
+  EXPECT_TRUE(r.outputs_compared);
+  EXPECT_TRUE(r.output_mismatches.empty()) << r.text;
+  ASSERT_TRUE(r.found) << r.text;
+  EXPECT_EQ(r.op, "log") << r.text;
+  EXPECT_EQ(r.replica, 3) << r.text;
+  EXPECT_EQ(r.index, (std::vector<int64_t>{1, 1})) << r.text;
+
+  // Axis sizes that do not make the replica count: an error naming meta.json.
+  const std::string meta = dir_ + "/step0_replica0/meta.json";
+  std::string text;
+  {
+    std::ifstream in(meta);
+    text.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  const size_t open = text.find('[', text.find("\"axis_sizes\""));
+  ASSERT_NE(open, std::string::npos) << text;
+  text.replace(open, text.find(']', open) - open + 1, "[2, 3]");
+  std::ofstream(meta) << text;
+  const std::string msg = testing::error_of([&] { replay(dir_ + "/step0_replica0", step_fn); });
+  EXPECT_EQ(msg.rfind(meta + ": axis_sizes [2,3] do not fit", 0), 0u) << msg;
+}
+
 }  // namespace
 }  // namespace fjit

@@ -21,50 +21,11 @@ namespace {
 
 constexpr double kRel = 1e-5;
 
-// Uniform in [-1, 1) from a splitmix64 stream.
-Array random(const Shape& s, uint64_t seed) {
-  Array a(DType::f32, s);
-  uint64_t z = seed * 0x9e3779b97f4a7c15ull;
-  for (int64_t i = 0; i < a.size(); ++i) {
-    z += 0x9e3779b97f4a7c15ull;
-    uint64_t v = z;
-    v = (v ^ (v >> 30)) * 0xbf58476d1ce4e5b9ull;
-    v = (v ^ (v >> 27)) * 0x94d049bb133111ebull;
-    v ^= v >> 31;
-    a.data<float>()[i] = static_cast<float>(static_cast<double>(v >> 11) / 9007199254740992.0 * 2 - 1);
-  }
-  return a;
-}
+using testing::random;
+using testing::rel_err;
 
-// max |a - b| / max |b|.
-double rel_err(const Array& a, const Array& b) {
-  EXPECT_EQ(a.shape(), b.shape());
-  if (a.shape() != b.shape()) return 1e9;
-  double diff = 0, mag = 1e-30;
-  for (int64_t i = 0; i < a.size(); ++i) {
-    const double x = a.data<float>()[i], y = b.data<float>()[i];
-    diff = std::max(diff, std::abs(x - y));
-    mag = std::max(mag, std::abs(y));
-  }
-  return diff / mag;
-}
-
-// Gradients entry by entry, against the largest magnitude of any entry of the oracle's: an
-// entry whose exact gradient is 0 (attention's key bias: softmax ignores a shift shared by
-// every key) holds only rounding noise, which a per-entry scale would magnify.
 void expect_near_dict(const ArrayDict& got, const ArrayDict& want, const std::string& what) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  double scale = 1e-30;
-  for (const auto& kv : want)
-    for (int64_t i = 0; i < kv.second.size(); ++i) scale = std::max(scale, std::abs(double(kv.second.data<float>()[i])));
-  for (const auto& kv : want) {
-    const Array& a = got[kv.first];
-    ASSERT_EQ(a.shape(), kv.second.shape()) << what << ": " << kv.first;
-    double diff = 0;
-    for (int64_t i = 0; i < a.size(); ++i)
-      diff = std::max(diff, std::abs(double(a.data<float>()[i]) - kv.second.data<float>()[i]));
-    EXPECT_LE(diff, kRel * scale) << what << ": " << kv.first;
-  }
+  testing::expect_near_dict(got, want, what, kRel);
 }
 
 Mesh grid() { return Mesh::threads({{"data", 2}, {"model", 2}}); }

@@ -9,6 +9,7 @@
 
 #include "core/nn/activations.h"
 #include "core/nn/linear.h"
+#include "core/nn/rotary.h"
 #include "core/trace/attention.h"
 #include "core/trace/collectives.h"
 #include "core/trace/control_flow.h"
@@ -37,6 +38,27 @@ Tensor tp_gelu_mlp(const Params& p, const std::string& name, const Tensor& x, co
   return p.contains(name + "/proj/b") ? add(y, weight(p, name + "/proj/b", x.dtype(), loc), loc) : y;
 }
 
+Tensor tp_swiglu_mlp(const Params& p, const std::string& name, const Tensor& x, const std::string& axis, Loc loc) {
+  detail::CompositeScope scope("tp_swiglu_mlp", {x});
+  if (!x.defined() || x.rank() < 1 || !is_floating(x.dtype()))
+    detail::fail("tp_swiglu_mlp", {x}, "expects floating-point features [..., D]", &loc);
+  Tensor xc = tp_copy(x, axis, loc);
+  Tensor h = mul(silu(linear(p, name + "/gate", xc, /*bias=*/false, loc), loc),
+                 linear(p, name + "/up", xc, /*bias=*/false, loc), loc);
+  return tp_reduce(linear(p, name + "/down", h, /*bias=*/false, loc), axis, loc);
+}
+
+namespace {
+// [B, kv, T, dh] -> [B, kv group, T, dh]: kv head j serves query heads [j group, (j + 1) group),
+// as multi_head_attention's repeat_heads pairs them.
+Tensor repeat_heads(const Tensor& y, int64_t group, const Loc& loc) {
+  if (group == 1) return y;
+  const int64_t b = y.dim(0), kv = y.dim(1), t = y.dim(2), dh = y.dim(3);
+  return reshape(broadcast_to(reshape(y, {b, kv, 1, t, dh}, loc), {b, kv, group, t, dh}, loc),
+                 {b, kv * group, t, dh}, loc);
+}
+}  // namespace
+
 Tensor tp_attention(const Params& p, const std::string& name, const Tensor& x, const std::string& axis,
                     const MultiHeadAttentionOptions& o, const Tensor& key_lengths, Loc loc) {
   detail::CompositeScope scope("tp_attention", {x, key_lengths});
@@ -47,15 +69,27 @@ Tensor tp_attention(const Params& p, const std::string& name, const Tensor& x, c
   if (o.heads < 1 || d % o.heads != 0 || o.heads % n != 0)
     detail::fail("tp_attention", {x}, fmt::format("heads ({}) must divide the features ({}) and be a multiple of "
                                                   "axis '{}' (size {})", o.heads, d, axis, n), &loc);
-  if (o.rotary || (o.kv_heads != 0 && o.kv_heads != o.heads))
-    detail::fail("tp_attention", {x}, "rotary positions and grouped-query attention are not supported", &loc);
-  const int64_t dh = d / o.heads, h = o.heads / n;
+  const int64_t kv = o.kv_heads == 0 ? o.heads : o.kv_heads;
+  if (kv < 1 || o.heads % kv != 0 || kv % n != 0)
+    detail::fail("tp_attention", {x}, fmt::format("kv_heads ({}) must divide heads ({}) and be a multiple of "
+                                                  "axis '{}' (size {})", kv, o.heads, axis, n), &loc);
+  const int64_t dh = d / o.heads, h = o.heads / n, hk = kv / n;
+  if (o.rotary && (dh % 2 != 0 || !(o.rope_theta > 0)))
+    detail::fail("tp_attention", {x}, fmt::format("rotary needs an even head size (not {}) and a positive "
+                                                  "rope_theta (not {})", dh, o.rope_theta), &loc);
+  // Every replica's heads are rotated at the same positions, as the unsplit layer's are.
+  Tensor positions = o.rotary ? iota(DType::i32, {t}, 0, loc) : Tensor();
   Tensor xc = tp_copy(x, axis, loc);
-  auto heads = [&](const char* part) {
-    Tensor y = linear(p, name + "/" + part, xc, o.bias, loc);  // [B, T, h dh]: this replica's heads
-    return transpose(reshape(y, {b, t, h, dh}, loc), {0, 2, 1, 3}, loc);
+  auto heads = [&](const char* part, int64_t count, bool rotate) {
+    Tensor y = reshape(linear(p, name + "/" + part, xc, o.bias, loc), {b, t, count, dh}, loc);  // this replica's
+    if (o.rotary && rotate) y = rotary_embedding(y, positions, o.rope_theta, loc);
+    return transpose(y, {0, 2, 1, 3}, loc);
   };
-  Tensor y = dot_product_attention(heads("q"), heads("k"), heads("v"), o.causal, key_lengths, 0, loc);
+  // The replica's query heads [r h, (r + 1) h) use kv heads [r hk, (r + 1) hk): the same
+  // pairing, since h = group hk.
+  const int64_t group = o.heads / kv;
+  Tensor k = repeat_heads(heads("k", hk, true), group, loc), v = repeat_heads(heads("v", hk, false), group, loc);
+  Tensor y = dot_product_attention(heads("q", h, true), k, v, o.causal, key_lengths, 0, loc);
   Tensor merged = reshape(transpose(y, {0, 2, 1, 3}, loc), {b, t, h * dh}, loc);
   Tensor out = tp_reduce(linear(p, name + "/out", merged, /*bias=*/false, loc), axis, loc);
   return o.bias ? add(out, weight(p, name + "/out/b", x.dtype(), loc), loc) : out;
@@ -80,17 +114,20 @@ ArrayDict tp_attention_params(const ArrayDict& mha, const std::string& name) {
   const std::string w = name + "/qkv/w", bias = name + "/qkv/b";
   if (!mha.contains(w)) throw std::invalid_argument("tp_attention_params: no '" + w + "'");
   const Array& qkv = mha[w];
-  if (qkv.rank() != 2 || qkv.shape()[1] % 3 != 0)
-    throw std::invalid_argument(fmt::format("tp_attention_params: '{}' has {} columns, not 3 H dh", w,
-                                            qkv.rank() == 2 ? qkv.shape()[1] : -1));
-  const int64_t c = qkv.shape()[1] / 3;
+  // [D, (H + 2 KV) dh] with H dh = D: D query columns, then (cols - D) / 2 key and value columns.
+  const int64_t d = qkv.rank() == 2 ? qkv.shape()[0] : -1, cols = qkv.rank() == 2 ? qkv.shape()[1] : -1;
+  if (qkv.rank() != 2 || cols <= d || (cols - d) % 2 != 0)
+    throw std::invalid_argument(fmt::format("tp_attention_params: '{}' has {} columns, not (H + 2 KV) dh "
+                                            "with H dh = {} (its rows)", w, cols, d));
+  const int64_t kvc = (cols - d) / 2;
+  const int64_t bounds[] = {0, d, d + kvc, cols};
   ArrayDict out;
   for (size_t i = 0; i < mha.size(); ++i) {
     const std::string& key = mha.name(i);
     if (key == w || key == bias) {
       const char* base = key == w ? "/w" : "/b";
       const char* parts[] = {"/q", "/k", "/v"};
-      for (int k = 0; k < 3; ++k) out.set(name + parts[k] + base, columns(mha.value(i), k * c, (k + 1) * c));
+      for (int k = 0; k < 3; ++k) out.set(name + parts[k] + base, columns(mha.value(i), bounds[k], bounds[k + 1]));
     } else {
       out.set(key, mha.value(i));
     }

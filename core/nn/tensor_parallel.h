@@ -7,11 +7,16 @@
 //                 that shard_map specs give it: "fc/w" [D, F] split by columns
 //                 ({"", axis}), "fc/b" [F] ({axis}), "proj/w" [F, D] split by rows
 //                 ({axis, ""}), "proj/b" [D] whole (replicated).
-//   tp_attention  heads split over the axis. Parameters "<name>/q/w", "<name>/k/w",
-//                 "<name>/v/w" [D, H dh] split by columns ({"", axis}), their biases [H dh]
-//                 ({axis}), "<name>/out/w" [H dh, D] split by rows ({axis, ""}), "out/b" [D]
-//                 whole. tp_attention_params converts multi_head_attention's parameters
-//                 (core/nn/attention.h) to these names.
+//   tp_swiglu_mlp swiglu_mlp's names: "gate/w", "up/w" [D, F] split by columns ({"", axis}),
+//                 "down/w" [F, D] split by rows ({axis, ""}).
+//   tp_attention  heads split over the axis. Parameters "<name>/q/w" [D, H dh],
+//                 "<name>/k/w", "<name>/v/w" [D, KV dh] split by columns ({"", axis}), their
+//                 biases ({axis}), "<name>/out/w" [H dh, D] split by rows ({axis, ""}),
+//                 "out/b" [D] whole. tp_attention_params converts multi_head_attention's
+//                 parameters (core/nn/attention.h) to these names. With grouped-query
+//                 attention each replica holds KV / n key/value heads and the H / n query
+//                 heads they serve; with rotary positions every replica rotates its heads at
+//                 the same positions 0..T-1.
 //
 // Gradients: tp_copy and tp_reduce are Megatron's f and g. f is the identity forward and a
 // psum of the cotangents backward (x feeds every replica's block); g is the psum forward and the
@@ -39,17 +44,22 @@ Tensor tp_reduce(const Tensor& x, const std::string& axis, Loc loc = Loc::curren
 Tensor tp_gelu_mlp(const Params& p, const std::string& name, const Tensor& x, const std::string& axis,
                    bool tanh_approximation = false, Loc loc = Loc::current());
 
+// x [..., D] -> [..., D]: swiglu_mlp split over `axis` (F a multiple of its size).
+Tensor tp_swiglu_mlp(const Params& p, const std::string& name, const Tensor& x, const std::string& axis,
+                     Loc loc = Loc::current());
+
 // x [B, T, D] -> [B, T, D]: multi_head_attention with o.heads heads in all, heads / n on each of
-// the axis's n replicas (n must divide o.heads; rotary and grouped-query attention are not
-// supported: TraceErrors naming tp_attention).
+// the axis's n replicas, and kv_heads / n key/value heads. n must divide o.heads and the kv
+// heads (o.kv_heads, or o.heads when 0); options that do not fit are TraceErrors naming
+// tp_attention, the heads and the axis.
 Tensor tp_attention(const Params& p, const std::string& name, const Tensor& x, const std::string& axis,
                     const MultiHeadAttentionOptions& o, const Tensor& key_lengths = Tensor(),
                     Loc loc = Loc::current());
 
-// multi_head_attention's parameters under `name` ("qkv/w" [D, 3 H dh] ...), with
-// kv_heads == heads, as tp_attention's ("q/w", "k/w", "v/w" ...; "out/..." unchanged); other
-// entries of `mha` are copied. Throws std::invalid_argument when "<name>/qkv/w" is missing or
-// its columns are not a multiple of 3.
+// multi_head_attention's parameters under `name` ("qkv/w" [D, (H + 2 KV) dh] ...) as
+// tp_attention's ("q/w" [D, D], "k/w" and "v/w" [D, KV dh], the biases alike; "out/..."
+// unchanged); other entries of `mha` are copied. H dh is D, qkv/w's rows. Throws
+// std::invalid_argument when "<name>/qkv/w" is missing or its columns are not D + 2 KV dh.
 ArrayDict tp_attention_params(const ArrayDict& mha, const std::string& name);
 
 }  // namespace fjit

@@ -310,6 +310,7 @@ StepResult JitCore::run(const CompiledEntry& entry, const FlatArgs& args, std::s
     sc.mode = entry.mode;
     sc.axis_names = options_.axis_names;
     sc.num_replicas = options_.num_replicas;
+    sc.axis_sizes = options_.axis_sizes;
     sc.raised_kinds = &result.raised_kinds;
     result.skipped = step_check_handler()(sc);
     if (result.skipped) {

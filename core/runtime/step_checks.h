@@ -52,6 +52,9 @@ struct StepChecks {
   CheckMode mode = CheckMode::user;
   std::span<const std::string> axis_names;
   int num_replicas = 1;
+  // The size of each of axis_names on a mesh with named axes (shard_map); empty: each axis
+  // spans num_replicas (pmap).
+  std::span<const int> axis_sizes;
   // Out: the handler sets bit k when a check of CheckKind k raised on any replica (the same
   // bits on every replica of `comm`). Null: not wanted.
   uint64_t* raised_kinds = nullptr;

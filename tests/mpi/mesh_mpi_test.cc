@@ -2,10 +2,12 @@
 // ranks: shard_map's collectives over each axis, the Megatron MLP's gradients and a few
 // training steps of the tensor-parallel transformer block give the same bits as the same
 // grid of thread replicas (which tests/shard_map_test.cc checks against host loops, the
-// unsplit layers and 4-way data parallelism).
+// unsplit layers and 4-way data parallelism), and so does the language model's training,
+// which also gives data parallelism's losses.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include <cmath>
 #include <vector>
 
 #include "fjit.h"
@@ -111,6 +113,56 @@ TEST(MeshMpi, TensorParallelBlockTrainingMatchesThreadReplicas) {
       pt = std::move(pt2);
     }
     for (const auto& kv : pt) expect_same_bits(pm[kv.first], kv.second, kv.first.c_str());
+  }
+}
+
+// The language model (Llama's style, grouped-query, and GPT's) trained on each grid whose model
+// axis divides its kv heads: the same bits as the same grid of thread replicas, and the losses
+// of data parallelism over all the ranks (thread replicas, pmap) within 1e-5 relative.
+TEST(MeshMpi, LanguageModelTrainingMatchesThreadReplicasAndDataParallelism) {
+  DecoderConfig llama;
+  llama.vocab = 32;
+  llama.context = 4;
+  llama.dim = 24;
+  llama.layers = 1;
+  llama.heads = 12;
+  llama.kv_heads = 6;
+  llama.mlp_hidden = 24;
+  llama.rotary = true;
+  llama.norm = TransformerBlockOptions::Norm::kRmsNorm;
+  llama.mlp = TransformerBlockOptions::Mlp::kSwiglu;
+  llama.attention_bias = false;
+  llama.tied_embeddings = false;
+  DecoderConfig gpt = llama;
+  gpt.rotary = false;
+  gpt.norm = TransformerBlockOptions::Norm::kLayerNorm;
+  gpt.mlp = TransformerBlockOptions::Mlp::kGelu;
+  gpt.attention_bias = true;
+  gpt.tied_embeddings = true;
+  gpt.kv_heads = 0;
+  const Array ids = testing::token_ids(24, 4, 32, 1), labels = testing::token_ids(24, 4, 32, 2);
+  for (const DecoderConfig& c : {llama, gpt}) {
+    ArrayDict p;
+    decoder_params(p, c, 3);
+    auto data_parallel = testing::lm_data_parallel_step(Mesh::threads(world_size()), c, 0.5);
+    for (const auto& axes : grids()) {
+      if ((c.kv_heads > 0 ? c.kv_heads : c.heads) % axes[1].size != 0) continue;  // kv heads over the model axis
+      auto on_mpi = testing::lm_tensor_parallel_step(Mesh::mpi(axes), c, 0.5);
+      auto on_threads = testing::lm_tensor_parallel_step(Mesh::threads(axes), c, 0.5);
+      ArrayDict pm = tp_decoder_params(p, c), pt = pm, pd = p;
+      for (int step = 0; step < 3; ++step) {
+        auto [pm2, lm] = on_mpi(pm, ids, labels);
+        auto [pt2, lt] = on_threads(pt, ids, labels);
+        auto [pd2, ld] = data_parallel(pd, ids, labels);
+        expect_same_bits(lm, lt, "loss");
+        EXPECT_NEAR(lm.item<float>(), ld.item<float>(), 1e-5 * std::abs(ld.item<float>()))
+            << c.describe() << ", step " << step << ", data " << axes[0].size << " x model " << axes[1].size;
+        pm = std::move(pm2);
+        pt = std::move(pt2);
+        pd = std::move(pd2);
+      }
+      for (const auto& kv : pt) expect_same_bits(pm[kv.first], kv.second, kv.first.c_str());
+    }
   }
 }
 

@@ -35,7 +35,8 @@ tsan_tests=(pmap_test replica_pool_test communicator_test checks_replica_test ch
   loss_scale_test lm_verify_test checks_replay_test lm_test finetune_test train_e2e_test train_scalars_test
   zero_rows_test stall_report_test loop_guard_test fpe_checks_test precision_test
   certified_run_test train_checkpoint_guard_test timeline_merge_test packed_epilogue_test
-  sharding_collectives_test zero_test zero_trainer_test vmap_sweep_test shard_map_test tsan_race_canary)
+  sharding_collectives_test zero_test zero_trainer_test vmap_sweep_test shard_map_test tsan_race_canary
+  tensor_parallel_lm_test)
 
 case $kind in
   address)
