@@ -10,6 +10,7 @@
 #include <cmath>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "parallel/fjit.h"
@@ -76,6 +77,16 @@ ArrayDict dict_point() {
   return p;
 }
 
+// p with element j of entry `name` moved by +h and by -h (central differences).
+std::pair<ArrayDict, ArrayDict> nudged(const ArrayDict& p, const std::string& name, int64_t j, double h) {
+  ArrayDict up = p, down = p;
+  up.set(name, p[name].clone());
+  down.set(name, p[name].clone());
+  up.at(name).data<double>()[j] += h;
+  down.at(name).data<double>()[j] -= h;
+  return {up, down};
+}
+
 // H[a][b] flattened into one TensorDict "<a>/<b>", which jit returns.
 TensorDict flat(const Dict<TensorDict>& j) {
   TensorDict out;
@@ -94,11 +105,7 @@ TEST(JacobianTree, JacobiansOfADictFunctionMatchCentralDifferences) {
   for (const std::string xn : {"a", "b"}) {
     const int64_t n = p[xn].size();
     for (int64_t j = 0; j < n; ++j) {
-      ArrayDict up = p, down = p;
-      up.set(xn, p[xn].clone());
-      down.set(xn, p[xn].clone());
-      up.at(xn).data<double>()[j] += h;
-      down.at(xn).data<double>()[j] -= h;
+      const auto [up, down] = nudged(p, xn, j, h);
       const ArrayDict yu = fwd(up), yd = fwd(down);
       for (const std::string yn : {"u", "v"}) {
         const Array& bf = jf[yn + "/" + xn];
@@ -136,11 +143,7 @@ TEST(JacobianTree, HessianOfADictLossMatchesGradientDifferencesAndIsSymmetric) {
   for (const std::string xn : {"w", "b"}) {
     const int64_t n = p[xn].size();
     for (int64_t j = 0; j < n; ++j) {
-      ArrayDict up = p, down = p;
-      up.set(xn, p[xn].clone());
-      down.set(xn, p[xn].clone());
-      up.at(xn).data<double>()[j] += h;
-      down.at(xn).data<double>()[j] -= h;
+      const auto [up, down] = nudged(p, xn, j, h);
       const ArrayDict gu = g(up), gd = g(down);
       for (const std::string yn : {"w", "b"}) {
         const Array& block = H[yn + "/" + xn];
