@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/serve_steps.h"
 #include "lib/dp_sgd.h"
 #include "lib/mlp_model.h"
 
@@ -82,15 +83,5 @@ int main(int argc, char** argv) {
                 us.back(), wall[wall.size() / 2], us.size());
     std::fflush(stdout);
   };
-  if (!serve) {
-    time_steps(steps);
-    return 0;
-  }
-  char line[64];
-  while (std::fgets(line, sizeof line, stdin)) {
-    const int n = std::atoi(line);
-    if (n < 1) break;
-    time_steps(n);
-  }
-  return 0;
+  return run_or_serve(serve, steps, time_steps);
 }

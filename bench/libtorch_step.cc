@@ -22,6 +22,7 @@
 // parameters and the batch fjit wrote to the file, turns dropout off and prints the losses
 // of the first three steps ("LOSSES <l1> <l2> <l3>").
 #include "bench/libtorch_models.h"
+#include "bench/serve_steps.h"
 
 #include <torch/version.h>
 
@@ -207,15 +208,5 @@ int main(int argc, char** argv) {
                 at::get_num_threads(), model.c_str(), us.size(), loss.item<double>());
     std::fflush(stdout);
   };
-  if (!serve) {
-    time_steps(steps);
-    return 0;
-  }
-  char line[64];
-  while (std::fgets(line, sizeof line, stdin)) {
-    const int n = std::atoi(line);
-    if (n < 1) break;
-    time_steps(n);
-  }
-  return 0;
+  return run_or_serve(serve, steps, time_steps);
 }

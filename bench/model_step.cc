@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "bench/array_file.h"
+#include "bench/serve_steps.h"
 #include "examples/lib/mlp_model.h"
 #include "parallel/fjit.h"
 
@@ -161,15 +162,5 @@ int main(int argc, char** argv) {
                 std::get<2>(out[done % 2]).item<double>());
     std::fflush(stdout);
   };
-  if (!serve) {
-    time_steps(steps);
-    return 0;
-  }
-  char line[64];
-  while (std::fgets(line, sizeof line, stdin)) {
-    const int n = std::atoi(line);
-    if (n < 1) break;
-    time_steps(n);
-  }
-  return 0;
+  return run_or_serve(serve, steps, time_steps);
 }
