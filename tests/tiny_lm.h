@@ -7,9 +7,13 @@
 #include <fstream>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include <gtest/gtest.h>
+
 #include "parallel/lm/lm_options.h"
+#include "parallel/lm/lm_verify.h"
 
 namespace fjit::testing {
 
@@ -51,6 +55,20 @@ inline lm::LmOptions tiny_train_lm_options(const std::filesystem::path& dir, int
   if (!parsed.error.empty()) throw std::logic_error("tiny_train_lm_options: " + parsed.error);
   parsed.options.command_line.assign(args.begin() + 1, args.end());
   return parsed.options;
+}
+
+// Of a tiny run whose gradient flipped at step 3 (training::testing::gradient_flip), with
+// checkpoints at steps 2, 4 and 6: each interval rebuilt from its checkpoint's recorded
+// command line, the first found diverging at step 3, the second bit-identical.
+inline void expect_flip_found_in_first_interval(const std::vector<std::pair<int64_t, std::string>>& ckpts) {
+  const training::VerifyResult bad =
+      lm::verify_lm_interval(ckpts[0].second, ckpts[1].second, lm::lm_trainer_factory_of(ckpts[0].second));
+  EXPECT_FALSE(bad.identical);
+  EXPECT_EQ(bad.first_diverging_step, 3) << bad.summary;
+  EXPECT_FALSE(bad.first_diverging_tensor.empty()) << bad.summary;
+  const training::VerifyResult next =
+      lm::verify_lm_interval(ckpts[1].second, ckpts[2].second, lm::lm_trainer_factory_of(ckpts[1].second));
+  EXPECT_TRUE(next.identical) << next.summary;
 }
 
 }  // namespace fjit::testing
