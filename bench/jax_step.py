@@ -22,24 +22,24 @@ autocast to bf16, their users' way: f32 parameters, gradients and optimizer; aut
 attention's products in bf16, which fjit's policy and JAX's here keep in f32.
 
 fjit and LibTorch run as long-lived workers (--serve, bench/step_rounds.py) with one core, a
-fresh process per round with two (idle workers' OpenMP threads would spin), JAX in this
-process. Each side gets enough steps to fill --min-time seconds, and the rounds run the sides
-in alternating order (fjit, JAX, LibTorch; then LibTorch, JAX, fjit; ...); a round's ratio is
+fresh process per round with two (idle workers' OpenMP threads would spin), JAX and PyTorch
+in this process. Each side gets enough steps to fill --min-time seconds, and the rounds run the sides
+in alternating order (fjit, JAX, LibTorch, PyTorch; then PyTorch, LibTorch, JAX, fjit; ...); a round's ratio is
 fjit's median step time over the other's, and the result is the median and the range of the
 per-round ratios (below 1: fjit is faster). Before timing, each LibTorch step is checked
 against fjit's: both start from fjit's initial parameters and batch (model_step --check writes
 them, libtorch_step --check loads them), dropout off, and the losses of their first three
 steps are printed side by side (a "RESULT loss check" line; in bf16, both in bf16).
 
-Both sides get the same cores: `--threads 1` pins this process and its workers to CPU 0 with
+All sides get the same cores: `--threads 1` pins this process and its workers to CPU 0 with
 one intra-op thread each (FJIT_INTRA_OP_THREADS=1; XLA with --xla_cpu_multi_thread_eigen=false
-and intra_op_parallelism_threads=1; at::set_num_threads(1)), `--threads 2` to CPUs 0-1 with
-two. Step time is CPU time with one core (this process's for JAX, the stepping thread's for
+and intra_op_parallelism_threads=1; at::set_num_threads(1), torch.set_num_threads(1)), `--threads 2` to CPUs 0-1 with
+two. Step time is CPU time with one core (this process's for JAX and PyTorch, the stepping thread's for
 fjit and LibTorch: all count only the step's work) and wall time with two (CPU time would
 count the other threads of some sides and not of others).
 
-Prints `RESULT <name> | <value> | <note>` lines (bench/run_all.sh collects them). When neither
-jax nor libtorch_step is there it says so and exits 0: the comparison is optional
+Prints `RESULT <name> | <value> | <note>` lines (bench/run_all.sh collects them). When none of
+jax, libtorch_step and torch is there it says so and exits 0: the comparison is optional
 (python3 -m venv .venv && .venv/bin/pip install "jax[cpu]" torch; then configure with
 -DFJIT_LIBTORCH_DIR=$(.venv/bin/python -c "import torch, os; print(os.path.dirname(torch.__file__))")).
 """

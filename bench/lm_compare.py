@@ -3,7 +3,7 @@
 
     python3 bench/lm_compare.py [--build build] [--rounds 5] [--steps 3] [--threads 1|2]
                                 [--frameworks jax,torch] [--decode-tokens 64] [--small]
-                                [--compute-dtype f32|bf16]
+                                [--compute-dtype f32|bf16] [--losses N]
 
 The model is train_lm's (core/nn/decoder.h): a GPT-style decoder, 6 layers, d 384, 6 heads,
 context 256, vocab 256, learned positions, pre-norm layer norm, exact GELU MLP of width 4d,
@@ -21,7 +21,9 @@ of fjit's lm_step --compute-dtype bf16 (core/nn/precision.h): JAX with bf16 oper
 dense products and the tied head (preferred_element_type f32), attention, norms, loss, parameters
 and AdamW in f32, as bench/jax_step.py's bf16 mode; PyTorch with the forward under
 torch.autocast("cpu", torch.bfloat16) (which also runs attention in bf16), the loss in f32.
-Decode steps stay f32 on every side.
+Decode steps stay f32 on every side. --losses N prints the losses of each framework's first N
+training steps (from the same initial parameters: "LOSSES <framework> <dtype> <l1> ...") and
+exits, to compare the bf16 runs with the f32 ones.
 
 Each round times fjit, then each framework, `--steps` steps each after warm-up, and the ratio
 of the medians is the round's figure; printed is the median ratio with its range over the
@@ -57,6 +59,7 @@ def parse():
     ap.add_argument("--small", action="store_true", help="a 2-layer d 128 model (a quick check)")
     ap.add_argument("--compute-dtype", default="f32", choices=["f32", "bf16"],
                     help="bf16: the training steps' products on bf16 operands with f32 results")
+    ap.add_argument("--losses", type=int, default=0, help="print each framework's first N losses and exit")
     return ap.parse_args()
 
 
@@ -172,7 +175,7 @@ class JaxSide:
         self.params = {k: jnp.asarray(v) for k, v in init_numpy(np).items()}
         self.version = jax.__version__
 
-    def train(self, steps, clock):
+    def train(self, steps, clock, losses=None):
         p, s, x, y = self.args
         out = []
         for _ in range(steps):
@@ -180,6 +183,8 @@ class JaxSide:
             p, s, loss = self.step(p, s, x, y)
             loss.block_until_ready()
             out.append((clock() - t0) * 1e6)
+            if losses is not None:
+                losses.append(float(loss))
         self.args[0], self.args[1] = p, s
         return statistics.median(out)
 
@@ -229,7 +234,7 @@ class TorchSide:
             x = self.block(i, x, attend)
         return self.F.layer_norm(x, (D,), self.p["lnf.g"], self.p["lnf.b"]) @ self.p["tok"].T
 
-    def train(self, steps, clock):
+    def train(self, steps, clock, losses=None):
         torch, out = self.torch, []
         for _ in range(steps):
             t0 = clock()
@@ -241,6 +246,8 @@ class TorchSide:
             torch.nn.utils.clip_grad_norm_(list(self.p.values()), 1.0)
             self.opt.step()
             out.append((clock() - t0) * 1e6)
+            if losses is not None:
+                losses.append(loss.item())
         return statistics.median(out)
 
     def generate(self, tokens, clock):
@@ -293,6 +300,12 @@ def main():
     print(f"decoder {L} layers d {D} heads {H} context {T} batch {B}, training in {a.compute_dtype}, "
           f"{a.threads} core(s), {a.rounds} "
           f"rounds of {a.steps} steps; " + ", ".join(f"{s.name} {s.version}" for s in sides))
+    if a.losses > 0:
+        for s in sides:
+            losses = []
+            s.train(a.losses, clock, losses)
+            print(f"LOSSES {s.name} {a.compute_dtype} " + " ".join(f"{v:.6f}" for v in losses))
+        return 0
     for s in sides:
         s.train(2, clock)  # compile and warm up
         s.generate(4, clock)
