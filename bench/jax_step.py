@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
-"""fjit beside JAX (CPU) and LibTorch (C++) on the same training steps: interleaved ratios.
+"""fjit beside JAX (CPU), LibTorch (C++) and PyTorch eager on the same training steps: interleaved ratios.
 
     python3 bench/jax_step.py [--build build] [--rounds 7] [--min-time 1.0] [--threads 1]
                               [--models mlp-sgd,mlp-adam,mlp-small,cnn,vit,lm]
-                              [--frameworks jax,libtorch] [--compute-dtype f32|bf16]
+                              [--frameworks jax,libtorch,torch] [--compute-dtype f32|bf16]
 
 The models, batches and optimizers are those of bench/model_step.cc (fjit's side): the MLPs
 784-512-512-10 (batch 128; SGD lr 0.01, and Adam) and 64-128-10 (batch 64, SGD), and the CNN
@@ -11,32 +11,35 @@ and ViT of examples/lib/models.h (batch 128, AdamW, dropout, u8 pixels cast insi
 written here in JAX with the same layers, shapes and dtypes; and the language model's step of
 bench/lm_step.cc ("lm": decoder 6 layers d 384, batch 8 x 256, clipping, AdamW), JAX's being
 bench/lm_compare.py's. LibTorch's side is bench/libtorch_step.cc, built only when CMake was
-given a LibTorch (bench/libtorch.cmake); without it, or without jax, that column is skipped.
+given a LibTorch (bench/libtorch.cmake); PyTorch eager's is bench/torch_side.py (the same
+models in Python). Without libtorch_step, jax or torch, that column is skipped.
 
 --compute-dtype bf16 runs fjit's steps with --compute-dtype bf16 (the layers' bf16 policy) and
 JAX's with the same policy written out: bf16 operands into the dense and convolution products
-(preferred_element_type f32), f32 parameters and optimizer state; LibTorch and JAX's LM step
-have no bf16 mode here (skipped, said so).
+(preferred_element_type f32), f32 parameters and optimizer state (the LM: bench/lm_compare.py's
+bf16 mode). LibTorch (libtorch_step --compute-dtype bf16) and PyTorch run the forward under CPU
+autocast to bf16, their users' way: f32 parameters, gradients and optimizer; autocast also puts
+attention's products in bf16, which fjit's policy and JAX's here keep in f32.
 
 fjit and LibTorch run as long-lived workers (--serve, bench/step_rounds.py) with one core, a
-fresh process per round with two (idle workers' OpenMP threads would spin), JAX in this
-process. Each side gets enough steps to fill --min-time seconds, and the rounds run the sides
-in alternating order (fjit, JAX, LibTorch; then LibTorch, JAX, fjit; ...); a round's ratio is
+fresh process per round with two (idle workers' OpenMP threads would spin), JAX and PyTorch
+in this process. Each side gets enough steps to fill --min-time seconds, and the rounds run the sides
+in alternating order (fjit, JAX, LibTorch, PyTorch; then PyTorch, LibTorch, JAX, fjit; ...); a round's ratio is
 fjit's median step time over the other's, and the result is the median and the range of the
 per-round ratios (below 1: fjit is faster). Before timing, each LibTorch step is checked
 against fjit's: both start from fjit's initial parameters and batch (model_step --check writes
 them, libtorch_step --check loads them), dropout off, and the losses of their first three
-steps are printed side by side (a "RESULT loss check" line).
+steps are printed side by side (a "RESULT loss check" line; in bf16, both in bf16).
 
-Both sides get the same cores: `--threads 1` pins this process and its workers to CPU 0 with
+All sides get the same cores: `--threads 1` pins this process and its workers to CPU 0 with
 one intra-op thread each (FJIT_INTRA_OP_THREADS=1; XLA with --xla_cpu_multi_thread_eigen=false
-and intra_op_parallelism_threads=1; at::set_num_threads(1)), `--threads 2` to CPUs 0-1 with
-two. Step time is CPU time with one core (this process's for JAX, the stepping thread's for
+and intra_op_parallelism_threads=1; at::set_num_threads(1), torch.set_num_threads(1)), `--threads 2` to CPUs 0-1 with
+two. Step time is CPU time with one core (this process's for JAX and PyTorch, the stepping thread's for
 fjit and LibTorch: all count only the step's work) and wall time with two (CPU time would
 count the other threads of some sides and not of others).
 
-Prints `RESULT <name> | <value> | <note>` lines (bench/run_all.sh collects them). When neither
-jax nor libtorch_step is there it says so and exits 0: the comparison is optional
+Prints `RESULT <name> | <value> | <note>` lines (bench/run_all.sh collects them). When none of
+jax, libtorch_step and torch is there it says so and exits 0: the comparison is optional
 (python3 -m venv .venv && .venv/bin/pip install "jax[cpu]" torch; then configure with
 -DFJIT_LIBTORCH_DIR=$(.venv/bin/python -c "import torch, os; print(os.path.dirname(torch.__file__))")).
 """
@@ -63,7 +66,7 @@ def parse():
     ap.add_argument("--min-time", type=float, default=1.0, help="seconds of steps per side and round")
     ap.add_argument("--threads", type=int, default=1, choices=[1, 2])
     ap.add_argument("--models", default=",".join(MODELS))
-    ap.add_argument("--frameworks", default="jax,libtorch")
+    ap.add_argument("--frameworks", default="jax,libtorch,torch")
     ap.add_argument("--compute-dtype", default="f32", choices=["f32", "bf16"],
                     help="bf16: products on bf16 operands with f32 results, f32 parameters")
     return ap.parse_args()
@@ -235,12 +238,9 @@ def jax_side(name, bf16=False):
     except ImportError as e:
         print(f"jax_step: JAX is not installed ({e}); its column is skipped")
         return None
-    if name == "lm" and bf16:
-        print("jax_step: JAX's language-model step (bench/lm_compare.py) has no bf16 mode; its column is skipped")
-        return None
     if name == "lm":
         import lm_compare
-        lm = lm_compare.JaxSide()
+        lm = lm_compare.JaxSide(bf16)
         return step_rounds.InProcess("JAX", lambda n, wall: lm.train(n, time.perf_counter if wall else time.process_time))
     step, args = make_step(jax, jnp, np, name, bf16)
     return step_rounds.InProcess("JAX", lambda n, wall: time_jax(step, args, n, wall=wall))
@@ -253,18 +253,29 @@ def fjit_argv(build, name, dtype="f32"):
             "--compute-dtype", dtype]
 
 
-def check_losses(build, name, libtorch):
+def torch_side(name, threads, bf16):
+    """PyTorch eager's step for `name` (bench/torch_side.py), or None when torch cannot be imported."""
+    try:
+        import torch_side as ts
+        fn, version = ts.torch_side(name, threads, bf16)
+    except ImportError as e:
+        print(f"jax_step: PyTorch is not installed ({e}); its column is skipped")
+        return None
+    return step_rounds.InProcess("PyTorch", fn), version
+
+
+def check_losses(build, name, libtorch, dtype):
     """Both steps from fjit's initial parameters and batch, dropout off: their first losses."""
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "start.bin")
         out, version = [], ""
-        for argv in (fjit_argv(build, name), [libtorch, "--model", name]):
+        for argv in (fjit_argv(build, name, dtype), [libtorch, "--model", name, "--compute-dtype", dtype]):
             r = subprocess.run(argv + ["--check", path], capture_output=True, text=True, check=True)
             line = next(l for l in r.stdout.splitlines() if l.startswith("LOSSES"))
             out.append([float(v) for v in line.split()[1:4]])
             version = line[line.find("(LibTorch") + 1:].split(",")[0] if "(LibTorch" in line else version
     diff = max(abs(a - b) / abs(a) for a, b in zip(*out))
-    print(f"RESULT loss check fjit vs LibTorch, {TITLES[name]} | {diff:.1e} relative | first three losses "
+    print(f"RESULT loss check fjit vs LibTorch, {TITLES[name]}{' bf16' if dtype == 'bf16' else ''} | {diff:.1e} relative | first three losses "
           f"from fjit's start, dropout off: fjit {' '.join(f'{v:.6f}' for v in out[0])}, "
           f"{version} {' '.join(f'{v:.6f}' for v in out[1])}")
 
@@ -280,31 +291,34 @@ def main():
         frameworks.remove("libtorch")
     wall = a.threads > 1
     bf16 = a.compute_dtype == "bf16"
-    if bf16 and "libtorch" in frameworks:
-        print("jax_step: bench/libtorch_step has no bf16 mode yet; the LibTorch column is skipped")
-        frameworks.remove("libtorch")
     print(f"{a.threads} core(s), {a.rounds} rounds, at least {a.min_time} s of steps per side and round; "
           f"frameworks: {', '.join(frameworks) or 'none'}; compute dtype {a.compute_dtype}")
     for name in a.models.split(","):
         if "libtorch" in frameworks:
-            check_losses(a.build, name, libtorch)
+            check_losses(a.build, name, libtorch, a.compute_dtype)
         fresh = a.threads > 1  # step_rounds.Worker: idle workers' threads would spin
         sides = [step_rounds.Worker("fjit", fjit_argv(a.build, name, a.compute_dtype), fresh)]
         if "jax" in frameworks:
             side = jax_side(name, bf16)
             if side is None:
-                if not (name == "lm" and bf16):
-                    frameworks.remove("jax")
+                frameworks.remove("jax")
             else:
                 sides.append(side)
         if "libtorch" in frameworks:
             sides.append(step_rounds.Worker("LibTorch", [libtorch, "--model", name, "--warmup", "1",
-                                                         "--threads", str(a.threads)], fresh))
+                                                         "--threads", str(a.threads), "--compute-dtype",
+                                                         a.compute_dtype], fresh))
+        if "torch" in frameworks:
+            side = torch_side(name, a.threads, bf16)
+            if side is None:
+                frameworks.remove("torch")
+            else:
+                sides.append(side[0])
+                if name == a.models.split(",")[0]:
+                    print(f"PyTorch {side[1]}")
         if len(sides) == 1:
             sides[0].close()
-            if frameworks:  # only this model has no peer (JAX's LM in bf16)
-                continue
-            print("jax_step: neither JAX nor LibTorch is there to compare with; skipped")
+            print("jax_step: neither JAX, LibTorch nor PyTorch is there to compare with; skipped")
             return 0
         try:
             times, steps = step_rounds.interleaved(sides, a.rounds, a.min_time, wall)

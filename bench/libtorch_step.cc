@@ -5,6 +5,7 @@
 //   build/bench/libtorch_step --model cnn --steps 30 [--threads 1]   # one STEP_US line
 //   build/bench/libtorch_step --model cnn --serve                    # step counts from stdin
 //   build/bench/libtorch_step --model cnn --check F.bin              # from model_step's F.bin
+//   build/bench/libtorch_step --model lm --compute-dtype bf16        # the forward under autocast
 //
 // Models (bench/libtorch_models.h), with model_step's batches and optimizers:
 //   mlp-sgd   MLP 784-512-512-10, batch 128, torch::optim::SGD lr 0.01
@@ -21,9 +22,14 @@
 // --check are model_step's: each stdin line a number of steps to time; --check loads the
 // parameters and the batch fjit wrote to the file, turns dropout off and prints the losses
 // of the first three steps ("LOSSES <l1> <l2> <l3>").
+// --compute-dtype bf16 runs each forward pass under CPU autocast to bf16 (AutocastCpu below, what
+// torch.autocast("cpu", torch.bfloat16) does in Python, as bench/pytorch_step.py uses it): the
+// products (linear, matmul, convolutions, scaled_dot_product_attention) on bf16 operands, the
+// parameters, their gradients and the optimizer state f32; the loss is taken in f32 outside it.
 #include "bench/libtorch_models.h"
 #include "bench/serve_steps.h"
 
+#include <ATen/autocast_mode.h>
 #include <torch/version.h>
 
 #include <algorithm>
@@ -76,6 +82,33 @@ Named read_array_file(const std::string& path) {
   return out;
 }
 
+// torch.autocast("cpu", dtype=torch.bfloat16) as a scope: autocast on for CPU with bf16 as its
+// lower precision while it lives; leaving the outermost one drops the cache of cast weights
+// (the weights change at every step), as Python's autocast.__exit__ does.
+class AutocastCpu {
+ public:
+  explicit AutocastCpu(bool on) : on_(on) {
+    if (!on_) return;
+    was_enabled_ = at::autocast::is_autocast_enabled(at::kCPU);
+    was_dtype_ = at::autocast::get_autocast_dtype(at::kCPU);
+    at::autocast::set_autocast_dtype(at::kCPU, at::kBFloat16);
+    at::autocast::set_autocast_enabled(at::kCPU, true);
+    at::autocast::increment_nesting();
+  }
+  ~AutocastCpu() {
+    if (!on_) return;
+    if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
+    at::autocast::set_autocast_enabled(at::kCPU, was_enabled_);
+    at::autocast::set_autocast_dtype(at::kCPU, was_dtype_);
+  }
+  AutocastCpu(const AutocastCpu&) = delete;
+  AutocastCpu& operator=(const AutocastCpu&) = delete;
+
+ private:
+  bool on_, was_enabled_ = false;
+  at::ScalarType was_dtype_ = at::kBFloat16;
+};
+
 // One model's step: its module, its batch, its optimizer.
 struct Step {
   std::shared_ptr<torch::nn::Module> module;
@@ -83,11 +116,16 @@ struct Step {
   torch::Tensor x, y;  // y i64, flattened
   std::unique_ptr<torch::optim::Optimizer> opt;
   double clip = 0;
+  bool bf16 = false;  // the forward under AutocastCpu
 
   torch::Tensor run() {
     opt->zero_grad();
-    torch::Tensor logits = forward(x);
-    torch::Tensor loss = torch::nn::functional::cross_entropy(logits.view({y.size(0), -1}), y);
+    torch::Tensor logits;
+    {
+      AutocastCpu autocast(bf16);
+      logits = forward(x);
+    }
+    torch::Tensor loss = torch::nn::functional::cross_entropy(logits.to(torch::kFloat).view({y.size(0), -1}), y);
     loss.backward();
     if (clip > 0) torch::nn::utils::clip_grad_norm_(module->parameters(), clip);
     opt->step();
@@ -158,7 +196,7 @@ bool make_step(const std::string& model, const Named& check, Step* s) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string model = "cnn", check_file;
+  std::string model = "cnn", check_file, dtype = "f32";
   int steps = 30, warmup = 5, threads = 1;
   bool serve = false;
   for (int i = 1; i < argc; ++i) {
@@ -169,6 +207,7 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--warmup")) warmup = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--threads")) threads = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--check")) check_file = argv[++i];
+    else if (!std::strcmp(argv[i], "--compute-dtype")) dtype = argv[++i];
     else steps = 0;
   }
   at::set_num_threads(std::max(1, threads));
@@ -177,19 +216,20 @@ int main(int argc, char** argv) {
   Step s;
   try {
     const Named check = check_file.empty() ? Named{} : read_array_file(check_file);
-    if (steps < 1 || !make_step(model, check, &s)) {
+    if (steps < 1 || (dtype != "f32" && dtype != "bf16") || !make_step(model, check, &s)) {
       std::fprintf(stderr, "usage: %s --model mlp-sgd|mlp-adam|mlp-small|cnn|vit|lm [--steps N] "
-                           "[--warmup N] [--threads N] [--serve] [--check FILE]\n", argv[0]);
+                           "[--warmup N] [--threads N] [--serve] [--check FILE] [--compute-dtype f32|bf16]\n", argv[0]);
       return 2;
     }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "%s\n", e.what());
     return 1;
   }
+  s.bf16 = dtype == "bf16";
   if (!check_file.empty()) {
     std::printf("LOSSES");
     for (int i = 0; i < 3; ++i) std::printf(" %.6f", s.run().item<double>());
-    std::printf("  (LibTorch %s, %s, dropout off)\n", TORCH_VERSION, model.c_str());
+    std::printf("  (LibTorch %s, %s, %s, dropout off)\n", TORCH_VERSION, model.c_str(), dtype.c_str());
     return 0;
   }
   torch::Tensor loss = s.run();
@@ -203,9 +243,9 @@ int main(int argc, char** argv) {
     }
     std::sort(us.begin(), us.end());
     std::sort(wall.begin(), wall.end());
-    std::printf("STEP_US %.1f %.1f %.1f WALL_US %.1f  (LibTorch %s, %d thread(s), %s, %zu steps, loss %.4f)\n",
+    std::printf("STEP_US %.1f %.1f %.1f WALL_US %.1f  (LibTorch %s, %d thread(s), %s %s, %zu steps, loss %.4f)\n",
                 us[us.size() / 2], us.front(), us.back(), wall[wall.size() / 2], TORCH_VERSION,
-                at::get_num_threads(), model.c_str(), us.size(), loss.item<double>());
+                at::get_num_threads(), model.c_str(), dtype.c_str(), us.size(), loss.item<double>());
     std::fflush(stdout);
   };
   return run_or_serve(serve, steps, time_steps);

@@ -3,6 +3,7 @@
 
     python3 bench/lm_compare.py [--build build] [--rounds 5] [--steps 3] [--threads 1|2]
                                 [--frameworks jax,torch] [--decode-tokens 64] [--small]
+                                [--compute-dtype f32|bf16] [--losses N]
 
 The model is train_lm's (core/nn/decoder.h): a GPT-style decoder, 6 layers, d 384, 6 heads,
 context 256, vocab 256, learned positions, pre-norm layer norm, exact GELU MLP of width 4d,
@@ -14,6 +15,15 @@ jax.nn.dot_product_attention; PyTorch eager with nn.Module, F.scaled_dot_product
 batch 1 with a KV cache (temperature 0.8, top-k 40): JAX as one jitted step of fixed shape
 (the cache updated with dynamic_update_slice), PyTorch eager under no_grad with a cache that
 grows. fjit's half is bench/lm_step (started once per round).
+
+--compute-dtype bf16 times the training steps in bf16 compute with f32 accumulation, the policy
+of fjit's lm_step --compute-dtype bf16 (core/nn/precision.h): JAX with bf16 operands into the
+dense products and the tied head (preferred_element_type f32), attention, norms, loss, parameters
+and AdamW in f32, as bench/jax_step.py's bf16 mode; PyTorch with the forward under
+torch.autocast("cpu", torch.bfloat16) (which also runs attention in bf16), the loss in f32.
+Decode steps stay f32 on every side. --losses N prints the losses of each framework's first N
+training steps (from the same initial parameters: "LOSSES <framework> <dtype> <l1> ...") and
+exits, to compare the bf16 runs with the f32 ones.
 
 Each round times fjit, then each framework, `--steps` steps each after warm-up, and the ratio
 of the medians is the round's figure; printed is the median ratio with its range over the
@@ -47,6 +57,9 @@ def parse():
     ap.add_argument("--frameworks", default="jax,torch")
     ap.add_argument("--decode-tokens", type=int, default=64)
     ap.add_argument("--small", action="store_true", help="a 2-layer d 128 model (a quick check)")
+    ap.add_argument("--compute-dtype", default="f32", choices=["f32", "bf16"],
+                    help="bf16: the training steps' products on bf16 operands with f32 results")
+    ap.add_argument("--losses", type=int, default=0, help="print each framework's first N losses and exit")
     return ap.parse_args()
 
 
@@ -72,7 +85,12 @@ def batch_numpy(np):
 
 
 # ---------------------------------------------------------------- JAX
-def jax_model(jax, jnp):
+def jax_model(jax, jnp, bf16=False):
+    def mm(x, w):  # a dense product; under bf16, bf16 operands and an f32 result
+        if not bf16:
+            return x @ w
+        return jnp.matmul(x.astype(jnp.bfloat16), w.astype(jnp.bfloat16), preferred_element_type=jnp.float32)
+
     def ln(x, g, b):
         m = jnp.mean(x, -1, keepdims=True)
         v = jnp.mean(jnp.square(x - m), -1, keepdims=True)
@@ -80,10 +98,10 @@ def jax_model(jax, jnp):
 
     def block(p, i, x, attend):
         h = ln(x, p[f"{i}.ln1.g"], p[f"{i}.ln1.b"])
-        qkv = h @ p[f"{i}.qkv.w"] + p[f"{i}.qkv.b"]
-        x = x + attend(qkv) @ p[f"{i}.out.w"] + p[f"{i}.out.b"]
+        qkv = mm(h, p[f"{i}.qkv.w"]) + p[f"{i}.qkv.b"]
+        x = x + mm(attend(qkv), p[f"{i}.out.w"]) + p[f"{i}.out.b"]
         h = ln(x, p[f"{i}.ln2.g"], p[f"{i}.ln2.b"])
-        return x + jax.nn.gelu(h @ p[f"{i}.fc.w"] + p[f"{i}.fc.b"], approximate=False) @ p[f"{i}.proj.w"] + p[f"{i}.proj.b"]
+        return x + mm(jax.nn.gelu(mm(h, p[f"{i}.fc.w"]) + p[f"{i}.fc.b"], approximate=False), p[f"{i}.proj.w"]) + p[f"{i}.proj.b"]
 
     def logits(p, ids):
         b, t = ids.shape
@@ -95,7 +113,7 @@ def jax_model(jax, jnp):
             return o.reshape(b, t, D)
         for i in range(L):
             x = block(p, i, x, attend)
-        return ln(x, p["lnf.g"], p["lnf.b"]) @ p["tok"].T
+        return mm(ln(x, p["lnf.g"], p["lnf.b"]), p["tok"].T)
 
     def loss_fn(p, x, y):
         logp = jax.nn.log_softmax(logits(p, x))
@@ -141,12 +159,13 @@ def jax_model(jax, jnp):
 class JaxSide:
     name = "JAX"
 
-    def __init__(self):
+    def __init__(self, bf16=False):
         import jax
         import jax.numpy as jnp
         import numpy as np
         self.jax, self.jnp = jax, jnp
-        step, decode = jax_model(jax, jnp)
+        step, _ = jax_model(jax, jnp, bf16)
+        _, decode = jax_model(jax, jnp)
         p = {k: jnp.asarray(v) for k, v in init_numpy(np).items()}
         s = {"t": jnp.zeros((), jnp.float32), "m": jax.tree_util.tree_map(jnp.zeros_like, p),
              "v": jax.tree_util.tree_map(jnp.zeros_like, p)}
@@ -156,7 +175,7 @@ class JaxSide:
         self.params = {k: jnp.asarray(v) for k, v in init_numpy(np).items()}
         self.version = jax.__version__
 
-    def train(self, steps, clock):
+    def train(self, steps, clock, losses=None):
         p, s, x, y = self.args
         out = []
         for _ in range(steps):
@@ -164,6 +183,8 @@ class JaxSide:
             p, s, loss = self.step(p, s, x, y)
             loss.block_until_ready()
             out.append((clock() - t0) * 1e6)
+            if losses is not None:
+                losses.append(float(loss))
         self.args[0], self.args[1] = p, s
         return statistics.median(out)
 
@@ -183,11 +204,12 @@ class JaxSide:
 class TorchSide:
     name = "PyTorch eager"
 
-    def __init__(self, threads):
+    def __init__(self, threads, bf16=False):
         import numpy as np
         import torch
         import torch.nn.functional as F
         torch.set_num_threads(threads)
+        self.bf16 = bf16
         self.torch, self.F = torch, F
         self.p = {k: torch.tensor(v, requires_grad=True) for k, v in init_numpy(np).items()}
         self.opt = torch.optim.AdamW(list(self.p.values()), lr=1e-3, betas=(0.9, 0.95), weight_decay=0.1)
@@ -212,16 +234,20 @@ class TorchSide:
             x = self.block(i, x, attend)
         return self.F.layer_norm(x, (D,), self.p["lnf.g"], self.p["lnf.b"]) @ self.p["tok"].T
 
-    def train(self, steps, clock):
+    def train(self, steps, clock, losses=None):
         torch, out = self.torch, []
         for _ in range(steps):
             t0 = clock()
             self.opt.zero_grad(set_to_none=True)
-            loss = self.F.cross_entropy(self.logits(self.x).reshape(-1, V), self.y.reshape(-1))
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.bf16):
+                logits = self.logits(self.x)
+            loss = self.F.cross_entropy(logits.float().reshape(-1, V), self.y.reshape(-1))
             loss.backward()
             torch.nn.utils.clip_grad_norm_(list(self.p.values()), 1.0)
             self.opt.step()
             out.append((clock() - t0) * 1e6)
+            if losses is not None:
+                losses.append(loss.item())
         return statistics.median(out)
 
     def generate(self, tokens, clock):
@@ -263,15 +289,23 @@ def main():
     wall = a.threads > 1
     clock = time.perf_counter if wall else time.process_time
     shape = ["--layers", str(L), "--dim", str(D), "--heads", str(H), "--context", str(T)]
+    bf16 = a.compute_dtype == "bf16"
     sides = []
     for fw in a.frameworks.split(","):
         try:
-            sides.append(JaxSide() if fw == "jax" else TorchSide(a.threads))
+            sides.append(JaxSide(bf16) if fw == "jax" else TorchSide(a.threads, bf16))
         except ImportError as e:
             print(f"lm_compare: {fw} is not installed ({e}); skipped")
     what = "wall" if wall else "CPU"
-    print(f"decoder {L} layers d {D} heads {H} context {T} batch {B}, {a.threads} core(s), {a.rounds} "
+    print(f"decoder {L} layers d {D} heads {H} context {T} batch {B}, training in {a.compute_dtype}, "
+          f"{a.threads} core(s), {a.rounds} "
           f"rounds of {a.steps} steps; " + ", ".join(f"{s.name} {s.version}" for s in sides))
+    if a.losses > 0:
+        for s in sides:
+            losses = []
+            s.train(a.losses, clock, losses)
+            print(f"LOSSES {s.name} {a.compute_dtype} " + " ".join(f"{v:.6f}" for v in losses))
+        return 0
     for s in sides:
         s.train(2, clock)  # compile and warm up
         s.generate(4, clock)
@@ -279,7 +313,8 @@ def main():
     decode = {s.name: [] for s in sides}
     fj_train, fj_decode = [], []
     for _ in range(a.rounds):
-        f = run_fjit(a.build, shape + ["--steps", str(a.steps), "--batch", str(B)], what.lower())
+        f = run_fjit(a.build, shape + ["--steps", str(a.steps), "--batch", str(B), "--compute-dtype", a.compute_dtype],
+                     what.lower())
         fj_train.append(f)
         for s in sides:
             train[s.name].append((f, s.train(a.steps, clock)))
@@ -289,12 +324,13 @@ def main():
             decode[s.name].append((g, s.generate(a.decode_tokens, time.perf_counter)))
         sys.stdout.flush()
     for s in sides:
-        for kind, rows in (("training step", train[s.name]), ("decode step (batch 1)", decode[s.name])):
+        for kind, rows in ((f"training step{' bf16' if bf16 else ''}", train[s.name]),
+                           ("decode step (batch 1)", decode[s.name])):
             ratios = [f / o for f, o in rows]
             print(f"RESULT fjit/{s.name} LM {kind}, {a.threads} core(s) | {statistics.median(ratios):.2f}x "
                   f"({min(ratios):.2f}-{max(ratios):.2f}) | fjit {statistics.median([f for f, _ in rows]):.0f} us, "
                   f"{s.name} {statistics.median([o for _, o in rows]):.0f} us "
-                  f"({what if kind == 'training step' else 'wall'} time)")
+                  f"({what if kind.startswith('training') else 'wall'} time)")
     return 0
 
 

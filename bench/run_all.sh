@@ -104,13 +104,13 @@ fi
 torch_args=()
 [ -n "${FJIT_BENCH_NO_TORCH_COMPILE:-}" ] && torch_args=(--no-compile)
 run pytorch_step "$PYTHON" "$ROOT/bench/pytorch_step.py" "${torch_args[@]}"
-# fjit against JAX and LibTorch (C++) on every model the project ships and the language model,
-# one core and two, interleaved (each peer skipped when jax is not importable or
-# bench/libtorch_step was not built: bench/libtorch.cmake).
+# fjit against JAX, LibTorch (C++) and PyTorch eager on every model the project ships and the
+# language model, one core and two, interleaved (each peer skipped when jax or torch is not
+# importable or bench/libtorch_step was not built: bench/libtorch.cmake).
 run jax_step_1_core "$PYTHON" "$ROOT/bench/jax_step.py" --build "$BUILD" --threads 1
 run jax_step_2_cores "$PYTHON" "$ROOT/bench/jax_step.py" --build "$BUILD" --threads 2
-# The same in bf16 compute (fjit's --compute-dtype bf16, JAX's bf16 products, PyTorch's autocast;
-# LibTorch and JAX's language model have no bf16 side yet and are skipped there).
+# The same in bf16 compute (fjit's --compute-dtype bf16, JAX's bf16 products, LibTorch's and
+# PyTorch's CPU autocast to bf16).
 run pytorch_step_bf16 "$PYTHON" "$ROOT/bench/pytorch_step.py" "${torch_args[@]}" --compute-dtype bf16
 run jax_step_1_core_bf16 "$PYTHON" "$ROOT/bench/jax_step.py" --build "$BUILD" --threads 1 --compute-dtype bf16
 run jax_step_2_cores_bf16 "$PYTHON" "$ROOT/bench/jax_step.py" --build "$BUILD" --threads 2 --compute-dtype bf16
@@ -129,11 +129,11 @@ small_vs_torch() {
   [ -n "$fjit" ] && [ -n "$torch" ] && echo "$fjit $torch"
 }
 
-# The fjit/JAX and fjit/LibTorch ratios of bench/jax_step.py as one table (medians of the
-# per-round ratios, their range in brackets); prints nothing when it printed none.
+# The fjit/JAX, fjit/LibTorch and fjit/PyTorch ratios of bench/jax_step.py as one table (medians
+# of the per-round ratios, their range in brackets); prints nothing when it printed none.
 peer_table() {
   cat "$work/jax_step_1_core.out" "$work/jax_step_2_cores.out" "$work/jax_step_1_core_bf16.out" \
-    "$work/jax_step_2_cores_bf16.out" 2>/dev/null | grep -E '^RESULT fjit/(JAX|LibTorch) ' |
+    "$work/jax_step_2_cores_bf16.out" 2>/dev/null | grep -E '^RESULT fjit/(JAX|LibTorch|PyTorch) ' |
     awk -F' [|] ' '
       { head = $1; sub(/^RESULT fjit\//, "", head); peer = head; sub(/ .*/, "", peer)
         title = head; sub(/^[^ ]+ /, "", title); cores = title
@@ -142,12 +142,12 @@ peer_table() {
         cell[title, peer, cores] = $2 }
       END {
         if (!k) exit
-        print "| step | fjit/JAX, 1 core | fjit/JAX, 2 cores | fjit/LibTorch, 1 core | fjit/LibTorch, 2 cores |"
-        print "|---|---|---|---|---|"
-        split("JAX JAX LibTorch LibTorch", P, " "); split("1 2 1 2", C, " ")
+        print "| step | fjit/JAX, 1 core | fjit/JAX, 2 cores | fjit/LibTorch, 1 core | fjit/LibTorch, 2 cores | fjit/PyTorch, 1 core | fjit/PyTorch, 2 cores |"
+        print "|---|---|---|---|---|---|---|"
+        split("JAX JAX LibTorch LibTorch PyTorch PyTorch", P, " "); split("1 2 1 2 1 2", C, " ")
         for (i = 1; i <= k; i++) {
           t = order[i]; printf "| %s", t
-          for (j = 1; j <= 4; j++) { v = cell[t, P[j], C[j]]; printf " | %s", (v == "" ? "-" : v) }
+          for (j = 1; j <= 6; j++) { v = cell[t, P[j], C[j]]; printf " | %s", (v == "" ? "-" : v) }
           print " |"
         }
       }'
@@ -217,7 +217,7 @@ sed -n "/^$kept_heading\$/,\$p" "$ROOT/bench/RESULTS.md" > "$work/kept.md" 2>/de
     sed -e 's/^RESULT weak scaling fjit\/ceiling, *\([^|]*[^ |]\) *| *\([0-9.]*x\) (\([^;]*\);.*) | target >= \([0-9.]*x\): \(.*\)$/- **weak scaling, \1:** fjit\/ceiling efficiency \2 (\3; target >= \4: \5)/'
   echo
   if table=$(peer_table) && [ -n "$table" ]; then
-    echo "fjit against JAX and LibTorch (C++), bench/jax_step.py (interleaved rounds in alternating order;"
+    echo "fjit against JAX, LibTorch (C++) and PyTorch eager, bench/jax_step.py (interleaved rounds in alternating order;"
     echo "below 1: fjit is faster):"
     echo
     echo "$table"
