@@ -17,7 +17,6 @@
 #include <tuple>
 
 #include "fjit.h"
-#include "parallel/lm/lm_step.h"
 #include "tests/tensor_parallel_testing.h"
 
 namespace fjit {
@@ -33,22 +32,6 @@ lm::LmStepFn step_fn(const DecoderConfig& c) {
           .groups = {{.name = "no_decay", .patterns = {"*/b", "*/g"}, .weight_decay = 0.0}}};
 }
 
-// The step of step_fn(c) on a "data" x "model" mesh: (tp_decoder_params' dict, its AdamW
-// state, ids, labels, step) -> (params', state', mean loss, global norm before clipping).
-auto tensor_parallel_adamw_step(const Mesh& mesh, const lm::LmStepFn& fn) {
-  const ShardSpec spec = tp_decoder_spec(fn.model, "model"), state = tp_optimizer_state_spec(spec);
-  return shard_map(
-      [fn, spec](const TensorDict& q, const TensorDict& s, const Tensor& x, const Tensor& y, const Tensor& step) {
-        auto [loss, g] = value_and_grad(
-            [&](const TensorDict& w) { return testing::lm_loss(tp_decoder_logits(w, fn.model, x, "model"), y); })(q);
-        auto [q2, s2, norm] =
-            training::tp_adamw_update_of_mean(q, pmean(g, "data"), s, fn.optimizer, fn.schedule, step,
-                                              fn.max_grad_norm, fn.clip_grad_norm, spec, "model", fn.groups);
-        return std::tuple{q2, s2, pmean(loss, "data"), norm};
-      },
-      mesh, {spec, state, {"data"}, {"data"}, {}}, {spec, state, {}, {}});
-}
-
 double rel(double a, double b) { return std::abs(a - b) / std::abs(b); }
 
 void expect_two_by_two_adamw_trains_as_four_way_data(const DecoderConfig& c, const char* label) {
@@ -57,7 +40,7 @@ void expect_two_by_two_adamw_trains_as_four_way_data(const DecoderConfig& c, con
   decoder_params(p, c, 5);
   const Array ids = testing::token_ids(8, c.context, c.vocab, 21), labels = testing::token_ids(8, c.context, c.vocab, 22);
   auto dp = lm::make_lm_step(Mesh::threads(4), fn, PmapOptions{});
-  auto tp = tensor_parallel_adamw_step(Mesh::threads({{"data", 2}, {"model", 2}}), fn);
+  auto tp = testing::lm_tensor_parallel_adamw_step(Mesh::threads({{"data", 2}, {"model", 2}}), fn);
   ArrayDict pd = p, sd = fn.optimizer.init_state(p);
   ArrayDict pt = tp_decoder_params(p, c), st = fn.optimizer.init_state(pt);
   constexpr int kSteps = 6;
