@@ -4,7 +4,8 @@
 // (core/nn/decoder.h) under jit on the same weights. Both run greedy generation on their own;
 // the tokens are equal and the logits agree within 1e-5 of their largest magnitude (the split
 // only reorders the out projections' and the MLP's sums), for GPT's style and Llama's (rotary,
-// grouped-query, SwiGLU, untied head).
+// grouped-query, SwiGLU, untied head); a step all-reduces twice per block, as training's
+// forward pass does.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -118,6 +119,22 @@ TEST(TensorParallelDecode, GreedyTokensEqualTheUnsplitDecodeForBothStyles) {
     // The caches, each replica's heads assembled, are the unsplit step's.
     testing::expect_near_dict(got.cache, want.cache, "caches", kRel);
   }
+}
+
+// The collectives of a step are training's forward pass's: per block one all-reduce joins the
+// attention's heads and one the MLP's hidden features; nothing else (the embedding, norms and
+// head are replicated, and each replica's cache stays its own).
+TEST(TensorParallelDecode, EachBlockAllReducesTwiceAndNothingElse) {
+  const DecoderConfig c = llama();
+  ArrayDict p;
+  decoder_params(p, c, 2);
+  auto tp = tp_step(c, model_axis());
+  const ArrayDict tpp = tp_decoder_params(p, c);
+  const Array ids = Array::full(DType::i32, {kBatch, 1}, 3.0);
+  auto [logits, cache] = tp(tpp, ids, Array::scalar<int32_t>(0), decoder_cache(c, kBatch));  // compiles
+  const int64_t before = metrics().allreduce_calls.load();
+  auto [logits1, cache1] = tp(tpp, ids, Array::scalar<int32_t>(1), cache);
+  EXPECT_EQ(metrics().allreduce_calls.load() - before, 2 * c.layers);
 }
 
 // A cache that holds every kv head on each replica (not split by tp_decoder_cache_spec) is a
