@@ -65,5 +65,6 @@
 #include "parallel/pmap.h"
 #include "parallel/shard_map.h"
 #include "parallel/tensor_parallel_spec.h"
+#include "parallel/train/tensor_parallel_update.h"
 #include "parallel/train/train_main.h"
 #include "parallel/train/trainer.h"

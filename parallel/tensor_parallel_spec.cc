@@ -35,4 +35,22 @@ ShardSpec tp_decoder_spec(const DecoderConfig& c, const std::string& axis) {
   return spec;
 }
 
+ShardSpec tp_optimizer_state_spec(const ShardSpec& params) {
+  ShardSpec spec;
+  for (const auto& [name, parts] : params.entries) {
+    spec.entries["m." + name] = parts;
+    spec.entries["v." + name] = parts;
+  }
+  return spec;
+}
+
+ShardSpec tp_decoder_cache_spec(const DecoderConfig& c, const std::string& axis) {
+  ShardSpec spec;
+  for (int64_t i = 0; i < c.layers; ++i) {
+    spec.entries[fmt::format("k{}", i)] = {"", axis};
+    spec.entries[fmt::format("v{}", i)] = {"", axis};
+  }
+  return spec;
+}
+
 }  // namespace fjit

@@ -2,7 +2,9 @@
 // that shard_map_test and mesh_mpi_test train: the shard_map specs of the split layers'
 // parameters, the block built from them (as core/nn/transformer.h's, layer norm and GELU MLP),
 // and its SGD step on a data x model grid; the language model's SGD step by data parallelism
-// and on a data x model grid (core/nn/tensor_parallel_decoder.h).
+// and on a data x model grid (core/nn/tensor_parallel_decoder.h), and its AdamW step on the
+// grid (parallel/train/tensor_parallel_update.h) as the LM's own step (parallel/lm/lm_step.h)
+// configures it.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -14,6 +16,7 @@
 #include <tuple>
 
 #include "fjit.h"
+#include "parallel/lm/lm_step.h"
 
 namespace fjit::testing {
 
@@ -123,6 +126,24 @@ inline auto lm_tensor_parallel_step(const Mesh& mesh, const DecoderConfig& c, do
     auto [loss, g] = value_and_grad([&](const TensorDict& w) { return lm_loss(tp_decoder_logits(w, c, x, "model"), y); })(q);
     return std::tuple{sgd(q, pmean(g, "data"), lr), pmean(loss, "data")};
   }, mesh, {spec, {"data"}, {"data"}}, {spec, {}});
+}
+
+// fn's step (AdamW at fn.schedule, fn.groups, clipping to fn.clip_grad_norm) on a "data" x
+// "model" mesh, every block split over "model": (tp_decoder_params' dict, its AdamW state,
+// ids, labels, step) -> (params', state', mean loss, global norm before clipping), the state
+// split as the parameters (tp_optimizer_state_spec).
+inline auto lm_tensor_parallel_adamw_step(const Mesh& mesh, const lm::LmStepFn& fn) {
+  const ShardSpec spec = tp_decoder_spec(fn.model, "model"), state = tp_optimizer_state_spec(spec);
+  return shard_map(
+      [fn, spec](const TensorDict& q, const TensorDict& s, const Tensor& x, const Tensor& y, const Tensor& step) {
+        auto [loss, g] =
+            value_and_grad([&](const TensorDict& w) { return lm_loss(tp_decoder_logits(w, fn.model, x, "model"), y); })(q);
+        auto [q2, s2, norm] =
+            training::tp_adamw_update_of_mean(q, pmean(g, "data"), s, fn.optimizer, fn.schedule, step,
+                                              fn.max_grad_norm, fn.clip_grad_norm, spec, "model", fn.groups);
+        return std::tuple{q2, s2, pmean(loss, "data"), norm};
+      },
+      mesh, {spec, state, {"data"}, {"data"}, {}}, {spec, state, {}, {}});
 }
 
 // Token ids i32 [b, t] in [0, vocab) from a linear congruential stream.

@@ -59,40 +59,98 @@ Tensor repeat_heads(const Tensor& y, int64_t group, const Loc& loc) {
 }
 }  // namespace
 
+namespace {
+// The heads of one replica of `axis`: dh features each, h query and hk key/value heads.
+struct LocalHeads {
+  int64_t dh, h, hk, group;
+};
+LocalHeads local_heads(const char* layer, const Tensor& x, const std::string& axis,
+                       const MultiHeadAttentionOptions& o, const Loc& loc) {
+  if (!x.defined() || x.rank() != 3 || !is_floating(x.dtype()))
+    detail::fail(layer, {x}, "expects a floating-point sequence [batch, tokens, features]", &loc);
+  const int n = axis_size(axis, loc);
+  const int64_t d = x.dim(2);
+  if (o.heads < 1 || d % o.heads != 0 || o.heads % n != 0)
+    detail::fail(layer, {x}, fmt::format("heads ({}) must divide the features ({}) and be a multiple of "
+                                         "axis '{}' (size {})", o.heads, d, axis, n), &loc);
+  const int64_t kv = o.kv_heads == 0 ? o.heads : o.kv_heads;
+  if (kv < 1 || o.heads % kv != 0 || kv % n != 0)
+    detail::fail(layer, {x}, fmt::format("kv_heads ({}) must divide heads ({}) and be a multiple of "
+                                         "axis '{}' (size {})", kv, o.heads, axis, n), &loc);
+  const int64_t dh = d / o.heads;
+  if (o.rotary && (dh % 2 != 0 || !(o.rope_theta > 0)))
+    detail::fail(layer, {x}, fmt::format("rotary needs an even head size (not {}) and a positive "
+                                         "rope_theta (not {})", dh, o.rope_theta), &loc);
+  // The replica's query heads [r h, (r + 1) h) use kv heads [r hk, (r + 1) hk): the same
+  // pairing as the unsplit layer's, since h = group hk.
+  return {dh, o.heads / n, kv / n, o.heads / kv};
+}
+
+// This replica's heads of `part` ("q", "k", "v"): [B, count, T, dh], rotated at `positions`
+// when `rotate` and the layer is rotary.
+Tensor project_heads(const Params& p, const std::string& name, const char* part, const Tensor& x, int64_t count,
+                     int64_t dh, bool rotate, const Tensor& positions, const MultiHeadAttentionOptions& o,
+                     const Loc& loc) {
+  const int64_t b = x.dim(0), t = x.dim(1);
+  Tensor y = reshape(linear(p, name + "/" + part, x, o.bias, loc), {b, t, count, dh}, loc);
+  if (o.rotary && rotate) y = rotary_embedding(y, positions, o.rope_theta, loc);
+  return transpose(y, {0, 2, 1, 3}, loc);
+}
+
+// y [B, h, T, dh] of this replica's heads -> the joined out projection [B, T, D].
+Tensor project_out(const Params& p, const std::string& name, const Tensor& y, const std::string& axis,
+                   const MultiHeadAttentionOptions& o, DType dtype, const Loc& loc) {
+  const int64_t b = y.dim(0), h = y.dim(1), t = y.dim(2), dh = y.dim(3);
+  Tensor merged = reshape(transpose(y, {0, 2, 1, 3}, loc), {b, t, h * dh}, loc);
+  Tensor out = tp_reduce(linear(p, name + "/out", merged, /*bias=*/false, loc), axis, loc);
+  return o.bias ? add(out, weight(p, name + "/out/b", dtype, loc), loc) : out;
+}
+}  // namespace
+
 Tensor tp_attention(const Params& p, const std::string& name, const Tensor& x, const std::string& axis,
                     const MultiHeadAttentionOptions& o, const Tensor& key_lengths, Loc loc) {
   detail::CompositeScope scope("tp_attention", {x, key_lengths});
-  if (!x.defined() || x.rank() != 3 || !is_floating(x.dtype()))
-    detail::fail("tp_attention", {x}, "expects a floating-point sequence [batch, tokens, features]", &loc);
-  const int n = axis_size(axis, loc);
-  const int64_t b = x.dim(0), t = x.dim(1), d = x.dim(2);
-  if (o.heads < 1 || d % o.heads != 0 || o.heads % n != 0)
-    detail::fail("tp_attention", {x}, fmt::format("heads ({}) must divide the features ({}) and be a multiple of "
-                                                  "axis '{}' (size {})", o.heads, d, axis, n), &loc);
-  const int64_t kv = o.kv_heads == 0 ? o.heads : o.kv_heads;
-  if (kv < 1 || o.heads % kv != 0 || kv % n != 0)
-    detail::fail("tp_attention", {x}, fmt::format("kv_heads ({}) must divide heads ({}) and be a multiple of "
-                                                  "axis '{}' (size {})", kv, o.heads, axis, n), &loc);
-  const int64_t dh = d / o.heads, h = o.heads / n, hk = kv / n;
-  if (o.rotary && (dh % 2 != 0 || !(o.rope_theta > 0)))
-    detail::fail("tp_attention", {x}, fmt::format("rotary needs an even head size (not {}) and a positive "
-                                                  "rope_theta (not {})", dh, o.rope_theta), &loc);
+  const LocalHeads s = local_heads("tp_attention", x, axis, o, loc);
   // Every replica's heads are rotated at the same positions, as the unsplit layer's are.
-  Tensor positions = o.rotary ? iota(DType::i32, {t}, 0, loc) : Tensor();
+  Tensor positions = o.rotary ? iota(DType::i32, {x.dim(1)}, 0, loc) : Tensor();
   Tensor xc = tp_copy(x, axis, loc);
   auto heads = [&](const char* part, int64_t count, bool rotate) {
-    Tensor y = reshape(linear(p, name + "/" + part, xc, o.bias, loc), {b, t, count, dh}, loc);  // this replica's
-    if (o.rotary && rotate) y = rotary_embedding(y, positions, o.rope_theta, loc);
-    return transpose(y, {0, 2, 1, 3}, loc);
+    return project_heads(p, name, part, xc, count, s.dh, rotate, positions, o, loc);
   };
-  // The replica's query heads [r h, (r + 1) h) use kv heads [r hk, (r + 1) hk): the same
-  // pairing, since h = group hk.
-  const int64_t group = o.heads / kv;
-  Tensor k = repeat_heads(heads("k", hk, true), group, loc), v = repeat_heads(heads("v", hk, false), group, loc);
-  Tensor y = dot_product_attention(heads("q", h, true), k, v, o.causal, key_lengths, 0, loc);
-  Tensor merged = reshape(transpose(y, {0, 2, 1, 3}, loc), {b, t, h * dh}, loc);
-  Tensor out = tp_reduce(linear(p, name + "/out", merged, /*bias=*/false, loc), axis, loc);
-  return o.bias ? add(out, weight(p, name + "/out/b", x.dtype(), loc), loc) : out;
+  Tensor k = repeat_heads(heads("k", s.hk, true), s.group, loc), v = repeat_heads(heads("v", s.hk, false), s.group, loc);
+  Tensor y = dot_product_attention(heads("q", s.h, true), k, v, o.causal, key_lengths, 0, loc);
+  return project_out(p, name, y, axis, o, x.dtype(), loc);
+}
+
+AttentionStep tp_attention_step(const Params& p, const std::string& name, const Tensor& x, const Tensor& pos,
+                                const Tensor& cache_k, const Tensor& cache_v, const std::string& axis,
+                                const MultiHeadAttentionOptions& o, Loc loc) {
+  detail::CompositeScope scope("tp_attention_step", {x, pos, cache_k, cache_v});
+  const LocalHeads s = local_heads("tp_attention_step", x, axis, o, loc);
+  if (x.dim(1) != 1) detail::fail("tp_attention_step", {x}, "expects one token [batch, 1, features]", &loc);
+  if (!pos.defined() || pos.dtype() != DType::i32 || pos.rank() != 0)
+    detail::fail("tp_attention_step", {x, pos}, "expects the position as an i32 scalar", &loc);
+  const int64_t b = x.dim(0);
+  for (const Tensor& c : {cache_k, cache_v})
+    if (!c.defined() || c.rank() != 4 || c.dtype() != x.dtype() || c.dim(0) != b || c.dim(1) != s.hk ||
+        c.dim(3) != s.dh || c.shape() != cache_k.shape())
+      detail::fail("tp_attention_step", {x, cache_k, cache_v},
+                   fmt::format("expects both caches {} [batch, this replica's kv heads, max tokens, head features] "
+                               "on axis '{}', got {} and {}", type_str(x.dtype(), {b, s.hk, -1, s.dh}), axis,
+                               c.defined() ? cache_k.type_string() : "none",
+                               cache_v.defined() ? cache_v.type_string() : "none"), &loc);
+  Tensor positions = reshape(pos, {1}, loc);
+  auto heads = [&](const char* part, int64_t count, bool rotate) {
+    return project_heads(p, name, part, x, count, s.dh, rotate, positions, o, loc);
+  };
+  // Row pos of the caches takes this token's key and value: fixed shapes whatever pos is.
+  Tensor here = eq(iota(DType::i32, {1, 1, cache_k.dim(2), 1}, 2, loc), pos, loc);
+  Tensor k = where(here, heads("k", s.hk, true), cache_k, loc), v = where(here, heads("v", s.hk, false), cache_v, loc);
+  Tensor lengths = broadcast_to(reshape(add(pos, scalar(DType::i32, 1, loc), loc), {1}, loc), {b}, loc);
+  // As multi_head_attention_step: each kv head's group of query heads attends as `group` rows.
+  Tensor q = reshape(heads("q", s.h, true), {b, s.hk, s.group, s.dh}, loc);
+  Tensor y = reshape(dot_product_attention(q, k, v, false, lengths, 0, loc), {b, s.h, 1, s.dh}, loc);
+  return {project_out(p, name, y, axis, o, x.dtype(), loc), k, v};
 }
 
 namespace {

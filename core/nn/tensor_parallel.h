@@ -56,6 +56,17 @@ Tensor tp_attention(const Params& p, const std::string& name, const Tensor& x, c
                     const MultiHeadAttentionOptions& o, const Tensor& key_lengths = Tensor(),
                     Loc loc = Loc::current());
 
+// One decoding step of tp_attention with a key/value cache (multi_head_attention_step split
+// over `axis`): x [B, 1, D] at position pos (an i32 scalar), this replica's caches cache_k and
+// cache_v [B, KV / n, Tmax, dh] holding its key/value heads' rows of positions < pos. Writes
+// this token's keys and values at row pos, attends over rows [0, pos], and joins the replicas'
+// out projections with one psum: y [B, 1, D], the same on every replica of the axis. The
+// checks and errors are tp_attention's, and the caches' shapes are checked, naming
+// tp_attention_step.
+AttentionStep tp_attention_step(const Params& p, const std::string& name, const Tensor& x, const Tensor& pos,
+                                const Tensor& cache_k, const Tensor& cache_v, const std::string& axis,
+                                const MultiHeadAttentionOptions& o, Loc loc = Loc::current());
+
 // multi_head_attention's parameters under `name` ("qkv/w" [D, (H + 2 KV) dh] ...) as
 // tp_attention's ("q/w" [D, D], "k/w" and "v/w" [D, KV dh], the biases alike; "out/..."
 // unchanged); other entries of `mha` are copied. H dh is D, qkv/w's rows. Throws

@@ -35,6 +35,25 @@ Tensor tp_transformer_block(const Params& p, const std::string& name, const Tens
 Tensor tp_decoder_logits(const Params& p, const DecoderConfig& c, const Tensor& ids, const std::string& axis,
                          Loc loc = Loc::current());
 
+// One decoding step of tp_transformer_block (transformer_block_step split over `axis`): x
+// [B, 1, D] at position pos, this replica's caches [B, KV / n, Tmax, dh] (tp_attention_step).
+// Returns y [B, 1, D] (the same on every replica of the axis) and the caches with row pos
+// written. The block's collectives are training's: one psum joins the attention's heads and
+// one the MLP's hidden features.
+AttentionStep tp_transformer_block_step(const Params& p, const std::string& name, const Tensor& x, const Tensor& pos,
+                                        const Tensor& cache_k, const Tensor& cache_v, const std::string& axis,
+                                        const TransformerBlockOptions& o, Loc loc = Loc::current());
+
+// decoder_step with every block split over `axis`: ids i32 [B, 1] at position pos (i32
+// scalar), `cache` this replica's "k<i>", "v<i>" [B, KV / n, context, head_dim] (the heads it
+// holds; tp_decoder_cache_spec in parallel/tensor_parallel_spec.h splits decoder_cache's dict
+// so). Returns the logits [B, vocab] (the same on every replica of the axis) and the caches
+// with this token's keys and values at row pos. With the same parameters
+// (tp_decoder_params) the logits equal decoder_step's up to the order of the sums that the
+// split changes.
+DecoderStep tp_decoder_step(const Params& p, const DecoderConfig& c, const Tensor& ids, const Tensor& pos,
+                            const TensorDict& cache, const std::string& axis, Loc loc = Loc::current());
+
 // decoder_params' dict with each block's attention in tp_attention's names
 // (tp_attention_params); other entries copied. Throws std::invalid_argument when a block's
 // "attn/qkv/w" is missing.

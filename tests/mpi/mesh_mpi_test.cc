@@ -3,7 +3,8 @@
 // training steps of the tensor-parallel transformer block give the same bits as the same
 // grid of thread replicas (which tests/shard_map_test.cc checks against host loops, the
 // unsplit layers and 4-way data parallelism), and so does the language model's training,
-// which also gives data parallelism's losses.
+// by SGD and by AdamW with clipping to the mesh-wide gradient norm, which also gives data
+// parallelism's losses (AdamW: the LM's own data-parallel step's losses and norms).
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -163,6 +164,54 @@ TEST(MeshMpi, LanguageModelTrainingMatchesThreadReplicasAndDataParallelism) {
       }
       for (const auto& kv : pt) expect_same_bits(pm[kv.first], kv.second, kv.first.c_str());
     }
+  }
+}
+
+// AdamW with weight decay and a clip that binds (parallel/train/tensor_parallel_update.h):
+// the same bits as the grid of thread replicas, and the LM's own data-parallel step's losses
+// and gradient norms over all the ranks' replicas (threads) within 1e-5 relative.
+TEST(MeshMpi, LanguageModelAdamWTrainingMatchesThreadReplicasAndTheLmStep) {
+  DecoderConfig c;
+  c.vocab = 32;
+  c.context = 4;
+  c.dim = 24;
+  c.layers = 1;
+  c.heads = 12;
+  c.kv_heads = 6;
+  c.rotary = true;
+  c.norm = TransformerBlockOptions::Norm::kRmsNorm;
+  c.mlp = TransformerBlockOptions::Mlp::kSwiglu;
+  c.attention_bias = false;
+  const lm::LmStepFn fn{.model = c,
+                        .optimizer = AdamW{.weight_decay = 0.1},
+                        .schedule = Schedule::constant(3e-3),
+                        .clip_grad_norm = 0.25,
+                        .groups = {{.name = "no_decay", .patterns = {"*/g"}, .weight_decay = 0.0}}};
+  const Array ids = testing::token_ids(24, 4, 32, 1), labels = testing::token_ids(24, 4, 32, 2);
+  ArrayDict p;
+  decoder_params(p, c, 3);
+  auto data_parallel = lm::make_lm_step(Mesh::threads(world_size()), fn, PmapOptions{});
+  for (const auto& axes : grids()) {
+    if (c.kv_heads % axes[1].size != 0) continue;
+    SCOPED_TRACE(::testing::Message() << "data " << axes[0].size << " x model " << axes[1].size);
+    auto on_mpi = testing::lm_tensor_parallel_adamw_step(Mesh::mpi(axes), fn);
+    auto on_threads = testing::lm_tensor_parallel_adamw_step(Mesh::threads(axes), fn);
+    ArrayDict pm = tp_decoder_params(p, c), sm = fn.optimizer.init_state(pm), pt = pm, st = sm, pd = p,
+              sd = fn.optimizer.init_state(p);
+    for (int step = 0; step < 3; ++step) {
+      const Array t = Array::scalar<int32_t>(step);
+      auto [pm2, sm2, lm, nm] = on_mpi(pm, sm, ids, labels, t);
+      auto [pt2, st2, lt, nt] = on_threads(pt, st, ids, labels, t);
+      auto [pd2, sd2, ld, nd] = data_parallel(pd, sd, ids, labels, t);
+      expect_same_bits(lm, lt, "loss");
+      expect_same_bits(nm, nt, "norm");
+      EXPECT_NEAR(lm.item<float>(), ld.item<float>(), 1e-5 * std::abs(ld.item<float>())) << "step " << step;
+      EXPECT_NEAR(nm.item<float>(), nd.item<float>(), 1e-5 * std::abs(nd.item<float>())) << "step " << step;
+      EXPECT_GT(nd.item<float>(), 0.25f) << "step " << step << ": the clip does not bind";
+      pm = std::move(pm2), sm = std::move(sm2), pt = std::move(pt2), st = std::move(st2);
+      pd = std::move(pd2), sd = std::move(sd2);
+    }
+    for (const auto& kv : pt) expect_same_bits(pm[kv.first], kv.second, kv.first.c_str());
   }
 }
 
