@@ -144,35 +144,39 @@ TEST(Precision, GradientsOfABf16ProductAreF32) {
 }
 
 TEST(Precision, Conv2dUnderBf16MatchesTheRoundedHostLoop) {
-  const int64_t b = 2, h = 7, w = 6, c = 3, o = 5, k = 3;
-  ArrayDict p;
-  conv2d_params(p, "c", {k, k, c, o}, 11);
-  p.set("c/b", testing::random_f32({o}, 12));
-  const Array x = testing::random_f32({b, h, w, c}, 13);
-  auto f = jit([](const Params& q, const Tensor& v) {
-    PrecisionScope s({.compute = DType::bf16});
-    return conv2d(q, "c", v, ConvOptions{.padding = Padding::same()});
-  });
-  const Array y = f(p, x);
-  ASSERT_EQ(y.dtype(), DType::f32);
-  const Vec xr = rounded(testing::values(x)), wr = rounded(testing::values(p["c/w"]));
-  const Vec bv = testing::values(p["c/b"]);
-  Vec want(b * h * w * o);
-  for (int64_t n = 0; n < b; ++n)
-    for (int64_t i = 0; i < h; ++i)
-      for (int64_t j = 0; j < w; ++j)
-        for (int64_t oc = 0; oc < o; ++oc) {
-          double acc = 0;
-          for (int64_t di = 0; di < k; ++di)
-            for (int64_t dj = 0; dj < k; ++dj) {
-              const int64_t ii = i + di - 1, jj = j + dj - 1;
-              if (ii < 0 || ii >= h || jj < 0 || jj >= w) continue;
-              for (int64_t ic = 0; ic < c; ++ic)
-                acc += xr[((n * h + ii) * w + jj) * c + ic] * wr[((di * k + dj) * c + ic) * o + oc];
-            }
-          want[((n * h + i) * w + j) * o + oc] = acc + bv[oc];
-        }
-  EXPECT_LT(max_error(y, want), 2e-5);
+  // 3 channels: the patches copy channel runs of 6 bytes; 16: of one 32-byte piece (patches.cc).
+  for (const int64_t c : {3, 16}) {
+    SCOPED_TRACE(c);
+    const int64_t b = 2, h = 7, w = 6, o = 5, k = 3;
+    ArrayDict p;
+    conv2d_params(p, "c", {k, k, c, o}, 11);
+    p.set("c/b", testing::random_f32({o}, 12));
+    const Array x = testing::random_f32({b, h, w, c}, 13);
+    auto f = jit([](const Params& q, const Tensor& v) {
+      PrecisionScope s({.compute = DType::bf16});
+      return conv2d(q, "c", v, ConvOptions{.padding = Padding::same()});
+    });
+    const Array y = f(p, x);
+    ASSERT_EQ(y.dtype(), DType::f32);
+    const Vec xr = rounded(testing::values(x)), wr = rounded(testing::values(p["c/w"]));
+    const Vec bv = testing::values(p["c/b"]);
+    Vec want(b * h * w * o);
+    for (int64_t n = 0; n < b; ++n)
+      for (int64_t i = 0; i < h; ++i)
+        for (int64_t j = 0; j < w; ++j)
+          for (int64_t oc = 0; oc < o; ++oc) {
+            double acc = 0;
+            for (int64_t di = 0; di < k; ++di)
+              for (int64_t dj = 0; dj < k; ++dj) {
+                const int64_t ii = i + di - 1, jj = j + dj - 1;
+                if (ii < 0 || ii >= h || jj < 0 || jj >= w) continue;
+                for (int64_t ic = 0; ic < c; ++ic)
+                  acc += xr[((n * h + ii) * w + jj) * c + ic] * wr[((di * k + dj) * c + ic) * o + oc];
+              }
+            want[((n * h + i) * w + j) * o + oc] = acc + bv[oc];
+          }
+    EXPECT_LT(max_error(y, want), 2e-5);
+  }
 }
 
 // Non-causal, two heads, with biases: the qkv and out projections on bf16-rounded operands,

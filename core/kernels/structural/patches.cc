@@ -3,9 +3,12 @@
 // The patches row of output pixel (n, oh, ow) is KH*KW runs of C contiguous channels, one per
 // window tap: a tap inside the image is one memcpy of a channel run of x, a tap in the padding
 // is a fill. The adjoint walks the same taps and adds each run into the image, in a fixed
-// order (row by row, tap by tap), so its sums do not depend on anything but the shapes.
+// order (row by row, tap by tap), so its sums do not depend on anything but the shapes; where
+// no two taps share a pixel (pooling windows) it writes each pixel once, 0 + its one tap.
 #include <algorithm>
 #include <cassert>
+#include <cstddef>
+#include <cstring>
 
 #include "core/ir/convert.h"
 #include "core/kernels/structural/structural.h"
@@ -20,6 +23,23 @@ struct Geometry {
       : n(in.p[0]), h(in.p[1]), w(in.p[2]), c(in.p[3]), oh(in.p[4]), ow(in.p[5]),
         kh(in.v[0]), kw(in.v[1]), sh(in.v[2]), sw(in.v[3]), dh(in.v[4]), dw(in.v[5]),
         top(in.v[6]), left(in.v[8]) {}
+
+  // No two taps (of one window or of two) read the same pixel: windows no larger than their
+  // strides, taps adjacent.
+  bool disjoint() const { return dh == 1 && dw == 1 && kh <= sh && kw <= sw; }
+  // With disjoint(): every pixel of the image is read by some tap.
+  bool covers_image() const {
+    auto hits = [](int64_t out, int64_t k, int64_t stride, int64_t before, int64_t extent) {
+      int64_t hit = 0;
+      for (int64_t y = 0; y < out; ++y)
+        for (int64_t i = 0; i < k; ++i) {
+          const int64_t at = y * stride - before + i;
+          hit += at >= 0 && at < extent;
+        }
+      return hit;
+    };
+    return hits(oh, kh, sh, top, h) == h && hits(ow, kw, sw, left, w) == w;
+  }
 
   // Calls tap(row_offset, image_offset or -1) for every (pixel, tap) in order, the offsets
   // in elements of the patches buffer and of the image.
@@ -49,6 +69,19 @@ template <class T> void patches_kernel(const Instr& in, const Frame& f) {
     g.for_each_tap([&](int64_t row, int64_t src) { out[row] = src >= 0 ? x[src] : pad; });
     return;
   }
+  const size_t run = g.c * sizeof(T);
+  if (run % 32 == 0) {  // whole 32-byte pieces: inline vector copies, not a memcpy call per tap
+    g.for_each_tap([&](int64_t row, int64_t src) {
+      if (src < 0) {
+        std::fill_n(out + row, g.c, pad);
+        return;
+      }
+      auto* __restrict d = reinterpret_cast<std::byte*>(out + row);
+      const auto* __restrict s = reinterpret_cast<const std::byte*>(x + src);
+      for (size_t k = 0; k < run; k += 32) std::memcpy(d + k, s + k, 32);
+    });
+    return;
+  }
   g.for_each_tap([&](int64_t row, int64_t src) {
     if (src >= 0) std::memcpy(out + row, x + src, g.c * sizeof(T));
     else std::fill_n(out + row, g.c, pad);
@@ -59,6 +92,16 @@ template <class T> void patches_adjoint_kernel(const Instr& in, const Frame& f) 
   const Geometry g(in);
   const T* cols = in.in<T>(f, 0);
   T* img = in.output<T>(f);
+  if (g.disjoint()) {  // one tap at most per pixel (pooling windows): T(0) + run, no read of img
+    if (!g.covers_image()) std::fill_n(img, g.n * g.h * g.w * g.c, T(0));
+    g.for_each_tap([&](int64_t row, int64_t dst) {
+      if (dst < 0) return;
+      const T* __restrict s = cols + row;
+      T* __restrict d = img + dst;
+      for (int64_t k = 0; k < g.c; ++k) d[k] = T(0) + s[k];  // T(0) + s: as the sum below, -0 to +0
+    });
+    return;
+  }
   std::fill_n(img, g.n * g.h * g.w * g.c, T(0));
   g.for_each_tap([&](int64_t row, int64_t dst) {
     if (dst < 0) return;
