@@ -27,7 +27,8 @@
 // another count (state resharded), or without ZeRO, and a replicated run's checkpoint resumes
 // with ZeRO (tests/zero_trainer_test.cc, tests/mpi/zero_mpi_test.cc).
 //
-// The language model's step (parallel/lm/lm_step.h) takes stage 1.
+// The language model's step (parallel/lm/lm_step.h) takes stages 1, 2 and 3, with clipping by
+// the global norm (ZeroClip below) and parameter groups at every stage.
 //
 // Stage 3 (zero3_gather_params, zero3_adamw_update) also shards the parameters, in the
 // state's layout: replica i holds elements [i k, (i + 1) k) of each parameter, flat and
@@ -38,8 +39,7 @@
 // after their last use in the backward pass; they are not gathered layer by layer, and no
 // gather is prefetched. On the host, zero_shard_params and zero_gather_params convert.
 //
-// Not here: per-layer gathering at stage 3; clipping by the global norm, parameter groups and
-// loss scaling with stage 2; stage 2 in the language model's step.
+// Not here: per-layer gathering at stage 3; loss scaling with stages 2 and 3.
 #pragma once
 
 #include <cstdint>
@@ -77,15 +77,31 @@ std::tuple<TensorDict, TensorDict, Tensor> zero1_adamw_update_of_mean(
     double clip_norm = 0, const std::vector<ParamGroup>& groups = {},
     const std::vector<std::string>* pattern_names = nullptr);
 
+// Stages 2 and 3: clipping and parameter groups. With norm > 0 the averaged gradient is
+// clipped to that global norm, and the norm is the replicated step's, bit for bit: each
+// averaged gradient's blocks are all-gathered whole in turn (one all-gather per parameter,
+// each whole gradient freed after its sum of squares) and their sums of squares added as
+// global_norm adds them; the clipping scale multiplies this replica's blocks (elementwise: the
+// same bits as the whole gradient's). With norm 0 nothing is gathered and the norm is the
+// square root of the sum over replicas of each replica's sum of squares of its blocks: its bits
+// may differ from the replicated step's (another order of additions). `groups` apply per
+// parameter name as in grouped_update (`pattern_names`: the names their patterns are checked
+// against).
+struct ZeroClip {
+  double norm = 0;
+  std::vector<ParamGroup> groups;
+  const std::vector<std::string>* pattern_names = nullptr;
+};
+
 // ZeRO stage 2: the same update from this replica's gradients before averaging. pmean's
 // operand is reduce-scattered (psum_scatter, bucketed) instead of all-reduced, so each replica
 // receives only the block of the averaged gradient it updates: the same bits as that block of
-// the all-reduce, hence the same parameters. The global norm is the square root of the sum
-// over replicas of each block's sum of squares: its bits may differ from the replicated
-// step's (another order of additions). Returns {params', state' (shards), global norm}.
+// the all-reduce, hence the same parameters. The global norm and clipping: ZeroClip. Returns
+// {params', state' (shards), global norm}.
 std::tuple<TensorDict, TensorDict, Tensor> zero2_adamw_update(
     const Params& params, const TensorDict& grads, const Params& state, const AdamW& optimizer,
-    const Schedule& schedule, const Tensor& step, double max_grad_norm, const std::string& axis);
+    const Schedule& schedule, const Tensor& step, double max_grad_norm, const std::string& axis,
+    const ZeroClip& clip = {});
 
 // The whole state (AdamW::init_state's names and shapes: "m.<name>", "v.<name>" shaped as
 // the parameter, "step") from `local`, this process's replicas' shards of a state sharded over
@@ -129,10 +145,11 @@ TensorDict zero3_gather_params(const TensorDict& shards, const std::vector<ZeroP
 // Traced: stage 3's update from this replica's parameter shards and its gradients of the
 // whole parameters before averaging: the gradients reduce-scattered (zero2_adamw_update),
 // this replica's shards of the parameters and the state updated. Returns {param shards',
-// state' (shards), global norm (stage 2's)}.
+// state' (shards), global norm (stage 2's)}; clipping and groups as stage 2's (ZeroClip).
 std::tuple<TensorDict, TensorDict, Tensor> zero3_adamw_update(
     const Params& shards, const TensorDict& grads, const Params& state, const AdamW& optimizer,
-    const Schedule& schedule, const Tensor& step, double max_grad_norm, const std::string& axis);
+    const Schedule& schedule, const Tensor& step, double max_grad_norm, const std::string& axis,
+    const ZeroClip& clip = {});
 
 ArrayDict zero_local_state(const ArrayDict& first, const std::vector<const std::vector<Array>*>& others,
                            size_t offset);
