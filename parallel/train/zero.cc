@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "checks/check.h"
+#include "core/autodiff/recompute.h"
 #include "core/trace/collectives.h"
 
 namespace fjit::training {
@@ -192,9 +193,24 @@ std::tuple<TensorDict, TensorDict, Tensor> zero2_adamw_update(
   return {gather_slices(next_slices, shapes_of(params), n, axis), next_state, norm};
 }
 
+namespace {
+
+// One parameter made whole from this replica's shard: all-gathered, unpadded, reshaped.
+Tensor gather_param(const Tensor& shard, const ZeroParamShape& p, int n, const std::string& axis) {
+  const Loc loc = Loc::current();
+  const int64_t numel = num_elements(p.shape), k = shard.size();
+  Tensor all = detail::collective("all_gather", Op::AllGather, shard, ReduceOp::sum, axis, {p.dtype, {n * k}}, loc);
+  if (n * k > numel) all = slice(all, {0}, {numel}, {1}, loc);
+  return reshape(all, p.shape, loc);
+}
+
+}  // namespace
+
 TensorDict zero3_gather_params(const TensorDict& shards, const std::vector<ZeroParamShape>& shapes,
                                const std::string& axis) {
   const int n = TraceContext::current()->num_replicas;
+  detail::require_axis("zero3_gather_params", axis, Loc::current());
+  TensorDict out;
   for (const ZeroParamShape& p : shapes) {
     const int64_t k = zero_shard_size(num_elements(p.shape), n);
     if (!shards.contains(p.name) || shards.at(p.name).shape() != Shape{k} || shards.at(p.name).dtype() != p.dtype)
@@ -202,8 +218,16 @@ TensorDict zero3_gather_params(const TensorDict& shards, const std::vector<ZeroP
                                               p.name, type_str(p.dtype, {k}), type_str(p.dtype, p.shape),
                                               shards.contains(p.name) ? type_str(shards.at(p.name).dtype(), shards.at(p.name).shape())
                                                                       : std::string("nothing")));
+    const Tensor shard = shards.at(p.name);
+    const Tensor whole = gather_param(shard, p, n, axis);
+    // With overlap every gather runs at its place in the chain of collectives, a backward
+    // one as early as a forward one: gathering again would only hold a second copy.
+    if (TraceContext::current()->options.overlap_collectives)
+      out.set(p.name, whole);
+    else
+      out.set(p.name, recompute_in_backward(whole, [shard, p, n, axis] { return gather_param(shard, p, n, axis); }));
   }
-  return gather_slices(shards, shapes, n, axis);
+  return out;
 }
 
 std::tuple<TensorDict, TensorDict, Tensor> zero3_adamw_update(

@@ -32,14 +32,25 @@
 //
 // Stage 3 (zero3_gather_params, zero3_adamw_update) also shards the parameters, in the
 // state's layout: replica i holds elements [i k, (i + 1) k) of each parameter, flat and
-// zero-padded, as a sharded dict. The step all-gathers the whole parameters once, at its
-// start (one all-gather per dtype), computes the loss and gradients on them, reduce-scatters
-// the gradients as stage 2 does and updates its shard; it returns the shards, not the whole
-// parameters. The whole parameters are values of the step's plan, freed by the memory plan
-// after their last use in the backward pass; they are not gathered layer by layer, and no
-// gather is prefetched. On the host, zero_shard_params and zero_gather_params convert.
+// zero-padded, as a sharded dict. The step all-gathers each parameter whole on its own
+// (zero3_gather_params: one all-gather per parameter), computes the loss and gradients on them,
+// reduce-scatters the gradients as stage 2 does and updates its shard; it returns the shards,
+// not the whole parameters. Layer by layer: in the plan without overlap, each parameter's
+// all-gather (with its unpadding) runs just before the first instruction that reads it
+// (core/compile/schedule.h), and the backward pass does not read the forward pass's gathered
+// copy: each VJP rule that needs a parameter reads a gather of its own, traced where the
+// backward pass reaches that rule (core/autodiff/recompute.h). So the memory plan frees each
+// gathered parameter after its last forward read and each backward gather after its rule, and
+// whole parameters are alive a few at a time instead of all from the step's start to the end
+// of the backward pass (tests/zero_test.cc measures the plan). No gather is prefetched: each
+// runs on the plan's thread when its reader is next (the collective worker runs all-reduces
+// only). With overlap (core/compile/schedule.h) the gathers keep their place in the chain of
+// collectives, at the step's start, and are not gathered again for the backward pass (it
+// would hold a second copy): each whole parameter then lives from the step's start to its last
+// use in the backward pass, as with one gather for the whole model. On the host,
+// zero_shard_params and zero_gather_params convert.
 //
-// Not here: per-layer gathering at stage 3; loss scaling with stages 2 and 3.
+// Not here: loss scaling with stages 2 and 3; prefetching stage 3's gathers.
 #pragma once
 
 #include <cstdint>
@@ -138,7 +149,10 @@ ArrayDict zero_shard_params(const ArrayDict& whole, const Mesh& mesh);
 ArrayDict zero_gather_params(const ArrayDict& local, const std::vector<ZeroParamShape>& shapes, const Mesh& mesh);
 
 // Traced: the whole parameters (`shapes`) from this replica's shards, all-gathered over
-// `axis` (one all-gather per dtype).
+// `axis`, one all-gather per parameter, each marked recompute_in_backward (gathered again for
+// each VJP rule that reads it; see the top of this file) unless the plan overlaps its
+// collectives. Throws std::invalid_argument naming
+// the parameter when a shard is missing or has another shape or dtype.
 TensorDict zero3_gather_params(const TensorDict& shards, const std::vector<ZeroParamShape>& shapes,
                                const std::string& axis);
 
