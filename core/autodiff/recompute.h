@@ -11,8 +11,11 @@
 //    pass's reads no longer keep `value` alive: the memory plan frees it after its last
 //    forward read, and each replay lives from its place in the backward pass to its readers.
 //  - replay() is traced once per rule that reads the value, in the trace of `value`. It must
-//    compute the same bits as `value` (the same ops on the same inputs): the walk does not
-//    check. A replay no rule reads is dead code, removed by the compiler.
+//    compute the same bits as `value`: the walk does not check. It must also be a node of its
+//    own: the trace merges a node equal to an existing one (core/ir/graph.h, hash-consing), so a
+//    replay of the very ops of `value` on the same inputs is `value` again and changes nothing;
+//    a collective is a new node at every call. A replay no rule reads is dead code, removed by
+//    the compiler.
 //  - Only the reverse-mode walk of `value`'s own trace replays it; forward mode, vmap and
 //    control-flow bodies that capture `value` read it as it is.
 //  - Misuse (an undefined value, one of another trace or outside a trace, no replay) is a
