@@ -1,5 +1,6 @@
-// ZeRO stages 1 and 2 (Rajbhandari et al. 2020, "ZeRO: Memory Optimizations Toward Training Trillion
-// Parameter Models"): the optimizer state sharded over the data axis.
+// ZeRO stages 1, 2 and 3 (Rajbhandari et al. 2020, "ZeRO: Memory Optimizations Toward Training Trillion
+// Parameter Models"): the optimizer state (stage 1), also the averaged gradients (stage 2) and the
+// parameters (stage 3) sharded over the data axis.
 //
 // Each state tensor is held flat: parameter p's numel elements are padded with zeros to
 // N * k, k = ceil(numel / N), and replica i holds elements [i k, (i + 1) k) ("m.<name>" and
