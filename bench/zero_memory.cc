@@ -8,8 +8,9 @@
 // Columns: parameters held between steps; optimizer state held; the averaged gradient a replica
 // holds for its update (whole at stages 0 and 1, its 1/N block after the reduce-scatter at 2
 // and 3). The local gradient the backward pass writes before the reduction is the whole model's
-// at every stage and is not counted. Stage 2 and 3 rows are layouts of the classifier's step
-// (parallel/train/zero.h); the language model's step implements stages 0 and 1.
+// at every stage and is not counted, nor are the whole parameters stage 3 gathers for a while
+// (parallel/train/zero.h). The language model's step implements stages 0 to 3
+// (train_lm --zero S); bench/zero_rss.cc measures the processes' peak resident memory.
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>

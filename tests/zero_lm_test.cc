@@ -1,8 +1,9 @@
-// ZeRO stage 1 in the language model's step (parallel/lm/lm_step.h, parallel/train/zero.h) on
-// 1, 2 and 3 thread replicas: 12 steps of a tiny decoder, with clipping to a global norm that
-// binds, a parameter group without weight decay, and a batch that 2 and 3 split unevenly, give
-// the replicated step's parameters, losses and gradient norms bit for bit; each replica's
-// state is its slice of the replicated state; stage 2 is refused.
+// ZeRO stages 1, 2 and 3 in the language model's step (parallel/lm/lm_step.h,
+// parallel/train/zero.h) on 1, 2 and 3 thread replicas: 12 steps of a tiny decoder, with
+// clipping to a global norm that binds, a parameter group without weight decay, and a batch
+// that 2 and 3 split unevenly, give the replicated step's parameters, losses and gradient norms
+// bit for bit (at stage 3 the parameters' shards gathered whole); each replica's state is its
+// slice of the replicated state; stage 4, and loss scaling at stages 2 and 3, are refused.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -42,10 +43,16 @@ std::pair<Array, Array> batch(int t) {
 }
 
 testing::ZeroTestRun run(const Mesh& mesh, int zero_stage, int steps) {
-  lm::LmStep step = lm::make_lm_step(mesh, step_fn(zero_stage), PmapOptions{});
+  lm::LmStepFn fn = step_fn(zero_stage);
   ArrayDict params;
   decoder_params(params, tiny_decoder(), 4);
+  const std::vector<training::ZeroParamShape> shapes = training::zero_param_shapes(params);
   ArrayDict state = zero_stage ? training::zero_init_state(params, mesh) : AdamW{}.init_state(params);
+  if (zero_stage == 3) {
+    fn.zero3_shapes = shapes;
+    params = training::zero_shard_params(params, mesh);
+  }
+  lm::LmStep step = lm::make_lm_step(mesh, fn, PmapOptions{});
   testing::ZeroTestRun r;
   for (int t = 0; t < steps; ++t) {
     auto [x, y] = batch(t % 2);
@@ -54,10 +61,11 @@ testing::ZeroTestRun run(const Mesh& mesh, int zero_stage, int steps) {
       std::vector<const std::vector<Array>*> others;
       for (int k = 1; k < mesh.local_size(); ++k) others.push_back(&step.replica_outputs(k));
       s2 = training::zero_local_state(s2, others, p2.size());
+      if (zero_stage == 3) p2 = training::zero_local_state(p2, others, 0);
     }
     params = std::move(p2);
     state = std::move(s2);
-    r.params.push_back(params);
+    r.params.push_back(zero_stage == 3 ? training::zero_gather_params(params, shapes, mesh) : params);
     r.losses.push_back(testing::bits_of(loss));
     r.norms.push_back(testing::bits_of(norm));
   }
@@ -65,12 +73,12 @@ testing::ZeroTestRun run(const Mesh& mesh, int zero_stage, int steps) {
   return r;
 }
 
-TEST(ZeroLm, Stage1IsBitIdenticalToTheReplicatedStep) {
+void expect_stage_is_bit_identical(int stage) {
   for (int n : {1, 2, 3}) {
-    SCOPED_TRACE(::testing::Message() << n << " replicas");
+    SCOPED_TRACE(::testing::Message() << n << " replicas, stage " << stage);
     const Mesh mesh = Mesh::threads(n);
     const auto ref = run(mesh, 0, 12);
-    const auto zero = run(mesh, 1, 12);
+    const auto zero = run(mesh, stage, 12);
     testing::expect_same_bits(ref, zero, "zero lm");
     testing::expect_state_is_slices(ref.state, zero.state, n, 0, n);
     float first, last;
@@ -83,8 +91,17 @@ TEST(ZeroLm, Stage1IsBitIdenticalToTheReplicatedStep) {
   }
 }
 
-TEST(ZeroLm, Stage2IsRefused) {
-  EXPECT_THROW(lm::make_lm_step(Mesh::threads(2), step_fn(2), PmapOptions{}), std::invalid_argument);
+TEST(ZeroLm, Stage1IsBitIdenticalToTheReplicatedStep) { expect_stage_is_bit_identical(1); }
+TEST(ZeroLm, Stage2IsBitIdenticalToTheReplicatedStep) { expect_stage_is_bit_identical(2); }
+TEST(ZeroLm, Stage3IsBitIdenticalToTheReplicatedStep) { expect_stage_is_bit_identical(3); }
+
+TEST(ZeroLm, UnsupportedStagesAreRefused) {
+  EXPECT_THROW(lm::make_lm_step(Mesh::threads(2), step_fn(4), PmapOptions{}), std::invalid_argument);
+  lm::LmStepFn scaled = step_fn(2);
+  scaled.scaling.on = true;
+  EXPECT_THROW(lm::make_lm_step(Mesh::threads(2), scaled, PmapOptions{}), std::invalid_argument);
+  // Stage 3 without the parameters' shapes.
+  EXPECT_THROW(lm::make_lm_step(Mesh::threads(2), step_fn(3), PmapOptions{}), std::invalid_argument);
 }
 
 }  // namespace

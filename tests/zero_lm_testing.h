@@ -1,5 +1,5 @@
 // The language-model trainer (parallel/lm/lm_trainer.h) on tests/tiny_lm.h's run, replicated
-// and with --zero 1, for tests/zero_lm_trainer_test.cc (thread replicas) and
+// and with --zero 1, 2 or 3, for tests/zero_lm_trainer_test.cc (thread replicas) and
 // tests/mpi/zero_lm_mpi_test.cc (MPI ranks): six steps straight, or three steps then a
 // checkpoint resumed on another mesh. A global batch of 6 divides over 1, 2 and 3 replicas.
 // Test-only, header-only.
@@ -36,6 +36,7 @@ struct ZeroLmRun {
   ArrayDict params;
   ArrayDict state;  // the whole optimizer state (gathered at ZeRO)
   ArrayDict local_state;  // what this process held: at ZeRO its replicas' shards
+  ArrayDict local_params;  // the trained parameters this process held: at stage 3 its shards
 };
 
 // Steps `t` to its end, recording each step's loss and gradient norm.
@@ -47,6 +48,7 @@ inline ZeroLmRun zero_lm_finish(lm::LmTrainer& t) {
   }
   r.params = t.params();
   r.local_state = t.optimizer_state();
+  r.local_params = t.local_trainable_params();
   r.state = t.options().zero_stage
                 ? training::zero_gather_state(t.optimizer_state(), t.trainable_params(), t.mesh())
                 : t.optimizer_state();

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "core/autodiff/recompute.h"
 #include "absl/container/flat_hash_map.h"
 #include "core/ir/region.h"
 #include "core/base/log.h"
@@ -118,7 +119,7 @@ std::vector<Tensor> walk(TraceContext& tc, const std::vector<Tensor>& ys, const 
     std::vector<Tensor> ins;
     std::vector<bool> need;
     for (int in : node.inputs) {
-      ins.push_back(Tensor::from_node(ctx, in));
+      ins.push_back(detail::backward_operand(ctx, in));  // a replay where recompute_in_backward asked
       need.push_back(live[in]);
     }
     const Tensor out = Tensor::from_node(ctx, id);

@@ -46,6 +46,66 @@ const std::vector<int>& operands_of(const Graph& g, const FusionPlan& fusion, in
   return group >= 0 ? fusion.groups[group].inputs : g.node(id).inputs;
 }
 
+// Graph order, except that an all-gather of a plan input (ZeRO stage 3's parameter shards), with
+// the unfused instructions that read only it, each other or plan inputs (its unpadding slice
+// and reshape), runs just before the first other instruction that reads any of them, and no
+// later than the next collective after it in graph order: the gathered value lives from there,
+// not from the step's start, and the collectives keep their graph order, which every replica
+// shares whatever its plan fused. A chain nothing else reads stays in place.
+std::vector<int> sink_gathers(const Graph& g, const FusionPlan& fusion, const std::vector<int>& units) {
+  const int n = g.size();
+  auto is_input = [&](int id) { return g.node(id).op == Op::Parameter || g.node(id).op == Op::Constant; };
+  std::vector<int> root(n, -1);  // per unit of a chain: its all-gather
+  std::vector<int> pos(n, -1);   // per unit: its place in graph order
+  for (size_t k = 0; k < units.size(); ++k) {
+    const int u = units[k];
+    pos[u] = static_cast<int>(k);
+    const Node& node = g.node(u);
+    if (fusion.group_of[u] >= 0 || node.inputs.empty()) continue;
+    if (node.op == Op::AllGather) {
+      if (is_input(node.inputs[0])) root[u] = u;
+      continue;
+    }
+    if (ordered(g, fusion, u) || op_kind(node.op) == OpKind::kControl) continue;
+    int r = -1;
+    bool only_chain = true;
+    for (int in : node.inputs) {
+      if (is_input(in)) continue;
+      if (root[in] < 0 || (r >= 0 && root[in] != r)) only_chain = false;
+      r = root[in];
+    }
+    if (only_chain && r >= 0) root[u] = r;
+  }
+  std::vector<int> target(n, -1);  // per all-gather: the unit its chain runs just before
+  for (int u : units)
+    for (int x : operands_of(g, fusion, u))
+      if (root[x] >= 0 && root[u] != root[x] && target[root[x]] < 0) target[root[x]] = u;
+  for (int o : g.outputs)
+    if (root[o] >= 0) target[root[o]] = -1;  // an output of the plan: left in place
+  // No chain passes the next collective: walking back, `barrier` is where the next one runs.
+  int barrier = -1;
+  for (auto it = units.rbegin(); it != units.rend(); ++it) {
+    const int u = *it;
+    if (root[u] == u && target[u] >= 0) {
+      if (barrier >= 0 && pos[barrier] < pos[target[u]]) target[u] = barrier;
+      barrier = target[u];
+    } else if (ordered(g, fusion, u)) {
+      barrier = u;
+    }
+  }
+  std::vector<std::vector<int>> before(n);  // per unit: the chains to run just before it
+  for (int u : units)
+    if (root[u] >= 0 && target[root[u]] >= 0) before[target[root[u]]].push_back(u);
+  std::vector<int> order;
+  order.reserve(units.size());
+  for (int u : units) {
+    if (root[u] >= 0 && target[root[u]] >= 0) continue;
+    order.insert(order.end(), before[u].begin(), before[u].end());
+    order.push_back(u);
+  }
+  return order;
+}
+
 }  // namespace
 
 bool overlappable(const Graph& g, const FusionPlan& fusion, int id) {
@@ -63,7 +123,7 @@ std::vector<int> schedule_instructions(const Graph& g, const std::vector<bool>& 
         lowered_at(fusion, id) == id)
       units.push_back(id);
   }
-  if (!overlap) return units;
+  if (!overlap) return sink_gathers(g, fusion, units);
 
   // Which unit defines each value: a group's results are defined where it is lowered, a
   // control result (an Output node) by its control instruction.

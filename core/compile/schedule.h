@@ -1,7 +1,13 @@
 // Plan order, and which collectives overlap the instructions after them.
 //
 // By default a plan runs its instructions in graph order: the order the step was traced in,
-// where a data-parallel step reduces its gradients after the whole backward pass. With
+// where a data-parallel step reduces its gradients after the whole backward pass. One
+// exception: an all-gather of a plan input (ZeRO stage 3's parameter shards) and the unfused
+// instructions that read only it or each other (its unpadding slice and reshape) run just
+// before the first other instruction that reads them, but not past the next collective in
+// graph order (so the collectives keep the graph's order, which every replica shares whatever
+// its plan fused): a gathered parameter is not alive from the step's start to its first use.
+// With overlap they keep their place in the chain of collectives below. With
 // overlap (Overlap::schedule or worker, CompileOptions::overlap), the order
 // changes, and the plan's all-reduces may run on the replica's collective worker
 // (core/compile/collective_worker.h; JitCore gives it one when Executable::overlap is worker):

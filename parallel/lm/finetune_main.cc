@@ -73,9 +73,9 @@ int finetune(Mesh& mesh, const FinetuneOptions& fo) {
   FinetuneStart start = finetune_start(fo);
   LmTrainer trainer(mesh, start.options, std::move(start.params));
   const LmOptions& o = trainer.options();
+  const int64_t trained = count(trainer.trainable_params()), all = trained + count(trainer.frozen_params());
   if (primary) {
     const io::TokenFile& f = trainer.tokens();
-    const int64_t trained = count(trainer.trainable_params()), all = trained + count(trainer.frozen_params());
     fmt::print("fjit finetune_lm: {} replica(s) ({}) | from {}\ncorpus {}: {} tokens, {:.0f}% kept for "
                "validation | token file {}\n{}\n{} | training {} of {} parameters ({:.2f}%){}\n",
                mesh.size(), mesh.description(), hf::describe(start.base), o.corpus, f.size(),

@@ -109,7 +109,8 @@ void add_training_options(CLI::App& app, LmOptions& o) {
   add.loss_scale_options(o.grad_dtype, o.loss_scale, o.loss_scale_growth_interval);
   add.compute_dtype_option(o.compute_dtype);
   add.integer("--log-every", o.log_every, 0, "steps between progress lines");
-  add.integer("--zero", o.zero_stage, 0, "ZeRO stage: 1 shards the optimizer state over the replicas (0 = off)");
+  add.integer("--zero", o.zero_stage, 0, "ZeRO stage: 1 shards the optimizer state over the replicas, 2 also reduce-scatters "
+              "the gradients, 3 also shards the parameters (0 = off)");
   add.text("--export-hf", "DIR", o.export_hf,
            "at the end, write the model in Hugging Face's layout (config.json, model.safetensors) "
            "to DIR (none)");
@@ -128,8 +129,8 @@ ParsedLmOptions parse_lm_options(int argc, char** argv, LmOptions defaults) {
     r.error = "--validation-fraction must be in (0, 1)";
   else if (o.model.dim % o.model.heads != 0)
     r.error = fmt::format("--heads {} must divide --dim {}", o.model.heads, o.model.dim);
-  else if (o.zero_stage > 1)
-    r.error = fmt::format("--zero {}: the language model takes ZeRO stage 0 or 1", o.zero_stage);
+  else if (o.zero_stage > 3)
+    r.error = fmt::format("--zero {}: the language model takes ZeRO stage 0 to 3", o.zero_stage);
   return r;
 }
 

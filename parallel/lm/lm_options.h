@@ -58,7 +58,7 @@ struct LmOptions {
   int64_t log_every = 20;
   int replicas = 1;                  // informational: Mesh::from_environment reads --replicas
   // ZeRO stage (parallel/train/zero.h): 0 the optimizer state replicated, 1 sharded over the
-  // replicas. Not in the run config: a checkpoint holds the whole state at any stage.
+  // replicas, 2 the gradients reduce-scattered too, 3 the trained parameters sharded too. Not in the run config: a checkpoint holds the whole state at any stage.
   int zero_stage = 0;
   // Where the parameters start when not from the seed (a fine-tuning run's --init-from), and
   // its adapters ("LoRA r 8 alpha 16 on attn/qkv,attn/out"): both go into the checkpoints' run

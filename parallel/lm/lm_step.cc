@@ -54,13 +54,20 @@ std::tuple<TensorDict, TensorDict, Tensor, Tensor> LmStepFn::train(
     Tensor loss = mean(softmax_cross_entropy(decoder_logits(all, model, inputs), targets));
     return scaling.on ? loss * loss_scale : loss;
   };
-  auto [scaled_loss, grads] = value_and_grad(loss_fn)(trainable);
+  // Stage 3: `trainable` holds this replica's shards, all-gathered whole here.
+  const TensorDict whole = zero_stage == 3 ? training::zero3_gather_params(trainable, zero3_shapes, axis) : trainable;
+  auto [scaled_loss, grads] = value_and_grad(loss_fn)(whole);
   if (const auto& flip = training::testing::gradient_flip())
     grads.set(flip->param, training::testing::flipped_gradient(grads.at(flip->param), *flip, step, axis));
   const Tensor loss = scaling.on ? scaled_loss / loss_scale : scaled_loss;
   check(isfinite(loss), "loss {} is not finite", loss);
   std::tuple<TensorDict, TensorDict, Tensor> update;
-  if (zero_stage == 1) {
+  const training::ZeroClip clip{clip_grad_norm, groups, &names};
+  if (zero_stage == 3) {
+    update = training::zero3_adamw_update(trainable, grads, state, optimizer, schedule, step, max_grad_norm, axis, clip);
+  } else if (zero_stage == 2) {
+    update = training::zero2_adamw_update(trainable, grads, state, optimizer, schedule, step, max_grad_norm, axis, clip);
+  } else if (zero_stage == 1) {
     const TensorDict mean_grads =
         scaling.on ? training::averaged_unscaled_gradients(grads, loss_scale, scaling.grad_dtype, axis) : pmean(grads, axis);
     update = training::zero1_adamw_update_of_mean(trainable, mean_grads, state, optimizer, schedule, step,
@@ -87,28 +94,35 @@ Tensor LmLossSumFn::operator()(const Params& params, const Tensor& inputs,
 
 namespace {
 
-void require_zero_stage(int stage) {
-  if (stage != 0 && stage != 1)
-    throw std::invalid_argument(fmt::format("lm_step: zero_stage {} is not implemented for the language model (0 or 1)", stage));
+void require_zero_stage(const LmStepFn& fn) {
+  if (fn.zero_stage < 0 || fn.zero_stage > 3)
+    throw std::invalid_argument(fmt::format("lm_step: zero_stage {} is not implemented (0 to 3)", fn.zero_stage));
+  if (fn.zero_stage >= 2 && fn.scaling.on)
+    throw std::invalid_argument(fmt::format("lm_step: zero_stage {} does not take loss scaling (use zero_stage 1)",
+                                            fn.zero_stage));
+  if (fn.zero_stage == 3 && fn.zero3_shapes.empty())
+    throw std::invalid_argument("lm_step: zero_stage 3 needs zero3_shapes (zero_param_shapes of the trainable parameters)");
 }
 
 }  // namespace
 
 LmStep make_lm_step(const Mesh& mesh, LmStepFn fn, PmapOptions options) {
   if (options.jit.name == "fn") options.jit.name = "lm_step";
-  require_zero_stage(fn.zero_stage);
+  require_zero_stage(fn);
   const std::string axis = fn.axis;
   PmapArgOptions args{{4}, {}};
   if (fn.zero_stage > 0) args.sharded_dicts = {1};
+  if (fn.zero_stage == 3) args.sharded_dicts = {0, 1};  // the parameters too
   return pmap(mesh, axis, std::move(fn), std::move(options), std::move(args));
 }
 
 LmSplitStep make_lm_split_step(const Mesh& mesh, LmStepFn fn, PmapOptions options) {
   if (options.jit.name == "fn") options.jit.name = "lm_step";
-  require_zero_stage(fn.zero_stage);
+  require_zero_stage(fn);
   const std::string axis = fn.axis;
   PmapArgOptions args{{5, 6}, {}};
   if (fn.zero_stage > 0) args.sharded_dicts = {2};
+  if (fn.zero_stage == 3) args.sharded_dicts = {0, 2};  // the trainable parameters too
   return pmap(mesh, axis, LmSplitStepFn{std::move(fn)}, std::move(options), std::move(args));
 }
 

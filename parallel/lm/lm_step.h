@@ -32,6 +32,7 @@
 #include "core/nn/decoder.h"
 #include "parallel/pmap.h"
 #include "parallel/train/loss_scaling.h"
+#include "parallel/train/zero.h"
 
 namespace fjit::lm {
 
@@ -49,9 +50,15 @@ struct LmStepFn {
   DType compute_dtype = DType::f32;  // the layers' policy while tracing (core/nn/precision.h)
   // ZeRO stage (parallel/train/zero.h): 0 the optimizer state replicated; 1 sharded over
   // `axis` (the state argument holds this replica's shards, from zero_init_state of the
-  // trainable parameters, passed as a sharded dict), the parameters bit-identical to stage 0's.
-  // Other stages are refused by make_lm_step and make_lm_split_step.
+  // trainable parameters, passed as a sharded dict), the parameters bit-identical to stage 0's;
+  // 2 also the gradients reduce-scattered; 3 also the trainable parameters sharded: that
+  // argument and output hold this replica's shards (zero_shard_params, a sharded dict; the
+  // frozen ones stay whole), all-gathered whole at the step's start, and zero3_shapes must list
+  // them (zero_param_shapes). Clipping and groups at stages 2 and 3: training::ZeroClip, the
+  // replicated step's bits. Stages 2 and 3 refuse loss scaling (make_lm_step,
+  // make_lm_split_step throw std::invalid_argument).
   int zero_stage = 0;
+  std::vector<training::ZeroParamShape> zero3_shapes;
   // The step without a loss scale (scaling must be off).
   std::tuple<TensorDict, TensorDict, Tensor, Tensor> operator()(
       const Params& params, const Params& state, const Tensor& inputs, const Tensor& targets,

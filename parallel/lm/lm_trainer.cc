@@ -46,6 +46,15 @@ void check_initial(const ArrayDict& given, const DecoderConfig& model, const std
   }
 }
 
+// The trained parameters' shapes at ZeRO stage 3 (the step gathers them), else none.
+std::vector<training::ZeroParamShape> zero3_shapes_for(const LmOptions& o, const ArrayDict& initial) {
+  if (o.zero_stage != 3) return {};
+  ArrayDict params = initial;
+  if (params.empty()) decoder_params(params, o.model, o.seed);
+  if (!o.trainable.empty()) params = split_trainable(params, o.trainable).first;
+  return training::zero_param_shapes(params);
+}
+
 }  // namespace
 
 std::string token_file_path(const LmOptions& o) {
@@ -82,7 +91,8 @@ LmTrainer::LmTrainer(Mesh mesh, LmOptions options, ArrayDict initial)
                                                                                                   : DType::f32},
                                            .compute_dtype = options_.compute_dtype == "bf16" ? DType::bf16
                                                                                             : DType::f32,
-                                           .zero_stage = options_.zero_stage},
+                                           .zero_stage = options_.zero_stage,
+                                           .zero3_shapes = zero3_shapes_for(options_, initial)},
                                   pmap_options("lm_step"))),
       eval_fn_(make_lm_eval(mesh_, options_.model, pmap_options("lm_eval"),
                             options_.compute_dtype == "bf16" ? DType::bf16 : DType::f32)) {
@@ -132,6 +142,10 @@ LmTrainer::LmTrainer(Mesh mesh, LmOptions options, ArrayDict initial)
   frozen_ = mesh_.replicate(frozen_);
   AdamW opt{.lr = options_.lr, .b2 = options_.b2, .weight_decay = options_.weight_decay};
   ArrayDict state = options_.zero_stage ? training::zero_init_state(params, mesh_) : opt.init_state(params);
+  if (options_.zero_stage == 3) {
+    zero3_shapes_ = training::zero_param_shapes(params);
+    params = training::zero_shard_params(params, mesh_);
+  }
   buffers_[0] = LmStepOut{std::move(params), std::move(state), Array(), Array()};
   step_ = Array(DType::i32, {});
   scale_ = Array::scalar(1.0f);
@@ -140,11 +154,16 @@ LmTrainer::LmTrainer(Mesh mesh, LmOptions options, ArrayDict initial)
     scaler_ = training::make_loss_scale(options_.loss_scale, options_.loss_scale_growth_interval, "train_lm");
 }
 
+ArrayDict LmTrainer::trainable_params() const {
+  if (options_.zero_stage != 3) return local_trainable_params();
+  return training::zero_gather_params(local_trainable_params(), zero3_shapes_, mesh_);
+}
+
 ArrayDict LmTrainer::params() const {
-  if (frozen_.empty()) return trainable_params();
+  const ArrayDict trainable = trainable_params();
+  if (frozen_.empty()) return trainable;
   ArrayDict all;
-  for (const std::string& name : names_)
-    all.set(name, frozen_.contains(name) ? frozen_.at(name) : trainable_params().at(name));
+  for (const std::string& name : names_) all.set(name, frozen_.contains(name) ? frozen_.at(name) : trainable.at(name));
   return all;
 }
 
@@ -169,6 +188,7 @@ std::optional<StepStats> LmTrainer::step() {
     std::vector<const std::vector<Array>*> others;
     for (int k = 1; k < mesh_.local_size(); ++k) others.push_back(&step_fn_.replica_outputs(k));
     std::get<1>(out) = training::zero_local_state(std::get<1>(out), others, std::get<0>(out).size());
+    if (options_.zero_stage == 3) std::get<0>(out) = training::zero_local_state(std::get<0>(out), others, 0);
   }
   if (scaler_) scaler_->update(r.raised(CheckKind::loss_scale_overflow), r.skipped);
   if (r.skipped) ++skipped_steps_;
@@ -212,15 +232,17 @@ double LmTrainer::validation_bits_per_byte() {
 void LmTrainer::save(const std::string& path) {
   // ZeRO: the replicas' shards put back into the whole state (an all-gather every process
   // joins), so the file is the replicated run's and any replica count resumes from it.
+  // At stage 3 the parameters too (zero_gather_params).
+  const ArrayDict whole_params = trainable_params();
   const ArrayDict whole_state = options_.zero_stage
-                                    ? training::zero_gather_state(optimizer_state(), trainable_params(), mesh_)
+                                    ? training::zero_gather_state(optimizer_state(), whole_params, mesh_)
                                     : ArrayDict();
   const ArrayDict& state_to_save = options_.zero_stage ? whole_state : optimizer_state();
   training::run_on_primary(mesh_, "checkpoint save " + path, [&] {
     const std::filesystem::path parent = std::filesystem::path(path).parent_path();
     if (!parent.empty()) std::filesystem::create_directories(parent);
     io::Checkpoint ck;
-    ck.tensors = training::checkpoint_tensors(trainable_params(), state_to_save);
+    ck.tensors = training::checkpoint_tensors(whole_params, state_to_save);
     ck.metadata = {{"format", kFormat},
                    {"step", std::to_string(steps_done_)},
                    {"data_position", std::to_string(train_batches_->position())},
@@ -286,6 +308,7 @@ void LmTrainer::load(const std::string& path) {
     state = mesh_.replicate(state);
   }
   if (options_.zero_stage) state = training::zero_shard_state(state, params, mesh_);
+  if (options_.zero_stage == 3) params = training::zero_shard_params(params, mesh_);
   // The data order continues from the checkpoint's seed, whatever this run was given.
   if (position[2] != options_.seed) {
     options_.seed = position[2];

@@ -28,9 +28,10 @@
 //    otherwise), and cross-checks the header against the state: data position = step, opt/step
 //    = step - skipped steps. The constructor checks every output path (checkpoint_dir, the
 //    token file, export_hf, FJIT_TIMELINE, ...) before it writes anything.
-//  - With options.zero_stage 1 (ZeRO, parallel/train/zero.h), optimizer_state() holds this
-//    process's replicas' shards of the state and the parameters are bit-identical to the
-//    replicated run's. Its checkpoints hold the whole state (zero_gather_state), the file the
+//  - With options.zero_stage 1, 2 or 3 (ZeRO, parallel/train/zero.h), optimizer_state() holds
+//    this process's replicas' shards of the state (at stage 3 local_trainable_params() those
+//    of the trained parameters too) and the parameters are bit-identical to the replicated
+//    run's. Its checkpoints hold the whole state (zero_gather_state), the file the
 //    replicated run writes; load reshards it for this run's replica count (zero_shard_state),
 //    so a run resumes at another replica count, with or without ZeRO. The step's divergence
 //    check (FJIT_DIVERGENCE_CHECK_EVERY) is off then: the replicas' shards differ.
@@ -91,9 +92,15 @@ class LmTrainer {
   // and at the end, checkpoints. Returns the final validation bits per byte.
   double run();
 
-  // Every parameter, trained and frozen, in the decoder's order.
+  // Every parameter, trained and frozen, in the decoder's order (at ZeRO stage 3 gathered
+  // whole: every process must call it).
   ArrayDict params() const;
-  const ArrayDict& trainable_params() const { return std::get<0>(buffers_[current_]); }
+  // The trained parameters, whole (at ZeRO stage 3 gathered from the shards: every process
+  // must call it).
+  ArrayDict trainable_params() const;
+  // What the step holds of the trained parameters: trainable_params(), or at ZeRO stage 3 this
+  // process's replicas' shards (zero_shard_params's layout).
+  const ArrayDict& local_trainable_params() const { return std::get<0>(buffers_[current_]); }
   const ArrayDict& frozen_params() const { return frozen_; }
   const ArrayDict& optimizer_state() const { return std::get<1>(buffers_[current_]); }
   int64_t steps_done() const { return steps_done_; }
@@ -121,6 +128,7 @@ class LmTrainer {
   LmSplitStep step_fn_;
   LmEval eval_fn_;
   std::vector<std::string> names_;  // every parameter's, in order
+  std::vector<training::ZeroParamShape> zero3_shapes_;  // the trained parameters' at ZeRO stage 3
   ArrayDict frozen_;
   LmStepOut buffers_[2];  // step k reads buffers_[current_] (trainable, state) and writes the other
   int current_ = 0;

@@ -27,11 +27,11 @@ training::VerifyResult verify_lm_interval(const std::string& from, const std::st
                        .state = [&] {
                          // ZeRO: the whole state, as the checkpoint holds it.
                          const LmTrainer& r = t();
+                         const ArrayDict params = r.trainable_params();
                          return training::checkpoint_tensors(
-                             r.trainable_params(),
-                             r.options().zero_stage
-                                 ? training::zero_gather_state(r.optimizer_state(), r.trainable_params(), r.mesh())
-                                 : r.optimizer_state());
+                             params, r.options().zero_stage
+                                         ? training::zero_gather_state(r.optimizer_state(), params, r.mesh())
+                                         : r.optimizer_state());
                        }});
 }
 

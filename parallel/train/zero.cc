@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "checks/check.h"
+#include "core/autodiff/recompute.h"
 #include "core/trace/collectives.h"
 
 namespace fjit::training {
@@ -85,42 +86,71 @@ std::vector<ZeroParamShape> shapes_of(const TensorDict& params) {
   return out;
 }
 
+// Sum of the squares of `g`, accumulated in `acc`: global_norm's term for one tensor.
+Tensor squares(const Tensor& g, DType acc) { return cast(sum(square(g), {}, false), acc); }
+
+// The global norm of the averaged gradient whose slices (this replica's blocks) are `g_slices`.
+// With `exact`, each gradient is all-gathered whole in turn (one all-gather per parameter, its
+// whole value freed after its sum of squares) and summed as global_norm sums the replicated
+// step's: the same bits. Otherwise, each replica's sum of squares of its blocks is summed over
+// the replicas (the padding adds 0): the same value up to the order of the additions.
+Tensor sharded_norm(const TensorDict& g_slices, const std::vector<ZeroParamShape>& shapes, int n,
+                    const std::string& axis, bool exact) {
+  const Loc loc = Loc::current();
+  bool all_f64 = true;
+  for (const auto& [name, g] : g_slices) all_f64 = all_f64 && g.dtype() == DType::f64;
+  const DType acc = all_f64 ? DType::f64 : DType::f32;
+  Tensor total;
+  for (const auto& [name, g] : g_slices) {
+    Tensor s;
+    if (exact) {
+      const auto it = std::find_if(shapes.begin(), shapes.end(), [&](const ZeroParamShape& p) { return p.name == name; });
+      Tensor all = detail::collective("all_gather", Op::AllGather, g, ReduceOp::sum, axis,
+                                      {g.dtype(), {n * g.size()}}, loc);
+      s = squares(reshape(slice(all, {0}, {num_elements(it->shape)}, {1}, loc), it->shape, loc), acc);
+    } else {
+      s = squares(g, acc);
+    }
+    total = total.defined() ? add(total, s) : s;
+  }
+  return exact ? sqrt(total) : sqrt(psum(total, axis));
+}
+
 // Stage 2's update of this replica's parameter slices from the gradients before averaging:
-// {slices', state', norm}.
+// {slices', state', norm}. With clip_norm > 0 the norm is exact (sharded_norm) and the slices
+// are scaled as clip_by_global_norm scales the whole gradient (elementwise: the same bits).
 std::tuple<TensorDict, TensorDict, Tensor> zero2_update_slices(
     const TensorDict& p_slices, const TensorDict& grads, const Params& state, const AdamW& optimizer,
-    const Schedule& schedule, const Tensor& step, double max_grad_norm, const std::string& axis) {
+    const Schedule& schedule, const Tensor& step, double max_grad_norm, const std::string& axis,
+    const ZeroClip& clip) {
   const int n = TraceContext::current()->num_replicas;
   // pmean's operand (the gradient times the replica's mean weight), flat and zero-padded to
   // N k, reduce-scattered: each replica receives the sum's block it updates, the same bits as
   // that block of pmean(grads).
   TensorDict padded;
-  bool all_f64 = true;
   for (const auto& [name, g] : grads) {
     const int64_t k = zero_shard_size(g.size(), n);
     Tensor flat = reshape(mul(g, detail::mean_scale(g.dtype())), {g.size()});
     if (n * k > g.size()) flat = concat({flat, full(g.dtype(), {n * k - g.size()}, 0.0)}, 0);
     padded.set(name, flat);
-    all_f64 = all_f64 && g.dtype() == DType::f64;
   }
-  const TensorDict g_slices = psum_scatter(padded, axis);
-  // The global norm from every replica's sum of squares of its blocks (the padding adds 0):
-  // the same value as the replicated step's up to the order of the additions.
-  const DType acc = all_f64 ? DType::f64 : DType::f32;
-  Tensor partial;
-  for (const auto& [name, g] : g_slices) {
-    Tensor s = cast(sum(square(g), {}, false), acc);
-    partial = partial.defined() ? add(partial, s) : s;
-  }
-  Tensor norm = sqrt(psum(partial, axis));
+  TensorDict g_slices = psum_scatter(padded, axis);
+  const Tensor norm = sharded_norm(g_slices, shapes_of(grads), n, axis, clip.norm > 0);
   check(isfinite(norm) && norm < max_grad_norm,
         "global gradient norm {} is not finite or not below {}", norm,
         scalar(norm.dtype(), max_grad_norm));
+  if (clip.norm > 0) {
+    // clip_by_global_norm's scale, applied to the slices.
+    const Tensor limit = scalar(norm.dtype(), clip.norm);
+    const Tensor scale = where(gt(norm, limit), div(limit, maximum(norm, limit)), ones_like(norm));
+    for (const std::string& name : g_slices.names())
+      g_slices.set(name, mul(g_slices.at(name), cast(scale, g_slices.at(name).dtype())));
+  }
   AdamW opt = optimizer;
   opt.lr = schedule(step);
   TensorDict ordered;  // the slices in the gradients' order
   for (const auto& [name, g] : g_slices) ordered.set(name, p_slices.at(name));
-  auto [next_slices, next_state] = opt.update(ordered, g_slices, state);
+  auto [next_slices, next_state] = grouped_update(opt, clip.groups, ordered, g_slices, state, clip.pattern_names);
   return {next_slices, next_state, norm};
 }
 
@@ -152,19 +182,35 @@ std::tuple<TensorDict, TensorDict, Tensor> zero1_adamw_update_of_mean(
 
 std::tuple<TensorDict, TensorDict, Tensor> zero2_adamw_update(
     const Params& params, const TensorDict& grads, const Params& state, const AdamW& optimizer,
-    const Schedule& schedule, const Tensor& step, double max_grad_norm, const std::string& axis) {
+    const Schedule& schedule, const Tensor& step, double max_grad_norm, const std::string& axis,
+    const ZeroClip& clip) {
   const int n = TraceContext::current()->num_replicas;
   const Tensor me = axis_index(axis);
   TensorDict p_slices;
   for (const auto& [name, p] : params) p_slices.set(name, own_slice(p, n, me));
   auto [next_slices, next_state, norm] =
-      zero2_update_slices(p_slices, grads, state, optimizer, schedule, step, max_grad_norm, axis);
+      zero2_update_slices(p_slices, grads, state, optimizer, schedule, step, max_grad_norm, axis, clip);
   return {gather_slices(next_slices, shapes_of(params), n, axis), next_state, norm};
 }
+
+namespace {
+
+// One parameter made whole from this replica's shard: all-gathered, unpadded, reshaped.
+Tensor gather_param(const Tensor& shard, const ZeroParamShape& p, int n, const std::string& axis) {
+  const Loc loc = Loc::current();
+  const int64_t numel = num_elements(p.shape), k = shard.size();
+  Tensor all = detail::collective("all_gather", Op::AllGather, shard, ReduceOp::sum, axis, {p.dtype, {n * k}}, loc);
+  if (n * k > numel) all = slice(all, {0}, {numel}, {1}, loc);
+  return reshape(all, p.shape, loc);
+}
+
+}  // namespace
 
 TensorDict zero3_gather_params(const TensorDict& shards, const std::vector<ZeroParamShape>& shapes,
                                const std::string& axis) {
   const int n = TraceContext::current()->num_replicas;
+  detail::require_axis("zero3_gather_params", axis, Loc::current());
+  TensorDict out;
   for (const ZeroParamShape& p : shapes) {
     const int64_t k = zero_shard_size(num_elements(p.shape), n);
     if (!shards.contains(p.name) || shards.at(p.name).shape() != Shape{k} || shards.at(p.name).dtype() != p.dtype)
@@ -172,14 +218,23 @@ TensorDict zero3_gather_params(const TensorDict& shards, const std::vector<ZeroP
                                               p.name, type_str(p.dtype, {k}), type_str(p.dtype, p.shape),
                                               shards.contains(p.name) ? type_str(shards.at(p.name).dtype(), shards.at(p.name).shape())
                                                                       : std::string("nothing")));
+    const Tensor shard = shards.at(p.name);
+    const Tensor whole = gather_param(shard, p, n, axis);
+    // With overlap every gather runs at its place in the chain of collectives, a backward
+    // one as early as a forward one: gathering again would only hold a second copy.
+    if (TraceContext::current()->options.overlap_collectives)
+      out.set(p.name, whole);
+    else
+      out.set(p.name, recompute_in_backward(whole, [shard, p, n, axis] { return gather_param(shard, p, n, axis); }));
   }
-  return gather_slices(shards, shapes, n, axis);
+  return out;
 }
 
 std::tuple<TensorDict, TensorDict, Tensor> zero3_adamw_update(
     const Params& shards, const TensorDict& grads, const Params& state, const AdamW& optimizer,
-    const Schedule& schedule, const Tensor& step, double max_grad_norm, const std::string& axis) {
-  return zero2_update_slices(shards, grads, state, optimizer, schedule, step, max_grad_norm, axis);
+    const Schedule& schedule, const Tensor& step, double max_grad_norm, const std::string& axis,
+    const ZeroClip& clip) {
+  return zero2_update_slices(shards, grads, state, optimizer, schedule, step, max_grad_norm, axis, clip);
 }
 
 namespace {

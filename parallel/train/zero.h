@@ -1,5 +1,6 @@
-// ZeRO stages 1 and 2 (Rajbhandari et al. 2020, "ZeRO: Memory Optimizations Toward Training Trillion
-// Parameter Models"): the optimizer state sharded over the data axis.
+// ZeRO stages 1, 2 and 3 (Rajbhandari et al. 2020, "ZeRO: Memory Optimizations Toward Training Trillion
+// Parameter Models"): the optimizer state (stage 1), also the averaged gradients (stage 2) and the
+// parameters (stage 3) sharded over the data axis.
 //
 // Each state tensor is held flat: parameter p's numel elements are padded with zeros to
 // N * k, k = ceil(numel / N), and replica i holds elements [i k, (i + 1) k) ("m.<name>" and
@@ -27,19 +28,30 @@
 // another count (state resharded), or without ZeRO, and a replicated run's checkpoint resumes
 // with ZeRO (tests/zero_trainer_test.cc, tests/mpi/zero_mpi_test.cc).
 //
-// The language model's step (parallel/lm/lm_step.h) takes stage 1.
+// The language model's step (parallel/lm/lm_step.h) takes stages 1, 2 and 3, with clipping by
+// the global norm (ZeroClip below) and parameter groups at every stage.
 //
 // Stage 3 (zero3_gather_params, zero3_adamw_update) also shards the parameters, in the
 // state's layout: replica i holds elements [i k, (i + 1) k) of each parameter, flat and
-// zero-padded, as a sharded dict. The step all-gathers the whole parameters once, at its
-// start (one all-gather per dtype), computes the loss and gradients on them, reduce-scatters
-// the gradients as stage 2 does and updates its shard; it returns the shards, not the whole
-// parameters. The whole parameters are values of the step's plan, freed by the memory plan
-// after their last use in the backward pass; they are not gathered layer by layer, and no
-// gather is prefetched. On the host, zero_shard_params and zero_gather_params convert.
+// zero-padded, as a sharded dict. The step all-gathers each parameter whole on its own
+// (zero3_gather_params: one all-gather per parameter), computes the loss and gradients on them,
+// reduce-scatters the gradients as stage 2 does and updates its shard; it returns the shards,
+// not the whole parameters. Layer by layer: in the plan without overlap, each parameter's
+// all-gather (with its unpadding) runs just before the first instruction that reads it
+// (core/compile/schedule.h), and the backward pass does not read the forward pass's gathered
+// copy: each VJP rule that needs a parameter reads a gather of its own, traced where the
+// backward pass reaches that rule (core/autodiff/recompute.h). So the memory plan frees each
+// gathered parameter after its last forward read and each backward gather after its rule, and
+// whole parameters are alive a few at a time instead of all from the step's start to the end
+// of the backward pass (tests/zero_test.cc measures the plan). No gather is prefetched: each
+// runs on the plan's thread when its reader is next (the collective worker runs all-reduces
+// only). With overlap (core/compile/schedule.h) the gathers keep their place in the chain of
+// collectives, at the step's start, and are not gathered again for the backward pass (it
+// would hold a second copy): each whole parameter then lives from the step's start to its last
+// use in the backward pass, as with one gather for the whole model. On the host,
+// zero_shard_params and zero_gather_params convert.
 //
-// Not here: per-layer gathering at stage 3; clipping by the global norm, parameter groups and
-// loss scaling with stage 2; stage 2 in the language model's step.
+// Not here: loss scaling with stages 2 and 3; prefetching stage 3's gathers.
 #pragma once
 
 #include <cstdint>
@@ -77,15 +89,31 @@ std::tuple<TensorDict, TensorDict, Tensor> zero1_adamw_update_of_mean(
     double clip_norm = 0, const std::vector<ParamGroup>& groups = {},
     const std::vector<std::string>* pattern_names = nullptr);
 
+// Stages 2 and 3: clipping and parameter groups. With norm > 0 the averaged gradient is
+// clipped to that global norm, and the norm is the replicated step's, bit for bit: each
+// averaged gradient's blocks are all-gathered whole in turn (one all-gather per parameter,
+// each whole gradient freed after its sum of squares) and their sums of squares added as
+// global_norm adds them; the clipping scale multiplies this replica's blocks (elementwise: the
+// same bits as the whole gradient's). With norm 0 nothing is gathered and the norm is the
+// square root of the sum over replicas of each replica's sum of squares of its blocks: its bits
+// may differ from the replicated step's (another order of additions). `groups` apply per
+// parameter name as in grouped_update (`pattern_names`: the names their patterns are checked
+// against).
+struct ZeroClip {
+  double norm = 0;
+  std::vector<ParamGroup> groups;
+  const std::vector<std::string>* pattern_names = nullptr;
+};
+
 // ZeRO stage 2: the same update from this replica's gradients before averaging. pmean's
 // operand is reduce-scattered (psum_scatter, bucketed) instead of all-reduced, so each replica
 // receives only the block of the averaged gradient it updates: the same bits as that block of
-// the all-reduce, hence the same parameters. The global norm is the square root of the sum
-// over replicas of each block's sum of squares: its bits may differ from the replicated
-// step's (another order of additions). Returns {params', state' (shards), global norm}.
+// the all-reduce, hence the same parameters. The global norm and clipping: ZeroClip. Returns
+// {params', state' (shards), global norm}.
 std::tuple<TensorDict, TensorDict, Tensor> zero2_adamw_update(
     const Params& params, const TensorDict& grads, const Params& state, const AdamW& optimizer,
-    const Schedule& schedule, const Tensor& step, double max_grad_norm, const std::string& axis);
+    const Schedule& schedule, const Tensor& step, double max_grad_norm, const std::string& axis,
+    const ZeroClip& clip = {});
 
 // The whole state (AdamW::init_state's names and shapes: "m.<name>", "v.<name>" shaped as
 // the parameter, "step") from `local`, this process's replicas' shards of a state sharded over
@@ -122,17 +150,21 @@ ArrayDict zero_shard_params(const ArrayDict& whole, const Mesh& mesh);
 ArrayDict zero_gather_params(const ArrayDict& local, const std::vector<ZeroParamShape>& shapes, const Mesh& mesh);
 
 // Traced: the whole parameters (`shapes`) from this replica's shards, all-gathered over
-// `axis` (one all-gather per dtype).
+// `axis`, one all-gather per parameter, each marked recompute_in_backward (gathered again for
+// each VJP rule that reads it; see the top of this file) unless the plan overlaps its
+// collectives. Throws std::invalid_argument naming
+// the parameter when a shard is missing or has another shape or dtype.
 TensorDict zero3_gather_params(const TensorDict& shards, const std::vector<ZeroParamShape>& shapes,
                                const std::string& axis);
 
 // Traced: stage 3's update from this replica's parameter shards and its gradients of the
 // whole parameters before averaging: the gradients reduce-scattered (zero2_adamw_update),
 // this replica's shards of the parameters and the state updated. Returns {param shards',
-// state' (shards), global norm (stage 2's)}.
+// state' (shards), global norm (stage 2's)}; clipping and groups as stage 2's (ZeroClip).
 std::tuple<TensorDict, TensorDict, Tensor> zero3_adamw_update(
     const Params& shards, const TensorDict& grads, const Params& state, const AdamW& optimizer,
-    const Schedule& schedule, const Tensor& step, double max_grad_norm, const std::string& axis);
+    const Schedule& schedule, const Tensor& step, double max_grad_norm, const std::string& axis,
+    const ZeroClip& clip = {});
 
 ArrayDict zero_local_state(const ArrayDict& first, const std::vector<const std::vector<Array>*>& others,
                            size_t offset);

@@ -37,7 +37,7 @@ tsan_tests=(pmap_test replica_pool_test communicator_test checks_replica_test ch
   certified_run_test train_checkpoint_guard_test timeline_merge_test packed_epilogue_test
   sharding_collectives_test zero_test zero_trainer_test vmap_sweep_test shard_map_test tsan_race_canary
   tensor_parallel_lm_test step_deadline_test dpsgd_test zero_lm_trainer_test tensor_parallel_adamw_test
-  tensor_parallel_decode_test)
+  tensor_parallel_decode_test zero3_plan_test)
 
 case $kind in
   address)
