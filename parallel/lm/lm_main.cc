@@ -25,22 +25,27 @@ int train(Mesh& mesh, LmOptions options) {
   const LmOptions& o = trainer.options();
   // A model Hugging Face has no layout for is refused now, not after training.
   if (!o.export_hf.empty()) (void)hf::hf_model_for(o.model, trainer.params());
+  // At ZeRO stage 3 params() gathers the shards, a collective every process joins: never
+  // inside a primary-only block.
+  const int64_t parameters = parameter_count(trainer.params());
   if (primary) {
     const io::TokenFile& f = trainer.tokens();
     fmt::print("fjit train_lm: {} replica(s) ({}) | corpus {}: {} tokens (bytes), {:.0f}% kept for "
                "validation | token file {}\n{} | {:.2f}M parameters\n",
                mesh.size(), mesh.description(), o.corpus, f.size(), 100 * o.validation_fraction,
-               f.path(), describe(o), parameter_count(trainer.params()) * 1e-6);
+               f.path(), describe(o), parameters * 1e-6);
     std::fflush(stdout);
   }
   run_and_report(trainer, mesh);
-  if (!o.export_hf.empty())
+  if (!o.export_hf.empty()) {
+    const ArrayDict params = trainer.params();  // every process joins (above)
     training::run_on_primary(mesh, "export to " + o.export_hf, [&] {
-      const hf::HfModel model = hf::hf_model_for(o.model, trainer.params());
+      const hf::HfModel model = hf::hf_model_for(o.model, params);
       hf::save_hf_model(o.export_hf, model);
       fmt::print("exported {} to {}\n", hf::describe(model), o.export_hf);
       std::fflush(stdout);
     });
+  }
   return 0;
 }
 

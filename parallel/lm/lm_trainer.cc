@@ -220,9 +220,10 @@ double LmTrainer::validation_bits_per_byte() {
   const int64_t batches = std::min(options_.eval_batches, val.batches_per_epoch());
   Array loss_sum, inputs, targets;
   double nats = 0;
+  const ArrayDict whole = params();  // at ZeRO stage 3 a gather every process joins: once, not per batch
   for (int64_t b = 0; b < batches; ++b) {
     val.next(inputs, targets);
-    eval_fn_.run_into(loss_sum, params(), inputs, targets);
+    eval_fn_.run_into(loss_sum, whole, inputs, targets);
     nats += loss_sum.item<double>();
   }
   const double tokens = static_cast<double>(batches * options_.batch_size * options_.model.context);
