@@ -11,7 +11,8 @@
 #            resumed from, bit-identical.
 #   mpi      the same run under `MPIEXEC -n 2`: its validation lines equal the thread run's,
 #            and its final checkpoint holds the same state; fjit_verify re-executes its
-#            checkpoint intervals with thread replicas, bit-identical.
+#            checkpoint intervals with thread replicas, bit-identical; and under ZeRO stage 3
+#            (--zero 3, with --export-hf) the same validation lines and final state.
 # usage: train_lm_test.sh threads|mpi TRAIN_LM CORPUS [MPIEXEC -n 2 FLAGS...]
 set -uo pipefail
 mode=$1 bin=$2 corpus=$3
@@ -111,6 +112,18 @@ if [ "$mode" = mpi ]; then
   same_state "$(final_ckpt "$work/full")" "$(final_ckpt "$work/mpi")" ||
     fail "the MPI run's final checkpoint differs from the thread run's"
   verify "$work/mpi" 1
+  # ZeRO stage 3 (parameters sharded over the ranks): gathers that every rank must join (the
+  # parameter count, validation, checkpoints, the export) must not hang, and the run is the
+  # replicated run bit for bit.
+  timeout 300 "$@" "$bin" "${small[@]}" --zero 3 --checkpoint-dir "$work/zero3" --export-hf "$work/zero3_hf" \
+    > "$work/zero3.out" 2>&1
+  rc=$?
+  [ $rc -eq 0 ] || { cat "$work/zero3.out"; fail "the ZeRO stage 3 MPI run exited $rc"; }
+  diff <(val_lines "$work/threads.out") <(val_lines "$work/zero3.out") ||
+    fail "ZeRO stage 3 on MPI ranks trained differently from the replicated thread run"
+  same_state "$(final_ckpt "$work/full")" "$(final_ckpt "$work/zero3")" ||
+    fail "the ZeRO stage 3 run's final checkpoint differs from the replicated run's"
+  [ -s "$work/zero3_hf/model.safetensors" ] || fail "the ZeRO stage 3 run exported no model"
 fi
 [ $failures -eq 0 ] && echo "train_lm_test $mode: ok"
 exit $((failures > 0))
