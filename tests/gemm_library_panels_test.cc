@@ -49,7 +49,7 @@ struct Shape3 {
 
 TEST(GemmLibraryPanels, PanelsUnderAFarDeadlineComputeTheWholeProductsBits) {
   if (!library_usable()) GTEST_SKIP() << "BLIS is not used here: " << gemm_library_name();
-  set_library_panel_flops(int64_t{1} << 22);  // panels of 64 to a few hundred columns
+  set_library_panels(int64_t{1} << 22, 64);  // panels of 64 to a few hundred columns
   const Shape3 shapes[] = {
       {517, 531, 777, false, false, false}, {640, 512, 1001, true, false, false},
       {601, 733, 555, false, true, false},  {523, 611, 903, true, true, false},
@@ -77,7 +77,7 @@ TEST(GemmLibraryPanels, PanelsUnderAFarDeadlineComputeTheWholeProductsBits) {
       EXPECT_GT(p.total, 2) << what;  // on the native path: it was cut
     }
   }
-  set_library_panel_flops(0);
+  set_library_panels(0, 0);
 }
 
 // 2 * 3000^3 flops on BLIS, far longer than the deadline on any CPU: it stops with panels left
@@ -91,7 +91,7 @@ TEST(GemmLibraryPanels, ALongProductStopsAtTheDeadlineWithPanelsLeft) {
   const std::string what = testing::error_of<CheckError>([&] { (void)gemm(a, b); });
   EXPECT_TRUE(has(what, "the step ran past its deadline of 0.02 s in matmul f32[3000,3000] (instruction 0")) << what;
   const LibraryPanels p = take_library_panels();
-  EXPECT_GT(p.total, 8);
+  EXPECT_GT(p.total, 1);
   EXPECT_LT(p.run, p.total) << p.run << " of " << p.total;
 }
 

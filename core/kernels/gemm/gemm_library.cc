@@ -26,9 +26,11 @@ constexpr int64_t kThreadFlops = int64_t{1} << 22;
 std::atomic<bool> g_allowed{true};
 
 // Under a step deadline, products of at least 2 * kPanelFlops flops on BLIS's native path are
-// cut into column panels of about kPanelFlops each (set_library_panel_flops).
-constexpr int64_t kPanelFlops = int64_t{1} << 28;
-std::atomic<int64_t> g_panel_flops{kPanelFlops};
+// cut into column panels of about kPanelFlops each, and at least kMinPanel columns: each panel
+// packs all of op(A) again, which narrower panels pay for (bench/RESULTS.md, issue 30).
+constexpr int64_t kPanelFlops = int64_t{1} << 30;
+constexpr int64_t kMinPanel = 512;
+std::atomic<int64_t> g_panel_flops{kPanelFlops}, g_min_panel{kMinPanel};
 std::atomic<int64_t> g_panels_run{0}, g_panels_total{0};
 
 #ifdef FJIT_HAVE_BLIS
@@ -73,15 +75,15 @@ void blis_kernel(const Instr& in, const Frame& f) {
   const inc_t rsa = TA ? 1 : k, csa = TA ? m : 1, rsb = TB ? 1 : n, csb = TB ? k : 1;
   const int64_t deadline = thread_step_deadline();
   const int64_t panel_flops = g_panel_flops.load(std::memory_order_relaxed);
+  // Panel width: about panel_flops, a multiple of 64 columns (whole micro-tiles on every
+  // kernel BLIS has), at least the minimum.
+  const int64_t w = std::max(g_min_panel.load(std::memory_order_relaxed),
+                             (panel_flops / (2 * m * k) + 63) / 64 * 64);
   constexpr num_t dt = std::is_same_v<T, float> ? BLIS_FLOAT : BLIS_DOUBLE;
-  if (deadline == 0 || 2 * m * n * k < 2 * panel_flops || !on_native_path(dt, m, n, k)) {
+  if (deadline == 0 || 2 * m * n * k < 2 * panel_flops || n <= w || !on_native_path(dt, m, n, k)) {
     blis_gemm<T>(m, k, n, a, rsa, csa, b, rsb, csb, c, n, threads, false);
     return;
   }
-  // Panel width: about panel_flops, a multiple of 64 columns (whole micro-tiles on every
-  // kernel BLIS has), at least one micro-tile's worth.
-  const int64_t per_column = 2 * m * k;
-  const int64_t w = std::max<int64_t>(64, (panel_flops / per_column + 63) / 64 * 64);
   const int64_t panels = (n + w - 1) / w;
   int64_t run = 0;
   for (int64_t p = 0; p < panels && !deadline_passed(deadline); ++p, ++run) {
@@ -153,8 +155,9 @@ bool select_library_matmul(Instr& instr, int64_t m, int64_t k, int64_t n) {
 #endif
 }
 
-void set_library_panel_flops(int64_t flops) {
+void set_library_panels(int64_t flops, int64_t min_columns) {
   g_panel_flops.store(flops > 0 ? flops : kPanelFlops, std::memory_order_relaxed);
+  g_min_panel.store(min_columns > 0 ? min_columns : kMinPanel, std::memory_order_relaxed);
 }
 LibraryPanels take_library_panels() {
   return {g_panels_run.exchange(0), g_panels_total.exchange(0)};

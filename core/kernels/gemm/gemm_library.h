@@ -39,8 +39,8 @@ const char* gemm_library_name();
 bool select_library_matmul(Instr& instr, int64_t m, int64_t k, int64_t n);
 
 // For tests: under a deadline, products of at least 2 * flops are cut into panels of about
-// `flops` (0: the default). Process-wide.
-void set_library_panel_flops(int64_t flops);
+// `flops` and at least `min_columns` wide (0: the defaults). Process-wide.
+void set_library_panels(int64_t flops, int64_t min_columns);
 // For tests: the panels the last product cut under a deadline ran, of how many, since the last
 // call (zeros: none was cut).
 struct LibraryPanels {
