@@ -105,8 +105,8 @@ TEST(StepDeadline, ThePackedGemmAndFusedElementwiseKernelsPollTheDeadline) {
 }
 
 // Each long kernel that polls between blocks: fused attention forward and backward, softmax
-// cross-entropy and its gradient, full and row reductions, and a compiled fused loop (Adam's
-// update). The seam makes the kernel start past the deadline without the executor having
+// cross-entropy and its gradient, full and row reductions, a batched product and a compiled
+// fused loop (Adam's update). The seam makes the kernel start past the deadline without the executor having
 // noticed it, so the kernel's own first ask must stop it: the count of kernel stops grows
 // (it left its blocks undone), the report names that instruction, skip_step keeps the state,
 // and the next step under a far deadline computes the bits of a step without one.
@@ -129,6 +129,7 @@ TEST(StepDeadline, AttentionSoftmaxReductionsAndCompiledLoopsStopAtTheirFirstPol
   const Array logits = testing::random_f32({512, 1001}, 8);
   const Array big = testing::random_f32({1 << 18}, 9);
   const Array rows = testing::random_f32({1024, 300}, 10);
+  const Array batched = testing::random_f32({16, 96, 64}, 11);
   auto attend = [](const Tensor& qkv) {
     auto part = [&](int64_t i) {
       return reshape(slice(qkv, {i, 0, 0, 0, 0}, {i + 1, 2, 4, 128, 32}), {2, 4, 128, 32});
@@ -170,6 +171,11 @@ TEST(StepDeadline, AttentionSoftmaxReductionsAndCompiledLoopsStopAtTheirFirstPol
          n.set("w", p["w"] * sum(max(x, {1})));
          return n;
        }, rows, {}},
+      {"matmul", [](const Params& p, const Tensor& x) {  // batched: one product per entry
+         TensorDict n;
+         n.set("w", p["w"] + sum(matmul(x, x, false, true)));
+         return n;
+       }, batched, {}},
       {"compiled: adam", [](const Params& p, const Tensor& x) {
          TensorDict params{{"v", p["v"]}}, grads{{"v", x}}, st;
          for (const auto& [k, v] : p)

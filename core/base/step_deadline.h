@@ -8,9 +8,10 @@
 // computed exactly as without a deadline, so a deadline that is not reached changes no bit.
 // The kernels that poll, and their blocks: the packed GEMM (units of tiles), BLIS products on
 // its native path (column panels), the blocked GEMM driver (row blocks), fused elementwise
-// (every 64 blocks), compiled fused loops (ranges of elements), fused attention (tasks, and a
-// backward task's key blocks), softmax cross-entropy (blocks of rows) and reductions (rows,
-// column tiles, subtrees of a full sum). Not: a full max or min, BLIS's small-matrix path.
+// (every 64 blocks), batched products (entries), compiled fused loops (ranges of elements),
+// fused attention (tasks, and a backward task's key blocks), softmax cross-entropy (blocks of
+// rows) and reductions (rows, column tiles, subtrees of a full sum). Not: a full max or min,
+// BLIS's small-matrix path, and the kernels that are one pass over memory (layout, gather).
 //
 // Promises: no deadline costs one compare per block; a deadline, one read of the coarse
 // monotonic clock per block (a load from the vDSO page), so it is noticed within a tick. Nothing is shared between threads but the value handed out.
