@@ -21,6 +21,7 @@ std::atomic<bool> g_sleep_armed{false};
 std::atomic<int> g_sleep_replica{-1};
 std::atomic<int> g_sleep_op{-1};
 std::atomic<int64_t> g_sleep_ms{0};
+std::atomic<bool> g_sleep_until_deadline{false};
 
 void maybe_sleep_in(const Instr& instr, RunContext& ctx) {
   if (!g_sleep_armed.load(std::memory_order_acquire) || g_sleep_replica.load() != ctx.replica ||
@@ -29,6 +30,11 @@ void maybe_sleep_in(const Instr& instr, RunContext& ctx) {
   bool armed = true;
   if (!g_sleep_armed.compare_exchange_strong(armed, false)) return;
   const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(g_sleep_ms.load());
+  if (g_sleep_until_deadline.load()) {  // start_past_deadline: the step is not marked stopped
+    while (ctx.deadline_ns != 0 && coarse_now_ns() < ctx.deadline_ns && std::chrono::steady_clock::now() < until)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    return;
+  }
   while (std::chrono::steady_clock::now() < until && !step_past_deadline(ctx)) {
     activity_poll();
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
@@ -42,6 +48,15 @@ void sleep_in_kernel(int replica, Op op, double seconds) {
   g_sleep_replica.store(replica);
   g_sleep_op.store(static_cast<int>(op));
   g_sleep_ms.store(static_cast<int64_t>(seconds * 1000));
+  g_sleep_until_deadline.store(false);
+  g_sleep_armed.store(true, std::memory_order_release);
+}
+
+void start_past_deadline(int replica, Op op, double seconds) {
+  g_sleep_replica.store(replica);
+  g_sleep_op.store(static_cast<int>(op));
+  g_sleep_ms.store(static_cast<int64_t>(seconds * 1000));
+  g_sleep_until_deadline.store(true);
   g_sleep_armed.store(true, std::memory_order_release);
 }
 }  // namespace testing
@@ -66,6 +81,36 @@ const char* fusion_name(Fusion fusion) {
   return "?";
 }
 
+namespace {
+
+// Raises the step-deadline site once, naming the top-level instruction the replica was in
+// (core/base/activity.h) and, inside a loop's or branch's plan, the instruction there.
+[[gnu::cold, gnu::noinline]] void raise_deadline(RunContext& ctx, int32_t instr) {
+  uint32_t& flag = ctx.flags[ctx.deadline_site];
+  if (flag != 0) return;
+  flag = 1;
+  if (ctx.payload == nullptr) return;
+  double* values = ctx.payload + static_cast<size_t>(ctx.deadline_site) * kCheckPayloadSlots;
+  const ReplicaActivity* a = current_activity();
+  const int depth = a ? a->depth.load(std::memory_order_relaxed) : 1;
+  values[0] = static_cast<double>(ctx.timeout_ns) / 1e9;
+  values[1] = a ? a->instr[0].load(std::memory_order_relaxed) : instr;
+  values[2] = depth > 1 ? instr : -1;
+  values[3] = depth - 1;
+  values[kIterationSlot] = static_cast<double>(ctx.iteration + 1);
+}
+
+}  // namespace
+
+void Executable::seam_before(const Instr& instr, RunContext& ctx) {
+  if (g_sleep_armed.load(std::memory_order_relaxed)) [[unlikely]] maybe_sleep_in(instr, ctx);
+}
+
+void Executable::after_under_deadline(RunContext& ctx, int32_t i) {
+  // Names the instruction that ran (or was skipped) as the deadline passed.
+  if (step_past_deadline(ctx)) [[unlikely]] raise_deadline(ctx, i);
+}
+
 void Executable::run(const void* const* inputs, void* const* outputs, RunContext& ctx,
                      void* workspace) const {
   void** table = static_cast<void**>(workspace);
@@ -87,12 +132,12 @@ void Executable::run(const void* const* inputs, void* const* outputs, RunContext
     run_fpe(frame, outputs, level);
     return;
   }
-  if (ctx.deadline_site >= 0 && ctx.flags != nullptr) {
-    run_deadline(frame, level);
+  if (num_overlapped > 0 && ctx.worker != nullptr && ctx.comm != nullptr) {
+    run_overlapped(frame, level);  // under a step deadline too
     return;
   }
-  if (num_overlapped > 0 && ctx.worker != nullptr && ctx.comm != nullptr) {
-    run_overlapped(frame, level);
+  if (ctx.deadline_site >= 0 && ctx.flags != nullptr) {
+    run_deadline(frame, level);
     return;
   }
   if (timeline::enabled()) {
@@ -139,54 +184,41 @@ void Executable::run_overlapped(const Frame& frame, const ActivityLevel& level) 
     ~Drain() { worker.drain(); }
   } drain{worker};
   const bool recorded = timeline::enabled();
+  // Under a step deadline, as run_deadline: the collectives (all on the worker or in `pairs`)
+  // still run once the step has stopped, so the replica meets the others in each of them.
+  RunContext& ctx = *frame.ctx;
+  const bool deadline = ctx.deadline_site >= 0 && ctx.flags != nullptr;
+  const ThreadStepDeadline polled(deadline ? ctx.deadline_ns : thread_step_deadline());
   const size_t n = instrs.size();
   for (size_t i = 0; i < n; ++i) {
     level.at(static_cast<int32_t>(i));
     if (await_before[i] > 0) worker.wait(await_before[i]);
     const Instr& instr = instrs[i];
-    if (g_sleep_armed.load(std::memory_order_relaxed)) maybe_sleep_in(instr, *frame.ctx);
+    if (g_sleep_armed.load(std::memory_order_relaxed)) maybe_sleep_in(instr, ctx);
     if (overlapped[i]) {
       worker.submit(instr, frame, recorded);
-      continue;
+    } else if (!deadline || runs_under_deadline(ctx, i)) {
+      if (recorded) run_and_record(instr, frame);
+      else instr.fn(instr, frame);
     }
-    if (recorded) run_and_record(instr, frame);
-    else instr.fn(instr, frame);
+    if (deadline) after_under_deadline(ctx, static_cast<int32_t>(i));
   }
   worker.wait(num_overlapped);
 }
 
-namespace {
-
-// Raises the step-deadline site once, naming the top-level instruction the replica was in
-// (core/base/activity.h) and, inside a loop's or branch's plan, the instruction there.
-[[gnu::cold, gnu::noinline]] void raise_deadline(RunContext& ctx, int32_t instr) {
-  uint32_t& flag = ctx.flags[ctx.deadline_site];
-  if (flag != 0) return;
-  flag = 1;
-  if (ctx.payload == nullptr) return;
-  double* values = ctx.payload + static_cast<size_t>(ctx.deadline_site) * kCheckPayloadSlots;
-  const ReplicaActivity* a = current_activity();
-  const int depth = a ? a->depth.load(std::memory_order_relaxed) : 1;
-  values[0] = static_cast<double>(ctx.timeout_ns) / 1e9;
-  values[1] = a ? a->instr[0].load(std::memory_order_relaxed) : instr;
-  values[2] = depth > 1 ? instr : -1;
-  values[3] = depth - 1;
-  values[kIterationSlot] = static_cast<double>(ctx.iteration + 1);
-}
-
-}  // namespace
-
 void Executable::run_deadline(const Frame& frame, const ActivityLevel& level) const {
   RunContext& ctx = *frame.ctx;
   const ThreadStepDeadline polled(ctx.deadline_ns);  // for kernels that poll between blocks
+  const bool recorded = timeline::enabled();
   const int32_t n = static_cast<int32_t>(instrs.size());
   for (int32_t i = 0; i < n; ++i) {
     level.at(i);
     if (g_sleep_armed.load(std::memory_order_relaxed)) maybe_sleep_in(instrs[i], ctx);
-    if (!ctx.stopped || (static_cast<size_t>(i) < pairs.size() && pairs[static_cast<size_t>(i)]))
-      instrs[i].fn(instrs[i], frame);
-    // Names the instruction that ran (or was skipped) as the deadline passed.
-    if (step_past_deadline(ctx)) [[unlikely]] raise_deadline(ctx, i);
+    if (runs_under_deadline(ctx, static_cast<size_t>(i))) {
+      if (recorded) run_and_record(instrs[i], frame);
+      else instrs[i].fn(instrs[i], frame);
+    }
+    after_under_deadline(ctx, i);
   }
 }
 

@@ -103,7 +103,8 @@ class Executable {
   int fpe_site = -1;
   // The step-deadline site (CompileOptions::step_deadline), or -1. The runner passes it in
   // RunContext::deadline_site with the deadline; run() then reads the clock between
-  // instructions, in plan order on the calling thread. Once the step is past its deadline it
+  // instructions (in every run mode: timeline recording, overlapped collectives and the fpe
+  // check mode included). Once the step is past its deadline it
   // raises the site (payload: the time limit in seconds, the instruction reached) and runs
   // only the instructions that pair it with the other replicas (`pairs`), so every replica
   // still makes the same collective calls; the step's outputs are then garbage, and the
@@ -120,8 +121,16 @@ class Executable {
   void run_recorded(const Frame& frame, const ActivityLevel& level) const;
   // run()'s loop with overlapped collectives on frame.ctx->worker.
   void run_overlapped(const Frame& frame, const ActivityLevel& level) const;
-  // run()'s loop under a step deadline (core/compile/deadline_run.cc).
+  // run()'s loop under a step deadline without overlapped collectives.
   void run_deadline(const Frame& frame, const ActivityLevel& level) const;
+  // Under a step deadline: whether instruction i runs (every one until the step stops, then
+  // only those in `pairs`), and after it, raising the deadline site once the step is past it.
+  bool runs_under_deadline(const RunContext& ctx, size_t i) const {
+    return !ctx.stopped || (i < pairs.size() && pairs[i]);
+  }
+  static void after_under_deadline(RunContext& ctx, int32_t i);
+  // The test seam of core/compile/kernel_sleep_testing.h, before instruction `instr` runs.
+  static void seam_before(const Instr& instr, RunContext& ctx);
   friend class Compiler;
   size_t table_bytes_ = 0;
 };

@@ -4,6 +4,7 @@
 
 #include "core/base/activity.h"
 #include "core/base/fpe_flags.h"
+#include "core/base/step_deadline.h"
 #include "core/compile/executable.h"
 
 namespace fjit {
@@ -43,12 +44,18 @@ void Executable::run_fpe(const Frame& frame, void* const* outputs, const Activit
   int candidate = -1;
   uint32_t candidate_flags = 0;
   NonFinite candidate_bad;
+  // Under a step deadline, as run_deadline (core/compile/executable.h).
+  RunContext& ctx = *frame.ctx;
+  const bool deadline = ctx.deadline_site >= 0;
+  const ThreadStepDeadline polled(deadline ? ctx.deadline_ns : thread_step_deadline());
   const size_t n = instrs.size();
   for (size_t i = 0; i < n; ++i) {
     const Instr& instr = instrs[i];
     level.at(static_cast<int32_t>(i));
-    instr.fn(instr, frame);
-    if (candidate >= 0) continue;
+    seam_before(instr, ctx);
+    if (!deadline || runs_under_deadline(ctx, i)) instr.fn(instr, frame);
+    if (deadline) after_under_deadline(ctx, static_cast<int32_t>(i));
+    if (candidate >= 0 || ctx.stopped) continue;  // a stopped step's values are garbage
     const uint32_t flags = fpe::take_thread_flags() | fpe::take_worker_flags();
     if (flags == 0) [[likely]] continue;
     const NonFinite bad = instr.out_buf >= 0 ? non_finite(instr.out, frame.bufs[instr.out_buf]) : NonFinite{};
@@ -57,7 +64,7 @@ void Executable::run_fpe(const Frame& frame, void* const* outputs, const Activit
     candidate_flags = flags;
     candidate_bad = bad;
   }
-  if (candidate < 0 || frame.ctx->flags == nullptr) [[likely]] return;
+  if (candidate < 0 || ctx.stopped || frame.ctx->flags == nullptr) [[likely]] return;
   // Reported only when a non-finite value reached the step's results: a value a later select
   // discarded (x/0 where the denominator is 0, a masked row) is no error.
   bool reached = false;

@@ -58,7 +58,7 @@ struct RunContext {
 // no deadline, else a read of the coarse clock (core/base/step_deadline.h). For long kernels between blocks, and for test seams standing for them.
 inline bool step_past_deadline(RunContext& ctx) {
   if (ctx.deadline_ns == 0) return false;
-  if (!ctx.stopped && deadline_passed(ctx.deadline_ns)) [[unlikely]] ctx.stopped = true;
+  if (!ctx.stopped && coarse_now_ns() >= ctx.deadline_ns) [[unlikely]] ctx.stopped = true;
   return ctx.stopped;
 }
 

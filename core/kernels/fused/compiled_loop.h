@@ -18,6 +18,7 @@
 #include <utility>
 
 #include "core/base/fpe_flags.h"
+#include "core/base/step_deadline.h"
 #include "core/base/threads.h"
 #include "core/kernels/elementwise/elementwise_sqrt.h"
 #include "core/kernels/fused/compiled_program.h"
@@ -52,6 +53,8 @@ inline V apply(const V& a, const V& b) {
 inline constexpr int64_t kRangeAlign = 64;
 // Element-steps from which the loop is split among the intra-op threads (as run_fused).
 inline constexpr int64_t kParallelWork = int64_t{1} << 20;
+// Elements between two asks of the step's deadline (core/base/step_deadline.h).
+inline constexpr int64_t kDeadlineElems = int64_t{1} << 16;
 
 template <const Program& P, class T>
 struct Loop {
@@ -86,7 +89,10 @@ struct Loop {
     }
   }
 
-  static void range(const T* const* x, T* const* outs, int64_t lo, int64_t hi) {
+  // Past the step's deadline (asked every kDeadlineElems elements) the rest of the range is
+  // skipped; the packets start at the same elements as without a deadline, so every element
+  // computed is computed the same way.
+  static void range(const T* const* x, T* const* outs, int64_t lo, int64_t hi, int64_t deadline) {
     using V = typename Eigen::internal::packet_traits<T>::type;
     constexpr int64_t kSize = Eigen::internal::packet_traits<T>::size;
     V vb[K];
@@ -96,7 +102,11 @@ struct Loop {
       vb[k] = Eigen::internal::pset1<V>(sb[k]);
     }
     int64_t i = lo;
-    for (; i + kSize <= hi; i += kSize) at<V>(x, vb, outs, i);
+    while (i + kSize <= hi) {
+      if (deadline_passed(deadline)) [[unlikely]] return;
+      const int64_t stop = std::min(hi, i + kDeadlineElems);
+      for (; i + kSize <= stop; i += kSize) at<V>(x, vb, outs, i);
+    }
     for (; i < hi; ++i) at<T>(x, sb, outs, i);
   }
 
@@ -116,11 +126,12 @@ struct Loop {
     const int threads = n * static_cast<int64_t>(N) >= kParallelWork
                             ? static_cast<int>(std::min<int64_t>(units, intra_op_threads()))
                             : 1;
-    if (threads <= 1) return range(x.data(), outs.data(), 0, n);
+    const int64_t deadline = thread_step_deadline();
+    if (threads <= 1) return range(x.data(), outs.data(), 0, n, deadline);
 #pragma omp parallel for num_threads(threads) schedule(static)
     for (int t = 0; t < threads; ++t) {
       range(x.data(), outs.data(), units * t / threads * kRangeAlign,
-            t + 1 == threads ? n : units * (t + 1) / threads * kRangeAlign);
+            t + 1 == threads ? n : units * (t + 1) / threads * kRangeAlign, deadline);
       fpe::collect_worker_flags();
     }
   }

@@ -7,6 +7,10 @@
 // (gemm_update.cc) still runs the GEMM updates with fused epilogues, the narrow and batched
 // products, i32, and everything when BLIS is absent, has no kernels for this CPU (its generic
 // configuration), or FJIT_GEMM=eigen.
+//
+// Under a step deadline (core/base/step_deadline.h) a long product on BLIS's native path runs
+// in column panels and asks the deadline before each; a deadline that is not reached changes
+// no bit. Products on BLIS's small-matrix path (a dimension under its thresholds) run whole.
 #pragma once
 
 #include <cstdint>
@@ -33,5 +37,15 @@ const char* gemm_library_name();
 // when the library is off, the dtype is not f32/f64, or the product is too small or too shallow
 // to gain from it (fjit's driver then takes it).
 bool select_library_matmul(Instr& instr, int64_t m, int64_t k, int64_t n);
+
+// For tests: under a deadline, products of at least 2 * flops are cut into panels of about
+// `flops` and at least `min_columns` wide (0: the defaults). Process-wide.
+void set_library_panels(int64_t flops, int64_t min_columns);
+// For tests: the panels the last product cut under a deadline ran, of how many, since the last
+// call (zeros: none was cut).
+struct LibraryPanels {
+  int64_t run = 0, total = 0;
+};
+LibraryPanels take_library_panels();
 
 }  // namespace fjit

@@ -36,6 +36,7 @@
 #include "core/kernels/fused/fused.h"
 #include "core/kernels/gemm/gemm_epilogue.h"
 #include "core/base/fpe_flags.h"
+#include "core/base/step_deadline.h"
 #include "core/kernels/gemm/packed_gemm.h"
 #include "core/kernels/gemm/packed_update.h"
 #include "core/base/threads.h"
@@ -139,7 +140,11 @@ struct GemmUpdate {
       main.block_squares.resize(blocks);
     double* block_squares = main.block_squares.data();
 
+    // Past the step's deadline the blocks left are skipped (core/base/step_deadline.h); a
+    // block that runs is computed as without a deadline.
+    const int64_t deadline = thread_step_deadline();
     auto do_block = [&](int64_t blk) {
+      if (deadline_passed(deadline)) [[unlikely]] return;
       Scratch<T>& s = Scratch<T>::get();
       const int64_t r0 = blk * rows, nr = std::min(rows, m - r0);
       const int64_t lo = r0 * n, hi = lo + nr * n;

@@ -75,14 +75,16 @@ void batched_kernel(const Instr& in, const Frame& f) {
   const T* b = in.in<T>(f, 1);
   T* c = in.output<T>(f);
   const int threads = static_cast<int>(std::min<int64_t>(batch, intra_op_threads()));
+  // Past the step's deadline the entries left are skipped (core/base/step_deadline.h).
+  const int64_t deadline = thread_step_deadline();
   if (threads > 1 && 2 * batch * m * n * k >= (int64_t{1} << 22)) {
 #pragma omp parallel for num_threads(threads) schedule(static)
     for (int64_t i = 0; i < batch; ++i) {
-      row_major_gemm<T, TA, TB>(m, k, n, a + i * sa, b + i * sb, c + i * m * n);
+      if (!deadline_passed(deadline)) row_major_gemm<T, TA, TB>(m, k, n, a + i * sa, b + i * sb, c + i * m * n);
       fpe::collect_worker_flags();
     }
   } else {
-    for (int64_t i = 0; i < batch; ++i)
+    for (int64_t i = 0; i < batch && !deadline_passed(deadline); ++i)
       row_major_gemm<T, TA, TB>(m, k, n, a + i * sa, b + i * sb, c + i * m * n);
   }
 }

@@ -349,9 +349,11 @@ void packed_sgemm_batched(Isa isa, bool ta, bool tb, int64_t batch, int64_t m, i
       packed_sgemm(isa, ta, tb, m, n, k, a + i * sa, b + i * sb, c + i * m * n, false, threads);
     return;
   }
+  // The workers do not see the calling thread's deadline: each entry asks it first.
+  const int64_t deadline = thread_step_deadline();
 #pragma omp parallel for num_threads(team) schedule(static)
   for (int64_t i = 0; i < batch; ++i) {
-    packed_sgemm(isa, ta, tb, m, n, k, a + i * sa, b + i * sb, c + i * m * n, false, 1);
+    if (!deadline_passed(deadline)) packed_sgemm(isa, ta, tb, m, n, k, a + i * sa, b + i * sb, c + i * m * n, false, 1);
     fpe::collect_worker_flags();
   }
 }

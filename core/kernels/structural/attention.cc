@@ -25,6 +25,7 @@
 #include <type_traits>
 
 #include "core/base/fpe_flags.h"
+#include "core/base/step_deadline.h"
 #include "core/base/threads.h"
 #include "core/kernels/gemm/packed_gemm.h"
 #include "core/kernels/structural/structural.h"
@@ -154,7 +155,8 @@ template <class T> void forward_task(const Instr& in, const Frame& f, const Atte
   }
 }
 
-template <class T> void backward_task(const Instr& in, const Frame& f, const AttentionGeometry& g, int64_t bh) {
+template <class T>
+void backward_task(const Instr& in, const Frame& f, const AttentionGeometry& g, int64_t bh, int64_t deadline) {
   const int64_t b = bh / g.h, pw = g.dv + 1;
   const T* q = in.in<T>(f, 0) + bh * g.tq * g.dh;
   const T* k = in.in<T>(f, 1) + bh * g.tk * g.dh;
@@ -171,6 +173,7 @@ template <class T> void backward_task(const Instr& in, const Frame& f, const Att
   alignas(64) T s[kBq * kBk];
   alignas(64) T dp[kBq * kBk];
   for (int64_t j0 = 0; j0 < max_len; j0 += kBk) {
+    if (deadline_passed(deadline)) [[unlikely]] return;  // the key blocks left are skipped
     const int64_t cols = std::min(kBk, max_len - j0);
     // The first query row that sees key j0: rows before it see none of this block.
     const int64_t first = g.causal ? std::max<int64_t>(0, j0 - (g.tk - g.tq)) : 0;
@@ -213,9 +216,13 @@ template <class T> void attention_kernel(const Instr& in, const Frame& f) {
   const int64_t tasks = forward ? g.b * g.h * ((g.tq + kBq - 1) / kBq) : g.b * g.h;
   const int64_t work = g.b * g.h * g.tq * g.tk * (g.dh + g.dv);
   const int threads = work >= (int64_t{1} << 20) ? static_cast<int>(std::min<int64_t>(tasks, intra_op_threads())) : 1;
+  // Past the step's deadline (core/base/step_deadline.h) the tasks left are skipped, and a
+  // backward task skips its key blocks left; what runs is computed as without a deadline.
+  const int64_t deadline = thread_step_deadline();
   auto run = [&](int64_t t) {
+    if (deadline_passed(deadline)) [[unlikely]] return;
     if (forward) forward_task<T>(in, f, g, t);
-    else backward_task<T>(in, f, g, t);
+    else backward_task<T>(in, f, g, t, deadline);
   };
   if (threads <= 1) {
     for (int64_t t = 0; t < tasks; ++t) run(t);

@@ -17,7 +17,9 @@
 #include <cassert>
 #include <limits>
 #include <stdexcept>
+#include <type_traits>
 
+#include "core/base/step_deadline.h"
 #include "core/kernels/structural/structural.h"
 
 namespace fjit::kernels::st {
@@ -33,6 +35,25 @@ template <class T> T blocked_sum(const T* p, int64_t n) {
   const int64_t half = ((n / kBlock + 1) / 2) * kBlock;
   return blocked_sum(p, half) + blocked_sum(p + half, n - half);
 }
+
+// Past the step's deadline (core/base/step_deadline.h) a kernel skips the rest of its input;
+// it asks before each piece of about kDeadlineElems elements, and every piece that runs is
+// reduced as without a deadline: rows and column tiles are independent, and a full sum is
+// cut only where blocked_sum itself splits.
+constexpr int64_t kDeadlineElems = int64_t{1} << 16;
+
+// blocked_sum, asking the deadline before each subtree of at most kDeadlineElems elements
+// (0 past it). The same splits, so the same bits, as blocked_sum.
+template <class T> T blocked_sum_polled(const T* p, int64_t n, int64_t deadline) {
+  constexpr int64_t kBlock = 2048;
+  static_assert(kDeadlineElems >= kBlock);
+  if (n <= kDeadlineElems) return deadline_passed(deadline) ? T(0) : blocked_sum(p, n);
+  const int64_t half = ((n / kBlock + 1) / 2) * kBlock;
+  return blocked_sum_polled(p, half, deadline) + blocked_sum_polled(p + half, n - half, deadline);
+}
+
+// Rows per ask of the deadline, for rows of `len` elements.
+inline int64_t rows_per_poll(int64_t len) { return std::max<int64_t>(1, kDeadlineElems / std::max<int64_t>(1, len)); }
 
 // Each reducer: identity, scalar combine (vectorisable when inlined into a loop) and a
 // contiguous-span reduction.
@@ -89,7 +110,15 @@ inline void combine_row(T* __restrict dst, const T* __restrict src, int64_t n) {
 }
 
 // p[0] = n
+// A full max or min is not cut: which of two NaNs or of +0 and -0 it returns depends on the
+// order it compares them in.
 template <class T, class R> void full_kernel(const Instr& in, const Frame& f) {
+  const int64_t deadline = thread_step_deadline();
+  if constexpr (std::is_same_v<R, SumR<T>>)
+    if (deadline != 0) {
+      *in.output<T>(f) = blocked_sum_polled(in.in<T>(f, 0), in.p[0], deadline);
+      return;
+    }
   *in.output<T>(f) = R::span(in.in<T>(f, 0), in.p[0]);
 }
 
@@ -98,7 +127,11 @@ template <class T, class R> void rows_kernel(const Instr& in, const Frame& f) {
   const T* x = in.in<T>(f, 0);
   T* out = in.output<T>(f);
   const int64_t rows = in.p[0], len = in.p[1];
-  for (int64_t r = 0; r < rows; ++r) out[r] = R::span(x + r * len, len);
+  const int64_t deadline = thread_step_deadline(), every = rows_per_poll(len);
+  for (int64_t r = 0; r < rows; ++r) {
+    if (r % every == 0 && deadline_passed(deadline)) [[unlikely]] return;
+    out[r] = R::span(x + r * len, len);
+  }
 }
 
 // Rows shorter than kShortRow (class logits): a scalar fold beats a redux call per row.
@@ -107,7 +140,9 @@ template <class T, class R> void short_rows_kernel(const Instr& in, const Frame&
   const T* x = in.in<T>(f, 0);
   T* out = in.output<T>(f);
   const int64_t rows = in.p[0], len = in.p[1];
+  const int64_t deadline = thread_step_deadline(), every = rows_per_poll(len);
   for (int64_t r = 0; r < rows; ++r, x += len) {
+    if (r % every == 0 && deadline_passed(deadline)) [[unlikely]] return;
     T acc = x[0];
     for (int64_t i = 1; i < len; ++i) acc = R::combine(acc, x[i]);
     out[r] = acc;
@@ -120,10 +155,12 @@ template <class T, class R> void columns_kernel(const Instr& in, const Frame& f)
   const T* x = in.in<T>(f, 0);
   T* out = in.output<T>(f);
   const int64_t outer = in.p[0], red = in.p[1], inner = in.p[2];
+  const int64_t deadline = thread_step_deadline();
   for (int64_t o = 0; o < outer; ++o) {
     const T* src = x + o * red * inner;
     T* dst = out + o * inner;
     for (int64_t j0 = 0; j0 < inner; j0 += kTile) {
+      if (deadline_passed(deadline)) [[unlikely]] return;  // a tile: red * kTile elements
       const int64_t w = std::min(kTile, inner - j0);
       T* __restrict d = dst + j0;
       const T* s = src + j0;
@@ -156,7 +193,9 @@ template <class T, class R> void generic_kernel(const Instr& in, const Frame& f)
   const bool last_kept = ostr[g - 1] != 0;
   int64_t idx[kMaxKernelRank] = {};
   int64_t o = 0;
-  for (int64_t i = 0; i < n_in; i += last) {
+  const int64_t deadline = thread_step_deadline(), every = rows_per_poll(last);
+  for (int64_t i = 0, piece = 0; i < n_in; i += last, ++piece) {
+    if (piece % every == 0 && deadline_passed(deadline)) [[unlikely]] return;
     if (last_kept) combine_row<T, R>(out + o, x + i, last);
     else out[o] = R::combine(out[o], R::span(x + i, last));
     for (int d = g - 2; d >= 0; --d) {  // advance the odometer over groups [0, g-1)

@@ -12,12 +12,14 @@
 // infinity among a row's logits makes its loss NaN, as the composition
 // logsumexp(x) - x[label] does. Rows are split among the intra-op threads in whole rows, each
 // computed the same way on any thread, so no bit depends on the thread count.
+#include <algorithm>
 #include <cassert>
 #include <cmath>
 #include <limits>
 
 #include "core/base/eigen.h"
 #include "core/base/fpe_flags.h"
+#include "core/base/step_deadline.h"
 #include "core/base/threads.h"
 #include "core/kernels/structural/structural.h"
 
@@ -121,9 +123,18 @@ template <class T> void xent_grad_rows(const Instr& in, const Frame& f, int64_t 
 
 template <class T, bool Grad> void run(const Instr& in, const Frame& f) {
   const int64_t rows = in.p[0], v = in.p[1];
+  // Rows are independent: past the step's deadline (core/base/step_deadline.h, asked before
+  // each block of rows of about kDeadlineElems logits) the blocks left are skipped.
+  constexpr int64_t kDeadlineElems = int64_t{1} << 16;
+  const int64_t deadline = thread_step_deadline();
+  const int64_t block = std::max<int64_t>(1, kDeadlineElems / std::max<int64_t>(1, v));
   auto part = [&](int64_t lo, int64_t hi) {
-    if constexpr (Grad) xent_grad_rows<T>(in, f, lo, hi);
-    else xent_rows<T>(in, f, lo, hi);
+    for (int64_t r0 = lo; r0 < hi; r0 += block) {
+      if (deadline_passed(deadline)) [[unlikely]] return;
+      const int64_t r1 = std::min(hi, r0 + block);
+      if constexpr (Grad) xent_grad_rows<T>(in, f, r0, r1);
+      else xent_rows<T>(in, f, r0, r1);
+    }
   };
   const int threads = rows * v >= kParallelElems
                           ? static_cast<int>(std::min<int64_t>(rows, intra_op_threads()))
