@@ -10,6 +10,8 @@
 #include <vector>
 
 #include "core/base/isa.h"
+#include "core/runtime/jit.h"
+#include "core/trace/ops.h"
 
 namespace fjit {
 namespace {
@@ -113,6 +115,38 @@ TEST(Bf16Gemm, TransposedAMatchesADoubleLoop) {
         worst = std::max(worst, std::fabs(s - c[i * cs.n + j]));
       }
     EXPECT_LE(worst, 1e-6 * cs.k + 1e-6) << cs.m << "x" << cs.n << "x" << cs.k;
+  }
+}
+
+// The matmul op on bf16 operands (core/kernels/gemm/matmul_bf16.h: row blocks, op(B) packed or
+// widened once per batch entry, transposed operands read in place) gives, for every entry, the
+// bits of bf16_gemm on the row-major op(A) and op(B): on the AVX512_BF16 path and, under
+// FJIT_ISA=avx2, on the widening one. Rows past one block (and edge tiles) included.
+TEST(Bf16Gemm, TheMatmulOpGivesBf16GemmsBitsForEveryTransposeAndBatch) {
+  struct Case { int64_t batch, m, n, k; };
+  for (const Case& cs : {Case{1, 13, 33, 7}, Case{3, 37, 20, 65}, Case{1, 250, 70, 129}, Case{2, 100, 48, 300}}) {
+    for (int t = 0; t < 4; ++t) {
+      const bool ta = t & 1, tb = t & 2;
+      const int64_t B = cs.batch, m = cs.m, n = cs.n, k = cs.k;
+      const auto av = random_bf16(B * m * k, 11 + t), bv = random_bf16(B * k * n, 12 + t);
+      Array a(DType::bf16, ta ? Shape{B, k, m} : Shape{B, m, k}), b(DType::bf16, tb ? Shape{B, n, k} : Shape{B, k, n});
+      std::memcpy(a.raw(), av.data(), a.nbytes());
+      std::memcpy(b.raw(), bv.data(), b.nbytes());
+      auto f = jit([&](const Tensor& x, const Tensor& y) { return matmul(x, y, DType::f32, ta, tb); });
+      const Array c = f(a, b);
+      ASSERT_EQ(c.shape(), (Shape{B, m, n}));
+      for (int64_t e = 0; e < B; ++e) {
+        std::vector<uint16_t> oa(m * k), ob(k * n);  // op(A) [m, k], op(B) [k, n] row-major
+        for (int64_t i = 0; i < m; ++i)
+          for (int64_t p = 0; p < k; ++p) oa[i * k + p] = ta ? av[e * m * k + p * m + i] : av[e * m * k + i * k + p];
+        for (int64_t p = 0; p < k; ++p)
+          for (int64_t j = 0; j < n; ++j) ob[p * n + j] = tb ? bv[e * k * n + j * k + p] : bv[e * k * n + p * n + j];
+        std::vector<float> want(m * n);
+        bf16_gemm(m, n, k, oa.data(), ob.data(), want.data(), false);
+        EXPECT_EQ(0, std::memcmp(want.data(), c.data<float>() + e * m * n, want.size() * sizeof(float)))
+            << "entry " << e << " of " << B << "x" << m << "x" << n << "x" << k << " ta " << ta << " tb " << tb;
+      }
+    }
   }
 }
 

@@ -176,6 +176,12 @@ TEST(StepDeadline, AttentionSoftmaxReductionsAndCompiledLoopsStopAtTheirFirstPol
          n.set("w", p["w"] + sum(matmul(x, x, false, true)));
          return n;
        }, batched, {}},
+      {"matmul", [](const Params& p, const Tensor& x) {  // bf16 operands, f32 results
+         const Tensor h = cast(x, DType::bf16);
+         TensorDict n;
+         n.set("w", p["w"] + sum(matmul(h, h, DType::f32, false, true)));
+         return n;
+       }, rows, {}},
       {"compiled: adam", [](const Params& p, const Tensor& x) {
          TensorDict params{{"v", p["v"]}}, grads{{"v", x}}, st;
          for (const auto& [k, v] : p)

@@ -2,13 +2,16 @@
 #include "core/kernels/gemm/matmul_bf16.h"
 
 #include <algorithm>
+#include <cstring>
 #include <cstdint>
 #include <vector>
 
 #include "core/base/fpe_flags.h"
 #include "core/base/isa.h"
+#include "core/base/step_deadline.h"
 #include "core/base/threads.h"
 #include "core/kernels/gemm/bf16_gemm.h"
+#include "core/kernels/gemm/packed_gemm.h"
 
 namespace fjit::kernels::st {
 namespace {
@@ -22,13 +25,21 @@ int64_t block_rows(int64_t m) {
   return (per + kTileRows - 1) / kTileRows * kTileRows;
 }
 
-// dst [cols, rows] row-major = src [rows, cols] (row stride ld) transposed, in 32 x 32 blocks.
-void transpose_into(const uint16_t* src, int64_t rows, int64_t cols, int64_t ld, uint16_t* dst) {
-  constexpr int64_t kB = 32;
-  for (int64_t r0 = 0; r0 < rows; r0 += kB)
-    for (int64_t c0 = 0; c0 < cols; c0 += kB)
-      for (int64_t c = c0; c < std::min(cols, c0 + kB); ++c)
-        for (int64_t r = r0; r < std::min(rows, r0 + kB); ++r) dst[c * rows + r] = src[r * ld + c];
+// Under a step deadline: blocks of about kDeadlineFlops (whole micro-tiles), so that the
+// deadline is asked at a bounded interval however large the product. A row's arithmetic does
+// not depend on its block, so the bits are those of block_rows' blocks.
+constexpr int64_t kDeadlineFlops = int64_t{1} << 28;
+int64_t deadline_block_rows(int64_t m, int64_t n, int64_t k) {
+  const int64_t per_row = std::max<int64_t>(1, 2 * n * k);
+  const int64_t rows = std::max<int64_t>(kTileRows, kDeadlineFlops / per_row / kTileRows * kTileRows);
+  return std::min(block_rows(m), rows);
+}
+
+float widen(uint16_t x) {
+  const uint32_t bits = uint32_t{x} << 16;
+  float f;
+  std::memcpy(&f, &bits, sizeof f);
+  return f;
 }
 
 // p: [0]=M [1]=K [2]=N [3]=batch [4]=a batch stride [5]=b batch stride (matmul.cc's plan).
@@ -38,53 +49,69 @@ void bf16_kernel(const Instr& in, const Frame& f) {
   const auto* a = in.in<uint16_t>(f, 0);
   const auto* b = in.in<uint16_t>(f, 1);
   float* c = in.output<float>(f);
-  const int64_t rows = block_rows(m), blocks = (m + rows - 1) / rows;
+  // Past the step's deadline the blocks left are skipped (core/base/step_deadline.h).
+  const int64_t deadline = thread_step_deadline();
+  const int64_t rows = deadline != 0 ? deadline_block_rows(m, n, k) : block_rows(m);
+  const int64_t blocks = (m + rows - 1) / rows;
   const int64_t items = batch * blocks;
   // AVX512_BF16: each batch entry's op(B) packed once (a transposed B read in place), then
-  // shared by its row blocks. Otherwise (the widening path) a transposed B is copied into
-  // row-major order per block.
+  // shared by its row blocks. Otherwise (the widening path, bf16_gemm.h) each entry's B is
+  // widened to f32 once, as stored, and each block's rows of op(A) are widened and multiplied
+  // on the packed f32 GEMM: bf16_gemm_widened_ex's arithmetic on the same values.
   const bool native = active_avx512_bf16() && k > 0;
-  const int64_t bsz = bf16_packed_b_size(n, k);  // a multiple of 32 elements (64 bytes)
   thread_local std::vector<uint16_t> bp_buf;
+  thread_local std::vector<float> b32_buf;
+  const int64_t bsz = native ? bf16_packed_b_size(n, k) : k * n;  // native: a multiple of 32 elements
   uint16_t* bp = nullptr;
+  float* b32 = nullptr;
   if (native) {
     bp_buf.resize(batch * bsz + 32);
     bp = bp_buf.data() + ((64 - reinterpret_cast<uintptr_t>(bp_buf.data()) % 64) % 64) / 2;
+  } else {
+    b32_buf.resize(batch * bsz);
+    b32 = b32_buf.data();
   }
-  auto pack = [&](int64_t i) { bf16_pack_b(n, k, b + i * sb, TB ? k : n, TB, bp + i * bsz); };
+  auto pack = [&](int64_t i) {
+    if (native) bf16_pack_b(n, k, b + i * sb, TB ? k : n, TB, bp + i * bsz);
+    else std::transform(b + i * sb, b + i * sb + k * n, b32 + i * bsz, widen);
+  };
   auto run = [&](int64_t item) {
+    if (deadline_passed(deadline)) return;
     const int64_t i = item / blocks, r0 = (item % blocks) * rows, mr = std::min(rows, m - r0);
-    // Rows r0..r0+mr of op(A): of A [M, K], or columns of A stored [K, M] (read in place).
-    const uint16_t* ai = a + i * sa + (TA ? r0 : r0 * k);
     float* ci = c + i * m * n + r0 * n;
     if (native) {
+      // Rows r0..r0+mr of op(A): of A [M, K], or columns of A stored [K, M] (read in place).
+      const uint16_t* ai = a + i * sa + (TA ? r0 : r0 * k);
       bf16_gemm_packed_b(mr, n, k, ai, TA ? m : k, TA, bp + i * bsz, ci, false);
       return;
     }
-    const uint16_t* bi = b + i * sb;
-    thread_local std::vector<uint16_t> bt_buf;
-    if constexpr (TB) {  // B stored [N, K]
-      bt_buf.resize(k * n);
-      transpose_into(bi, n, k, k, bt_buf.data());
-      bi = bt_buf.data();
+    if (k == 0) {
+      std::fill(ci, ci + mr * n, 0.f);
+      return;
     }
-    bf16_gemm_ex(mr, n, k, ai, TA ? m : k, TA, bi, ci, false);
+    thread_local std::vector<float> a32;
+    a32.resize(mr * k);
+    const uint16_t* ai = a + i * sa;
+    if (TA) {  // A stored [K, M]: its columns r0..r0+mr, kept [K, mr]
+      for (int64_t p = 0; p < k; ++p)
+        for (int64_t r = 0; r < mr; ++r) a32[p * mr + r] = widen(ai[p * m + r0 + r]);
+    } else {
+      std::transform(ai + r0 * k, ai + (r0 + mr) * k, a32.begin(), widen);
+    }
+    packed_sgemm(active_isa(), TA, TB, mr, n, k, a32.data(), b32 + i * bsz, ci, false, 1);
   };
   const int threads = static_cast<int>(std::min<int64_t>(items, intra_op_threads()));
   if (threads > 1 && 2 * batch * m * n * k >= (int64_t{1} << 21)) {
 #pragma omp parallel num_threads(threads)
     {
-      if (native) {
 #pragma omp for schedule(static)
-        for (int64_t i = 0; i < batch; ++i) pack(i);
-      }
+      for (int64_t i = 0; i < batch; ++i) pack(i);
 #pragma omp for schedule(static)
       for (int64_t item = 0; item < items; ++item) run(item);
       fpe::collect_worker_flags();
     }
   } else {
-    if (native)
-      for (int64_t i = 0; i < batch; ++i) pack(i);
+    for (int64_t i = 0; i < batch; ++i) pack(i);
     for (int64_t item = 0; item < items; ++item) run(item);
   }
 }

@@ -2,10 +2,13 @@
 //
 // Every product of two bf16 values is exact in f32; the sums are f32 (bf16_gemm.h: AVX512_BF16
 // dot products where the CPU has them, the widening path otherwise, FJIT_ISA=avx2 included).
-// A transposed A is read in place; a transposed B is copied into row-major order first. The work is cut into batch
-// entries and blocks of output rows whose size depends on the shape only (a multiple of the
-// micro-kernel's rows); intra-op threads take whole blocks, so the bits do not depend on the
-// thread count.
+// Transposed operands are read in place; op(B) is packed (or, on the widening path, widened
+// to f32) once per batch entry and shared by its row blocks. The work is cut into batch entries
+// and blocks of output rows (a multiple of the micro-kernel's rows); a row's arithmetic does
+// not depend on its block, and intra-op threads take whole blocks, so the bits depend on the
+// shapes only: not on the thread count, nor on a step deadline. Under a deadline
+// (core/base/step_deadline.h) the blocks are smaller, so the deadline is asked at a bounded
+// interval, and the blocks left after it passes are skipped.
 #pragma once
 
 #include "core/kernels/families.h"
