@@ -10,6 +10,8 @@
 
 #include <string>
 
+#include "core/base/step_deadline.h"
+#include "core/compile/kernel_sleep_testing.h"
 #include "core/kernels/gemm/gemm_library.h"
 #include "parallel/fjit.h"
 #include "tests/test_util.h"
@@ -93,6 +95,26 @@ TEST(GemmLibraryPanels, ALongProductStopsAtTheDeadlineWithPanelsLeft) {
   const LibraryPanels p = take_library_panels();
   EXPECT_GT(p.total, 1);
   EXPECT_LT(p.run, p.total) << p.run << " of " << p.total;
+}
+
+// A long product with a dimension under BLIS's small-matrix thresholds (where its kernels have
+// them) cannot be cut into panels with the same bits, so fjit's driver takes it, and that asks
+// the deadline: started past the deadline, the product stops at its first ask (the count of
+// kernel stops grows; BLIS would have run it whole). A short one stays on BLIS.
+TEST(GemmLibraryPanels, ALongProductOnTheSmallMatrixPathGoesToADriverThatPolls) {
+  if (!library_usable()) GTEST_SKIP() << "BLIS is not used here: " << gemm_library_name();
+  set_library_panels(int64_t{1} << 24, 64);  // "long": at least 2^25 flops
+  const Array a = testing::random_f32({24, 1024}, 3), b = testing::random_f32({1024, 2048}, 4);
+  auto fn = [](const Tensor& x, const Tensor& y) { return matmul(x, y); };
+  (void)jit(fn, options(600.0))(a, b);  // the library's first call sets up its buffers
+  auto gemm = jit(fn, options(0.5));
+  (void)gemm(a, b);  // compiles; the deadline is far for this product
+  const int64_t stops = kernel_deadline_stops();
+  testing::start_past_deadline(0, Op::MatMul);
+  const std::string what = testing::error_of<CheckError>([&] { (void)gemm(a, b); });
+  EXPECT_TRUE(has(what, "of 0.5 s in matmul f32[24,2048] (instruction 0")) << what;
+  EXPECT_GT(kernel_deadline_stops(), stops) << what;
+  set_library_panels(0, 0);
 }
 
 }  // namespace

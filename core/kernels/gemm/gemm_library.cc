@@ -143,6 +143,12 @@ bool select_library_matmul(Instr& instr, int64_t m, int64_t k, int64_t n) {
   const DType t = instr.out.dtype;
   if (!gemm_library_enabled() || (t != DType::f32 && t != DType::f64)) return false;
   if (k < kMinDepth || 2 * m * n * k < kMinFlops) return false;
+  // A long product BLIS would run on its small-matrix path could not be cut to ask a step
+  // deadline without changing bits (above): fjit's own driver takes it, which asks between
+  // blocks. Decided from the shape alone, so the bits do not depend on whether a deadline is set.
+  const num_t dt = t == DType::f32 ? BLIS_FLOAT : BLIS_DOUBLE;
+  if (2 * m * n * k >= 2 * g_panel_flops.load(std::memory_order_relaxed) && !on_native_path(dt, m, n, k))
+    return false;
   instr.p[0] = m;
   instr.p[1] = k;
   instr.p[2] = n;

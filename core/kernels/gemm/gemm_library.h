@@ -10,7 +10,9 @@
 //
 // Under a step deadline (core/base/step_deadline.h) a long product on BLIS's native path runs
 // in column panels and asks the deadline before each; a deadline that is not reached changes
-// no bit. Products on BLIS's small-matrix path (a dimension under its thresholds) run whole.
+// no bit. Products on BLIS's small-matrix path (a dimension under its thresholds) cannot be cut
+// so: the short ones run whole, and a long one (as long as two panels) is left to fjit's
+// driver, which asks the deadline between blocks (the choice depends on the shape only).
 #pragma once
 
 #include <cstdint>
@@ -39,7 +41,8 @@ const char* gemm_library_name();
 bool select_library_matmul(Instr& instr, int64_t m, int64_t k, int64_t n);
 
 // For tests: under a deadline, products of at least 2 * flops are cut into panels of about
-// `flops` and at least `min_columns` wide (0: the defaults). Process-wide.
+// `flops` and at least `min_columns` wide (0: the defaults), and plans compiled from now on
+// leave products of at least 2 * flops on the small-matrix path to fjit's driver. Process-wide.
 void set_library_panels(int64_t flops, int64_t min_columns);
 // For tests: the panels the last product cut under a deadline ran, of how many, since the last
 // call (zeros: none was cut).
