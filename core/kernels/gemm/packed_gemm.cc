@@ -33,7 +33,7 @@ using gemm::UKernel;
 
 // Products below this many flops stay on the other paths (packing both operands costs more
 // than it saves); threads only from kThreadFlops on, as the other GEMM paths.
-constexpr int64_t kMinFlops = int64_t{1} << 18;
+constexpr int64_t kMinFlops = int64_t{1} << 17;
 constexpr int64_t kThreadFlops = int64_t{1} << 22;
 
 std::atomic<int> g_use{static_cast<int>(PackedGemmUse::without_library)};
@@ -138,6 +138,19 @@ void copy_rows(const float* src, int64_t lds, int64_t kc, float* dst) {
 void pack_along(const float* src, int64_t lds, int64_t cols, int64_t kc, float* dst, int64_t w) {
   if (cols == w && w == 32) return copy_rows<32>(src, lds, kc, dst);
   if (cols == w && w == 16) return copy_rows<16>(src, lds, kc, dst);
+  if (w <= 16) {  // an A panel (MR wide) or a narrow one: masked moves, no library call per row
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    auto below = [&](int64_t x) { return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(x)), lane); };
+    const __m256i load0 = below(std::min<int64_t>(cols, 8)), store0 = below(std::min<int64_t>(w, 8));
+    const __m256i load1 = below(cols - 8), store1 = below(w - 8);
+    for (int64_t p = 0; p < kc; ++p) {
+      const float* s = src + p * lds;
+      float* d = dst + p * w;
+      _mm256_maskstore_ps(d, store0, _mm256_maskload_ps(s, load0));
+      if (w > 8) _mm256_maskstore_ps(d + 8, store1, _mm256_maskload_ps(s + 8, load1));
+    }
+    return;
+  }
   for (int64_t p = 0; p < kc; ++p) {
     float* d = dst + p * w;
     std::memcpy(d, src + p * lds, cols * sizeof(float));

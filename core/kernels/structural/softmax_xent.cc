@@ -38,7 +38,7 @@ template <class T> void row_lse(const T* x, int64_t v, double& m_out, double& s_
     const Row<T> chunk(x + j, std::min(kChunk, v - j));
     const T cm = chunk.maxCoeff();
     if (cm > m) {
-      s *= std::exp(static_cast<double>(m) - static_cast<double>(cm));
+      if (j > 0) s *= std::exp(static_cast<double>(m) - static_cast<double>(cm));  // s is 0 before
       m = cm;
     }
     s += static_cast<double>((chunk - m).exp().sum());
@@ -103,7 +103,7 @@ template <class T> void xent_grad_rows(const Instr& in, const Frame& f, int64_t 
       const Row<T> chunk(row + j, len);
       const T cm = chunk.maxCoeff();
       if (cm > m) {
-        s *= std::exp(static_cast<double>(m) - static_cast<double>(cm));
+        if (j > 0) s *= std::exp(static_cast<double>(m) - static_cast<double>(cm));  // s is 0 before
         m = cm;
       }
       Out part(g.data() + j, len);
@@ -112,7 +112,11 @@ template <class T> void xent_grad_rows(const Instr& in, const Frame& f, int64_t 
       chunk_max[n] = m;
     }
     for (int64_t j = 0, n = 0; j < v; j += kChunk, ++n) {
-      const double scale = std::exp(static_cast<double>(chunk_max[n]) - static_cast<double>(m)) / s;
+      // exp(0) is 1 exactly: a chunk whose maximum is the row's (a finite one) skips the call.
+      const double rel = chunk_max[n] == m && std::isfinite(m)
+                             ? 1.0
+                             : std::exp(static_cast<double>(chunk_max[n]) - static_cast<double>(m));
+      const double scale = rel / s;
       Out(g.data() + j, std::min(kChunk, v - j)) *= static_cast<T>(scale * static_cast<double>(c));
     }
     g[k] -= c;
