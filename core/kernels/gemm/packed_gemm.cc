@@ -5,7 +5,8 @@
 //   depth blocks   K is cut into ceil(K / kc_max) blocks of equal size (the last one shorter),
 //                  from K and the kernel alone;
 //   packed B       every depth block of op(B) as slivers of NR columns, kc x NR each (zero
-//                  columns past N), packed once per call by all threads together;
+//                  columns past N), packed once per call by all threads together; a small
+//                  row-major B whose columns fill whole slivers is read in place instead;
 //   units          the output's tiles in units of a few MR-row slivers by a range of NR-column
 //                  slivers; a unit packs its rows of op(A) per depth block (mc x kc, in L2) and
 //                  runs the kernel over its tiles, each B sliver (in L1) against every A sliver.
@@ -162,13 +163,17 @@ struct Plan {
   const UKernel* uk;
   int64_t m, n, k, lda, ldb, ldc, kc, kblocks, ms, ns, npad, unit_slivers, row_units, col_units, col_slivers;
   bool a_in_place;  // A [m, k] read in place by the kernel (tile_rows), not packed
+  bool b_in_place;  // B [k, n] read in place by the kernel (ldb), not packed
 };
 
 // Below this many B slivers per unit, packing A costs more than the kernel's reads of A in
 // place (each A sliver is then used against few B slivers).
 constexpr int64_t kInPlaceSlivers = 4;
+// A row-major B [k, n] whose columns fill whole slivers is read in place, unpacked, when it is
+// at most this large: its slivers' rows then stay in L1/L2 however far apart they are.
+constexpr int64_t kInPlaceBBytes = 64 << 10;
 
-Plan make_plan(Isa isa, bool ta, int64_t m, int64_t n, int64_t k, int threads) {
+Plan make_plan(Isa isa, bool ta, bool tb, int64_t m, int64_t n, int64_t k, int threads) {
   Plan pl;
   pl.uk = &kernel_for(isa);
   const int64_t mr = pl.uk->mr, nr = pl.uk->nr;
@@ -188,6 +193,7 @@ Plan make_plan(Isa isa, bool ta, int64_t m, int64_t n, int64_t k, int threads) {
   pl.col_slivers = (pl.ns + pl.col_units - 1) / pl.col_units;
   pl.col_units = (pl.ns + pl.col_slivers - 1) / pl.col_slivers;
   pl.a_in_place = !ta && pl.col_slivers <= kInPlaceSlivers;
+  pl.b_in_place = !tb && n % nr == 0 && k * n * static_cast<int64_t>(sizeof(float)) <= kInPlaceBBytes;
   return pl;
 }
 
@@ -235,32 +241,34 @@ void run_unit(const Plan& pl, bool ta, const float* a, const float* bp, const Si
       else pack_across(a + i0 * pl.lda + k0, pl.lda, rows, kcb, dst, mr);    // A [m, k]
     }
     const bool add = accumulate || kb > 0;
+    // A packed sliver's rows are NR floats apart; B in place, its own rows (bp is B then).
+    const int64_t ldb = pl.b_in_place ? pl.ldb : nr;
     for (int64_t j = j0; j < j1; ++j) {
-      const float* b_sliver = bp + k0 * pl.npad + j * kcb * nr;
+      const float* b_sliver = pl.b_in_place ? bp + k0 * pl.ldb + j * nr : bp + k0 * pl.npad + j * kcb * nr;
       const int64_t col0 = j * nr, cols = std::min(nr, pl.n - col0);
       for (int64_t s = s0; s < s1; ++s) {
         const int64_t row0 = s * mr, rows = std::min(mr, pl.m - row0);
         const float* a_sliver = ap + (s - s0) * kcb * mr;
         if (sink.epi) {
           float* t = pl.kblocks > 1 ? u + (s - s0) * mr * ldu + (j - j0) * nr : tmp;
-          if (pl.a_in_place && rows == mr) uk.tile_rows(kcb, a + row0 * pl.lda + k0, pl.lda, b_sliver, t, ldu, kb > 0);
-          else uk.tile(kcb, a_sliver, b_sliver, t, ldu, kb > 0);
+          if (pl.a_in_place && rows == mr) uk.tile_rows(kcb, a + row0 * pl.lda + k0, pl.lda, b_sliver, ldb, t, ldu, kb > 0);
+          else uk.tile(kcb, a_sliver, b_sliver, ldb, t, ldu, kb > 0);
           if (kb + 1 == pl.kblocks)
             sink.epi->apply(sink.epi->ctx, t, ldu, row0, col0, rows, cols, s * pl.ns + j);
           continue;
         }
         float* ct = c + row0 * pl.ldc + col0;
         if (rows == mr && cols == nr) {
-          if (pl.a_in_place) uk.tile_rows(kcb, a + row0 * pl.lda + k0, pl.lda, b_sliver, ct, pl.ldc, add);
-          else uk.tile(kcb, a_sliver, b_sliver, ct, pl.ldc, add);
+          if (pl.a_in_place) uk.tile_rows(kcb, a + row0 * pl.lda + k0, pl.lda, b_sliver, ldb, ct, pl.ldc, add);
+          else uk.tile(kcb, a_sliver, b_sliver, ldb, ct, pl.ldc, add);
           continue;
         }
         // An edge tile: the whole tile into tmp, then its valid part into C with the same
         // one addition the kernel makes.
         if (pl.a_in_place && rows == mr) {  // a column edge: the in-place kernel into tmp
-          uk.tile_rows(kcb, a + row0 * pl.lda + k0, pl.lda, b_sliver, tmp, nr, false);
+          uk.tile_rows(kcb, a + row0 * pl.lda + k0, pl.lda, b_sliver, ldb, tmp, nr, false);
         } else {
-          uk.tile(kcb, a_sliver, b_sliver, tmp, nr, false);
+          uk.tile(kcb, a_sliver, b_sliver, ldb, tmp, nr, false);
         }
         for (int64_t r = 0; r < rows; ++r)
           for (int64_t q = 0; q < cols; ++q)
@@ -283,23 +291,24 @@ void packed_kernel(const Instr& in, const Frame& f) {
 void run(Isa isa, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
          const float* b, int64_t ldb, const Sink& sink, int threads) {
   threads = std::max(1, threads);
-  Plan pl = make_plan(isa, ta, m, n, k, threads);
+  Plan pl = make_plan(isa, ta, tb, m, n, k, threads);
   pl.lda = lda, pl.ldb = ldb, pl.ldc = sink.ldc;
   thread_local Buffer b_buf;
-  float* bp = b_buf.get(pl.k * pl.npad);
-  const int64_t b_tasks = pl.kblocks * pl.ns, units = pl.row_units * pl.col_units;
+  const float* bp = pl.b_in_place ? b : b_buf.get(pl.k * pl.npad);
+  float* b_packed = pl.b_in_place ? nullptr : const_cast<float*>(bp);
+  const int64_t b_tasks = pl.b_in_place ? 0 : pl.kblocks * pl.ns, units = pl.row_units * pl.col_units;
   const int team = static_cast<int>(std::min<int64_t>(threads, units));
   // Past the step's deadline the units left are skipped (core/base/step_deadline.h).
   const int64_t deadline = thread_step_deadline();
   if (team <= 1) {
-    for (int64_t t = 0; t < b_tasks; ++t) pack_b(pl, tb, b, bp, t / pl.ns, t % pl.ns);
+    for (int64_t t = 0; t < b_tasks; ++t) pack_b(pl, tb, b, b_packed, t / pl.ns, t % pl.ns);
     for (int64_t u = 0; u < units && !deadline_passed(deadline); ++u) run_unit(pl, ta, a, bp, sink, u);
     return;
   }
 #pragma omp parallel num_threads(team)
   {
 #pragma omp for schedule(static)
-    for (int64_t t = 0; t < b_tasks; ++t) pack_b(pl, tb, b, bp, t / pl.ns, t % pl.ns);
+    for (int64_t t = 0; t < b_tasks; ++t) pack_b(pl, tb, b, b_packed, t / pl.ns, t % pl.ns);
     // (the loop's barrier: B is packed before any unit reads it)
 #pragma omp for schedule(static)
     for (int64_t u = 0; u < units; ++u)
