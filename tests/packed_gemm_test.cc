@@ -27,9 +27,9 @@ struct Case {
 
 // Edge tiles in both directions, one depth block and several (unequal last), tiny and wide;
 // the last two read a small row-major B in place (one depth block, and two).
-const Case kCases[] = {{1, 1, 1},    {5, 7, 3},     {12, 32, 16},  {13, 33, 17},  {64, 10, 300},
-                       {37, 100, 9}, {128, 64, 513}, {100, 129, 784}, {3, 200, 257}, {50, 48, 1000},
-                       {64, 128, 64}, {29, 32, 300}};
+const Case kCases[] = {{1, 1, 1},     {5, 7, 3},      {12, 32, 16},   {13, 33, 17},
+                       {64, 10, 300}, {37, 100, 9},   {128, 64, 513}, {100, 129, 784},
+                       {3, 200, 257}, {50, 48, 1000}, {64, 128, 64},  {29, 32, 300}};
 
 TEST(PackedGemm, MatchesADoubleLoopForEveryTransposeAndIsa) {
   for (Isa isa : isas_here()) {
@@ -82,7 +82,8 @@ TEST(PackedGemm, BitsDoNotDependOnTheThreadCount) {
 // the kernel sums the same products in the same order either way, so the bits are the same.
 TEST(PackedGemm, BInPlaceGivesThePackedBsBits) {
   for (Isa isa : isas_here()) {
-    for (const Case& cs : {Case{64, 128, 64}, Case{29, 32, 300}, Case{12, 32, 16}, Case{13, 64, 7}}) {
+    for (const Case& cs :
+         {Case{64, 128, 64}, Case{29, 32, 300}, Case{12, 32, 16}, Case{13, 64, 7}}) {
       for (bool ta : {false, true}) {
         const int64_t m = cs.m, n = cs.n, k = cs.k;
         const std::vector<float> a = random_vector(m * k, 3), b = random_vector(k * n, 4);

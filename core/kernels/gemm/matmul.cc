@@ -131,8 +131,10 @@ KernelFn pick_narrow(bool ta, bool tb) {
 bool select_narrow_packed(Instr& instr, bool ta, bool tb) {
   if (instr.out.dtype != DType::f32 || packed_gemm_use() == PackedGemmUse::never) return false;
   instr.p[6] = static_cast<int64_t>(active_isa());
-  if (ta) instr.fn = tb ? narrow_packed_kernel<true, true> : narrow_packed_kernel<true, false>;
-  else instr.fn = tb ? narrow_packed_kernel<false, true> : narrow_packed_kernel<false, false>;
+  if (ta)
+    instr.fn = tb ? narrow_packed_kernel<true, true> : narrow_packed_kernel<true, false>;
+  else
+    instr.fn = tb ? narrow_packed_kernel<false, true> : narrow_packed_kernel<false, false>;
   return true;
 }
 

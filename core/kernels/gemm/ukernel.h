@@ -17,8 +17,8 @@
 
 namespace fjit::gemm {
 
-using TileFn = void (*)(int64_t kc, const float* a, const float* b, int64_t ldb, float* c, int64_t ldc,
-                        bool add);
+using TileFn = void (*)(int64_t kc, const float* a, const float* b, int64_t ldb, float* c,
+                        int64_t ldc, bool add);
 // The same tile with A read in place from MR rows of a row-major matrix (element (i, p) at
 // a[i * lda + p]) instead of a packed panel: the same products summed in the same order, so
 // the same bits; it saves packing A where each A sliver meets only a few B slivers.

@@ -29,7 +29,8 @@ FJIT_AVX2 inline void store_6x16(float* c, int64_t ldc, bool add, __m256 c00, __
   }
 }
 
-FJIT_AVX2 void tile_6x16(int64_t kc, const float* a, const float* b, int64_t ldb, float* c, int64_t ldc, bool add) {
+FJIT_AVX2 void tile_6x16(int64_t kc, const float* a, const float* b, int64_t ldb, float* c,
+                         int64_t ldc, bool add) {
   __m256 c00 = _mm256_setzero_ps(), c01 = _mm256_setzero_ps(), c10 = _mm256_setzero_ps(),
          c11 = _mm256_setzero_ps(), c20 = _mm256_setzero_ps(), c21 = _mm256_setzero_ps(),
          c30 = _mm256_setzero_ps(), c31 = _mm256_setzero_ps(), c40 = _mm256_setzero_ps(),
@@ -61,8 +62,8 @@ FJIT_AVX2 void tile_6x16(int64_t kc, const float* a, const float* b, int64_t ldb
 }
 
 // A read in place: rows 3q .. 3q + 2 at aq[0], aq[lda], aq[2 * lda].
-FJIT_AVX2 void tile_6x16_rows(int64_t kc, const float* a, int64_t lda, const float* b, int64_t ldb, float* c,
-                              int64_t ldc, bool add) {
+FJIT_AVX2 void tile_6x16_rows(int64_t kc, const float* a, int64_t lda, const float* b, int64_t ldb,
+                              float* c, int64_t ldc, bool add) {
   __m256 c00 = _mm256_setzero_ps(), c01 = _mm256_setzero_ps(), c10 = _mm256_setzero_ps(),
          c11 = _mm256_setzero_ps(), c20 = _mm256_setzero_ps(), c21 = _mm256_setzero_ps(),
          c30 = _mm256_setzero_ps(), c31 = _mm256_setzero_ps(), c40 = _mm256_setzero_ps(),

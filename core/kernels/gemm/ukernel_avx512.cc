@@ -35,8 +35,8 @@ constexpr int kMr = 12, kNr = 32;
     _mm512_storeu_ps(row + 16, hi);                                      \
   }
 
-FJIT_AVX512 void tile_12x32(int64_t kc, const float* a, const float* b, int64_t ldb, float* c, int64_t ldc,
-                            bool add) {
+FJIT_AVX512 void tile_12x32(int64_t kc, const float* a, const float* b, int64_t ldb, float* c,
+                            int64_t ldc, bool add) {
   __m512 c0_0 = _mm512_setzero_ps(), c0_1 = _mm512_setzero_ps(), c1_0 = _mm512_setzero_ps(),
          c1_1 = _mm512_setzero_ps(), c2_0 = _mm512_setzero_ps(), c2_1 = _mm512_setzero_ps(),
          c3_0 = _mm512_setzero_ps(), c3_1 = _mm512_setzero_ps(), c4_0 = _mm512_setzero_ps(),
@@ -58,8 +58,8 @@ FJIT_AVX512 void tile_12x32(int64_t kc, const float* a, const float* b, int64_t 
 }
 
 // A read in place: rows 3q .. 3q + 2 at aq[0], aq[lda], aq[2 * lda].
-FJIT_AVX512 void tile_12x32_rows(int64_t kc, const float* a, int64_t lda, const float* b, int64_t ldb, float* c,
-                                 int64_t ldc, bool add) {
+FJIT_AVX512 void tile_12x32_rows(int64_t kc, const float* a, int64_t lda, const float* b,
+                                 int64_t ldb, float* c, int64_t ldc, bool add) {
   __m512 c0_0 = _mm512_setzero_ps(), c0_1 = _mm512_setzero_ps(), c1_0 = _mm512_setzero_ps(),
          c1_1 = _mm512_setzero_ps(), c2_0 = _mm512_setzero_ps(), c2_1 = _mm512_setzero_ps(),
          c3_0 = _mm512_setzero_ps(), c3_1 = _mm512_setzero_ps(), c4_0 = _mm512_setzero_ps(),

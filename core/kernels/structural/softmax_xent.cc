@@ -149,7 +149,8 @@ template <class T> void xent_grad_rows(const Instr& in, const Frame& f, int64_t 
     if constexpr (std::is_same_v<T, float>) {
       SmallRow sr;
       if (v <= kSmallV && small_row(row, v, sr)) {
-        const __m256 scale = _mm256_set1_ps(static_cast<float>((1.0 / sr.s) * static_cast<double>(c)));
+        const __m256 scale =
+            _mm256_set1_ps(static_cast<float>((1.0 / sr.s) * static_cast<double>(c)));
         _mm256_maskstore_ps(g.data(), sr.k0, _mm256_mul_ps(sr.e0, scale));
         _mm256_maskstore_ps(g.data() + 8, sr.k1, _mm256_mul_ps(sr.e1, scale));
         g[k] -= c;
@@ -171,7 +172,8 @@ template <class T> void xent_grad_rows(const Instr& in, const Frame& f, int64_t 
       const Row<T> chunk(row + j, len);
       const T cm = chunk.maxCoeff();
       if (cm > m) {
-        if (j > 0) s *= std::exp(static_cast<double>(m) - static_cast<double>(cm));  // s is 0 before
+        if (j > 0)
+          s *= std::exp(static_cast<double>(m) - static_cast<double>(cm));  // s is 0 before
         m = cm;
       }
       Out part(g.data() + j, len);
