@@ -25,9 +25,11 @@ struct Case {
   int64_t m, n, k;
 };
 
-// Edge tiles in both directions, one depth block and several (unequal last), tiny and wide.
-const Case kCases[] = {{1, 1, 1},    {5, 7, 3},     {12, 32, 16},  {13, 33, 17},  {64, 10, 300},
-                       {37, 100, 9}, {128, 64, 513}, {100, 129, 784}, {3, 200, 257}, {50, 48, 1000}};
+// Edge tiles in both directions, one depth block and several (unequal last), tiny and wide;
+// the last two read a small row-major B in place (one depth block, and two).
+const Case kCases[] = {{1, 1, 1},     {5, 7, 3},      {12, 32, 16},   {13, 33, 17},
+                       {64, 10, 300}, {37, 100, 9},   {128, 64, 513}, {100, 129, 784},
+                       {3, 200, 257}, {50, 48, 1000}, {64, 128, 64},  {29, 32, 300}};
 
 TEST(PackedGemm, MatchesADoubleLoopForEveryTransposeAndIsa) {
   for (Isa isa : isas_here()) {
@@ -71,6 +73,28 @@ TEST(PackedGemm, BitsDoNotDependOnTheThreadCount) {
         EXPECT_EQ(0, std::memcmp(one.data(), many.data(), one.size() * sizeof(float)))
             << isa_name(isa) << " " << cs.m << "x" << cs.n << "x" << cs.k << ", " << threads
             << " threads";
+      }
+    }
+  }
+}
+
+// A small row-major B [k, n] is read in place (no packing) where a transposed one is packed:
+// the kernel sums the same products in the same order either way, so the bits are the same.
+TEST(PackedGemm, BInPlaceGivesThePackedBsBits) {
+  for (Isa isa : isas_here()) {
+    for (const Case& cs :
+         {Case{64, 128, 64}, Case{29, 32, 300}, Case{12, 32, 16}, Case{13, 64, 7}}) {
+      for (bool ta : {false, true}) {
+        const int64_t m = cs.m, n = cs.n, k = cs.k;
+        const std::vector<float> a = random_vector(m * k, 3), b = random_vector(k * n, 4);
+        std::vector<float> bt(k * n);  // B^T [n, k]
+        for (int64_t p = 0; p < k; ++p)
+          for (int64_t j = 0; j < n; ++j) bt[j * k + p] = b[p * n + j];
+        std::vector<float> in_place(m * n), packed(m * n);
+        packed_sgemm(isa, ta, false, m, n, k, a.data(), b.data(), in_place.data(), false, 1);
+        packed_sgemm(isa, ta, true, m, n, k, a.data(), bt.data(), packed.data(), false, 1);
+        EXPECT_EQ(0, std::memcmp(in_place.data(), packed.data(), packed.size() * sizeof(float)))
+            << isa_name(isa) << " " << m << "x" << n << "x" << k << " ta=" << ta;
       }
     }
   }

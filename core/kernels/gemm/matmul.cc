@@ -14,7 +14,7 @@
 //            (gemm_update.cc), whose threads split fixed blocks of output rows, never the depth;
 //   vector   one output row (a decode step's x [1, K] @ W): a matrix-vector product that streams
 //            op(B) once, where a GEMM would first pack all of B to use it for one row;
-//   narrow   N <= kNarrowN columns (below);
+//   narrow   N <= kNarrowN columns (below): f32 on the packed GEMM, f64 on Eigen's driver;
 //   batched  a batch of f32 products (attention's [B, T, T] @ [B, T, D]) large enough goes to
 //            the packed GEMM, one product per entry (packed_sgemm_batched); otherwise (f64,
 //            i32, small) one sequential Eigen GEMM per batch entry; threads take whole entries.
@@ -108,10 +108,36 @@ void narrow_kernel(const Instr& in, const Frame& f) {
   Eigen::Map<RowMajor>(in.output<T>(f), m, n) = Eigen::Map<const ColMajor>(t, m, n);
 }
 
+// The f32 narrow product on the packed GEMM (packed_gemm.h), in the same transposed
+// orientation: c^T [N, M] = op(B)^T op(A)^T, so that N is the kernel's row dimension (N of its
+// MR rows used) and M runs along its vector columns; then transposed into place. p[6] = the Isa.
+template <bool TA, bool TB>
+void narrow_packed_kernel(const Instr& in, const Frame& f) {
+  const int64_t m = in.p[0], k = in.p[1], n = in.p[2];
+  alignas(64) float t[kNarrowBytes / sizeof(float)];
+  // op(B)^T is B's storage read the other way (transposed unless B is), op(A)^T likewise.
+  packed_sgemm(static_cast<Isa>(in.p[6]), !TB, !TA, n, m, k, in.in<float>(f, 1), in.in<float>(f, 0),
+               t, false, 1);
+  float* out = in.output<float>(f);
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) out[i * n + j] = t[j * m + i];
+}
+
 template <class T>
 KernelFn pick_narrow(bool ta, bool tb) {
   if (ta) return tb ? narrow_kernel<T, true, true> : narrow_kernel<T, true, false>;
   return tb ? narrow_kernel<T, false, true> : narrow_kernel<T, false, false>;
+}
+
+// The narrow f32 kernel: on the packed GEMM unless FJIT_GEMM=eigen.
+bool select_narrow_packed(Instr& instr, bool ta, bool tb) {
+  if (instr.out.dtype != DType::f32 || packed_gemm_use() == PackedGemmUse::never) return false;
+  instr.p[6] = static_cast<int64_t>(active_isa());
+  if (ta)
+    instr.fn = tb ? narrow_packed_kernel<true, true> : narrow_packed_kernel<true, false>;
+  else
+    instr.fn = tb ? narrow_packed_kernel<false, true> : narrow_packed_kernel<false, false>;
+  return true;
 }
 
 // True when narrow_kernel applies and pays (M large enough for full register blocks).
@@ -191,6 +217,7 @@ bool select_matmul(Instr& instr) {
   const DType t = instr.out.dtype;
   const int64_t esize = static_cast<int64_t>(dtype_size(t));
   if ((t == DType::f32 || t == DType::f64) && narrow(instr, esize)) {
+    if (select_narrow_packed(instr, ta, tb)) return true;
     instr.fn = t == DType::f32 ? pick_narrow<float>(ta, tb) : pick_narrow<double>(ta, tb);
     return true;
   }

@@ -5,7 +5,8 @@
 //   depth blocks   K is cut into ceil(K / kc_max) blocks of equal size (the last one shorter),
 //                  from K and the kernel alone;
 //   packed B       every depth block of op(B) as slivers of NR columns, kc x NR each (zero
-//                  columns past N), packed once per call by all threads together;
+//                  columns past N), packed once per call by all threads together; a small
+//                  row-major B whose columns fill whole slivers is read in place instead;
 //   units          the output's tiles in units of a few MR-row slivers by a range of NR-column
 //                  slivers; a unit packs its rows of op(A) per depth block (mc x kc, in L2) and
 //                  runs the kernel over its tiles, each B sliver (in L1) against every A sliver.
@@ -13,27 +14,27 @@
 // arithmetic (ukernel.h), so the bits do not depend on the thread count.
 #include "core/kernels/gemm/packed_gemm.h"
 
-#include <immintrin.h>
-
 #include <algorithm>
 #include <atomic>
-#include <cstring>
 #include <string>
 #include <vector>
 
 #include "core/base/fpe_flags.h"
 #include "core/base/step_deadline.h"
 #include "core/base/threads.h"
+#include "core/kernels/gemm/gemm_packing.h"
 #include "core/kernels/gemm/ukernel.h"
 
 namespace fjit {
 namespace {
 
+using gemm::pack_across;
+using gemm::pack_along;
 using gemm::UKernel;
 
 // Products below this many flops stay on the other paths (packing both operands costs more
 // than it saves); threads only from kThreadFlops on, as the other GEMM paths.
-constexpr int64_t kMinFlops = int64_t{1} << 18;
+constexpr int64_t kMinFlops = int64_t{1} << 17;
 constexpr int64_t kThreadFlops = int64_t{1} << 22;
 
 std::atomic<int> g_use{static_cast<int>(PackedGemmUse::without_library)};
@@ -53,109 +54,21 @@ struct Buffer {
   }
 };
 
-// The 8 x 8 block src[r * lds + p] (r, p < 8) into dst[p * ldd + r].
-inline void transpose8x8(const float* src, int64_t lds, float* dst, int64_t ldd) {
-  __m256 r0 = _mm256_loadu_ps(src + 0 * lds), r1 = _mm256_loadu_ps(src + 1 * lds);
-  __m256 r2 = _mm256_loadu_ps(src + 2 * lds), r3 = _mm256_loadu_ps(src + 3 * lds);
-  __m256 r4 = _mm256_loadu_ps(src + 4 * lds), r5 = _mm256_loadu_ps(src + 5 * lds);
-  __m256 r6 = _mm256_loadu_ps(src + 6 * lds), r7 = _mm256_loadu_ps(src + 7 * lds);
-  const __m256 t0 = _mm256_unpacklo_ps(r0, r1), t1 = _mm256_unpackhi_ps(r0, r1);
-  const __m256 t2 = _mm256_unpacklo_ps(r2, r3), t3 = _mm256_unpackhi_ps(r2, r3);
-  const __m256 t4 = _mm256_unpacklo_ps(r4, r5), t5 = _mm256_unpackhi_ps(r4, r5);
-  const __m256 t6 = _mm256_unpacklo_ps(r6, r7), t7 = _mm256_unpackhi_ps(r6, r7);
-  const __m256 s0 = _mm256_shuffle_ps(t0, t2, 0x44), s1 = _mm256_shuffle_ps(t0, t2, 0xEE);
-  const __m256 s2 = _mm256_shuffle_ps(t1, t3, 0x44), s3 = _mm256_shuffle_ps(t1, t3, 0xEE);
-  const __m256 s4 = _mm256_shuffle_ps(t4, t6, 0x44), s5 = _mm256_shuffle_ps(t4, t6, 0xEE);
-  const __m256 s6 = _mm256_shuffle_ps(t5, t7, 0x44), s7 = _mm256_shuffle_ps(t5, t7, 0xEE);
-  r0 = _mm256_permute2f128_ps(s0, s4, 0x20);
-  r1 = _mm256_permute2f128_ps(s1, s5, 0x20);
-  r2 = _mm256_permute2f128_ps(s2, s6, 0x20);
-  r3 = _mm256_permute2f128_ps(s3, s7, 0x20);
-  r4 = _mm256_permute2f128_ps(s0, s4, 0x31);
-  r5 = _mm256_permute2f128_ps(s1, s5, 0x31);
-  r6 = _mm256_permute2f128_ps(s2, s6, 0x31);
-  r7 = _mm256_permute2f128_ps(s3, s7, 0x31);
-  _mm256_storeu_ps(dst + 0 * ldd, r0);
-  _mm256_storeu_ps(dst + 1 * ldd, r1);
-  _mm256_storeu_ps(dst + 2 * ldd, r2);
-  _mm256_storeu_ps(dst + 3 * ldd, r3);
-  _mm256_storeu_ps(dst + 4 * ldd, r4);
-  _mm256_storeu_ps(dst + 5 * ldd, r5);
-  _mm256_storeu_ps(dst + 6 * ldd, r6);
-  _mm256_storeu_ps(dst + 7 * ldd, r7);
-}
-
-// The 4 x 8 block src[r * lds + p] (r < 4, p < 8) into dst[p * ldd + r].
-inline void transpose4x8(const float* src, int64_t lds, float* dst, int64_t ldd) {
-  const __m256 r0 = _mm256_loadu_ps(src + 0 * lds), r1 = _mm256_loadu_ps(src + 1 * lds);
-  const __m256 r2 = _mm256_loadu_ps(src + 2 * lds), r3 = _mm256_loadu_ps(src + 3 * lds);
-  const __m256 t0 = _mm256_unpacklo_ps(r0, r1), t1 = _mm256_unpackhi_ps(r0, r1);
-  const __m256 t2 = _mm256_unpacklo_ps(r2, r3), t3 = _mm256_unpackhi_ps(r2, r3);
-  const __m256 s0 = _mm256_shuffle_ps(t0, t2, 0x44), s1 = _mm256_shuffle_ps(t0, t2, 0xEE);
-  const __m256 s2 = _mm256_shuffle_ps(t1, t3, 0x44), s3 = _mm256_shuffle_ps(t1, t3, 0xEE);
-  _mm_storeu_ps(dst + 0 * ldd, _mm256_castps256_ps128(s0));
-  _mm_storeu_ps(dst + 1 * ldd, _mm256_castps256_ps128(s1));
-  _mm_storeu_ps(dst + 2 * ldd, _mm256_castps256_ps128(s2));
-  _mm_storeu_ps(dst + 3 * ldd, _mm256_castps256_ps128(s3));
-  _mm_storeu_ps(dst + 4 * ldd, _mm256_extractf128_ps(s0, 1));
-  _mm_storeu_ps(dst + 5 * ldd, _mm256_extractf128_ps(s1, 1));
-  _mm_storeu_ps(dst + 6 * ldd, _mm256_extractf128_ps(s2, 1));
-  _mm_storeu_ps(dst + 7 * ldd, _mm256_extractf128_ps(s3, 1));
-}
-
-// A panel whose packed rows run along the source's rows: dst[p * w + r] = src[r * lds + p]
-// for r < rows (zero for rows <= r < w), p < kc.
-void pack_across(const float* src, int64_t lds, int64_t rows, int64_t kc, float* dst, int64_t w) {
-  int64_t r = 0;
-  const int64_t kc8 = kc / 8 * 8;
-  for (; r + 8 <= rows; r += 8)
-    for (int64_t p = 0; p < kc8; p += 8) transpose8x8(src + r * lds + p, lds, dst + p * w + r, w);
-  for (; r + 4 <= rows; r += 4)
-    for (int64_t p = 0; p < kc8; p += 8) transpose4x8(src + r * lds + p, lds, dst + p * w + r, w);
-  // What the blocks left: the last kc % 8 depths of their rows, then the other rows.
-  for (int64_t p = kc8; p < kc; ++p)
-    for (int64_t q = 0; q < r; ++q) dst[p * w + q] = src[q * lds + p];
-  for (int64_t p = 0; p < kc; ++p) {
-    float* d = dst + p * w;
-    for (int64_t q = r; q < rows; ++q) d[q] = src[q * lds + p];
-    for (int64_t q = std::max(r, rows); q < w; ++q) d[q] = 0.f;
-  }
-}
-
-// dst[p * W + j] = src[p * lds + j] for j < W, p < kc: whole rows, at the width of the kernels.
-template <int W>
-void copy_rows(const float* src, int64_t lds, int64_t kc, float* dst) {
-  for (int64_t p = 0; p < kc; ++p) {
-    const float* s = src + p * lds;
-    float* d = dst + p * W;
-#pragma GCC unroll 4
-    for (int j = 0; j < W; j += 8) _mm256_storeu_ps(d + j, _mm256_loadu_ps(s + j));
-  }
-}
-
-// A panel whose packed rows are the source's rows: dst[p * w + j] = src[p * lds + j] for
-// j < cols (zero for cols <= j < w), p < kc.
-void pack_along(const float* src, int64_t lds, int64_t cols, int64_t kc, float* dst, int64_t w) {
-  if (cols == w && w == 32) return copy_rows<32>(src, lds, kc, dst);
-  if (cols == w && w == 16) return copy_rows<16>(src, lds, kc, dst);
-  for (int64_t p = 0; p < kc; ++p) {
-    float* d = dst + p * w;
-    std::memcpy(d, src + p * lds, cols * sizeof(float));
-    std::fill(d + cols, d + w, 0.f);
-  }
-}
-
 struct Plan {
   const UKernel* uk;
   int64_t m, n, k, lda, ldb, ldc, kc, kblocks, ms, ns, npad, unit_slivers, row_units, col_units, col_slivers;
   bool a_in_place;  // A [m, k] read in place by the kernel (tile_rows), not packed
+  bool b_in_place;  // B [k, n] read in place by the kernel (ldb), not packed
 };
 
 // Below this many B slivers per unit, packing A costs more than the kernel's reads of A in
 // place (each A sliver is then used against few B slivers).
 constexpr int64_t kInPlaceSlivers = 4;
+// A row-major B [k, n] whose columns fill whole slivers is read in place, unpacked, when it is
+// at most this large: its slivers' rows then stay in L1/L2 however far apart they are.
+constexpr int64_t kInPlaceBBytes = 64 << 10;
 
-Plan make_plan(Isa isa, bool ta, int64_t m, int64_t n, int64_t k, int threads) {
+Plan make_plan(Isa isa, bool ta, bool tb, int64_t m, int64_t n, int64_t k, int threads) {
   Plan pl;
   pl.uk = &kernel_for(isa);
   const int64_t mr = pl.uk->mr, nr = pl.uk->nr;
@@ -175,6 +88,8 @@ Plan make_plan(Isa isa, bool ta, int64_t m, int64_t n, int64_t k, int threads) {
   pl.col_slivers = (pl.ns + pl.col_units - 1) / pl.col_units;
   pl.col_units = (pl.ns + pl.col_slivers - 1) / pl.col_slivers;
   pl.a_in_place = !ta && pl.col_slivers <= kInPlaceSlivers;
+  pl.b_in_place =
+      !tb && n % nr == 0 && k * n * static_cast<int64_t>(sizeof(float)) <= kInPlaceBBytes;
   return pl;
 }
 
@@ -222,32 +137,39 @@ void run_unit(const Plan& pl, bool ta, const float* a, const float* bp, const Si
       else pack_across(a + i0 * pl.lda + k0, pl.lda, rows, kcb, dst, mr);    // A [m, k]
     }
     const bool add = accumulate || kb > 0;
+    // A packed sliver's rows are NR floats apart; B in place, its own rows (bp is B then).
+    const int64_t ldb = pl.b_in_place ? pl.ldb : nr;
     for (int64_t j = j0; j < j1; ++j) {
-      const float* b_sliver = bp + k0 * pl.npad + j * kcb * nr;
+      const float* b_sliver =
+          pl.b_in_place ? bp + k0 * pl.ldb + j * nr : bp + k0 * pl.npad + j * kcb * nr;
       const int64_t col0 = j * nr, cols = std::min(nr, pl.n - col0);
       for (int64_t s = s0; s < s1; ++s) {
         const int64_t row0 = s * mr, rows = std::min(mr, pl.m - row0);
         const float* a_sliver = ap + (s - s0) * kcb * mr;
         if (sink.epi) {
           float* t = pl.kblocks > 1 ? u + (s - s0) * mr * ldu + (j - j0) * nr : tmp;
-          if (pl.a_in_place && rows == mr) uk.tile_rows(kcb, a + row0 * pl.lda + k0, pl.lda, b_sliver, t, ldu, kb > 0);
-          else uk.tile(kcb, a_sliver, b_sliver, t, ldu, kb > 0);
+          if (pl.a_in_place && rows == mr)
+            uk.tile_rows(kcb, a + row0 * pl.lda + k0, pl.lda, b_sliver, ldb, t, ldu, kb > 0);
+          else
+            uk.tile(kcb, a_sliver, b_sliver, ldb, t, ldu, kb > 0);
           if (kb + 1 == pl.kblocks)
             sink.epi->apply(sink.epi->ctx, t, ldu, row0, col0, rows, cols, s * pl.ns + j);
           continue;
         }
         float* ct = c + row0 * pl.ldc + col0;
         if (rows == mr && cols == nr) {
-          if (pl.a_in_place) uk.tile_rows(kcb, a + row0 * pl.lda + k0, pl.lda, b_sliver, ct, pl.ldc, add);
-          else uk.tile(kcb, a_sliver, b_sliver, ct, pl.ldc, add);
+          if (pl.a_in_place)
+            uk.tile_rows(kcb, a + row0 * pl.lda + k0, pl.lda, b_sliver, ldb, ct, pl.ldc, add);
+          else
+            uk.tile(kcb, a_sliver, b_sliver, ldb, ct, pl.ldc, add);
           continue;
         }
         // An edge tile: the whole tile into tmp, then its valid part into C with the same
         // one addition the kernel makes.
         if (pl.a_in_place && rows == mr) {  // a column edge: the in-place kernel into tmp
-          uk.tile_rows(kcb, a + row0 * pl.lda + k0, pl.lda, b_sliver, tmp, nr, false);
+          uk.tile_rows(kcb, a + row0 * pl.lda + k0, pl.lda, b_sliver, ldb, tmp, nr, false);
         } else {
-          uk.tile(kcb, a_sliver, b_sliver, tmp, nr, false);
+          uk.tile(kcb, a_sliver, b_sliver, ldb, tmp, nr, false);
         }
         for (int64_t r = 0; r < rows; ++r)
           for (int64_t q = 0; q < cols; ++q)
@@ -270,23 +192,25 @@ void packed_kernel(const Instr& in, const Frame& f) {
 void run(Isa isa, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
          const float* b, int64_t ldb, const Sink& sink, int threads) {
   threads = std::max(1, threads);
-  Plan pl = make_plan(isa, ta, m, n, k, threads);
+  Plan pl = make_plan(isa, ta, tb, m, n, k, threads);
   pl.lda = lda, pl.ldb = ldb, pl.ldc = sink.ldc;
   thread_local Buffer b_buf;
-  float* bp = b_buf.get(pl.k * pl.npad);
-  const int64_t b_tasks = pl.kblocks * pl.ns, units = pl.row_units * pl.col_units;
+  const float* bp = pl.b_in_place ? b : b_buf.get(pl.k * pl.npad);
+  float* b_packed = pl.b_in_place ? nullptr : const_cast<float*>(bp);
+  const int64_t b_tasks = pl.b_in_place ? 0 : pl.kblocks * pl.ns,
+                units = pl.row_units * pl.col_units;
   const int team = static_cast<int>(std::min<int64_t>(threads, units));
   // Past the step's deadline the units left are skipped (core/base/step_deadline.h).
   const int64_t deadline = thread_step_deadline();
   if (team <= 1) {
-    for (int64_t t = 0; t < b_tasks; ++t) pack_b(pl, tb, b, bp, t / pl.ns, t % pl.ns);
+    for (int64_t t = 0; t < b_tasks; ++t) pack_b(pl, tb, b, b_packed, t / pl.ns, t % pl.ns);
     for (int64_t u = 0; u < units && !deadline_passed(deadline); ++u) run_unit(pl, ta, a, bp, sink, u);
     return;
   }
 #pragma omp parallel num_threads(team)
   {
 #pragma omp for schedule(static)
-    for (int64_t t = 0; t < b_tasks; ++t) pack_b(pl, tb, b, bp, t / pl.ns, t % pl.ns);
+    for (int64_t t = 0; t < b_tasks; ++t) pack_b(pl, tb, b, b_packed, t / pl.ns, t % pl.ns);
     // (the loop's barrier: B is packed before any unit reads it)
 #pragma omp for schedule(static)
     for (int64_t u = 0; u < units; ++u)

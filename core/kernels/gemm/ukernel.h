@@ -1,6 +1,7 @@
 // The GEMM micro-kernels of the packed GEMM (packed_gemm.h), one per instruction set, and
 // their blocking. Each kernel computes one MR x NR tile of C from packed panels:
-//   c[i * ldc + j] = (add ? c[i * ldc + j] : 0) + sum over p < kc of a[p * MR + i] * b[p * NR + j]
+//   c[i * ldc + j] = (add ? c[i * ldc + j] : 0) + sum over p < kc of a[p * MR + i] * b[p * ldb + j]
+// (ldb = NR for a packed B sliver; a row-major B [k, n] read in place passes its row length)
 // with the sum accumulated from zero by one fused multiply-add per p, in order p = 0, 1, ...,
 // and then added to C (one rounding), whatever the tile's place: so each element's arithmetic
 // depends on kc and the data only. Every kernel here takes the same kc (the depth blocks are
@@ -16,12 +17,13 @@
 
 namespace fjit::gemm {
 
-using TileFn = void (*)(int64_t kc, const float* a, const float* b, float* c, int64_t ldc, bool add);
+using TileFn = void (*)(int64_t kc, const float* a, const float* b, int64_t ldb, float* c,
+                        int64_t ldc, bool add);
 // The same tile with A read in place from MR rows of a row-major matrix (element (i, p) at
 // a[i * lda + p]) instead of a packed panel: the same products summed in the same order, so
 // the same bits; it saves packing A where each A sliver meets only a few B slivers.
-using RowsTileFn = void (*)(int64_t kc, const float* a, int64_t lda, const float* b, float* c,
-                            int64_t ldc, bool add);
+using RowsTileFn = void (*)(int64_t kc, const float* a, int64_t lda, const float* b, int64_t ldb,
+                            float* c, int64_t ldc, bool add);
 
 struct UKernel {
   const char* name;  // "avx2 6x16"

@@ -29,13 +29,14 @@ FJIT_AVX2 inline void store_6x16(float* c, int64_t ldc, bool add, __m256 c00, __
   }
 }
 
-FJIT_AVX2 void tile_6x16(int64_t kc, const float* a, const float* b, float* c, int64_t ldc, bool add) {
+FJIT_AVX2 void tile_6x16(int64_t kc, const float* a, const float* b, int64_t ldb, float* c,
+                         int64_t ldc, bool add) {
   __m256 c00 = _mm256_setzero_ps(), c01 = _mm256_setzero_ps(), c10 = _mm256_setzero_ps(),
          c11 = _mm256_setzero_ps(), c20 = _mm256_setzero_ps(), c21 = _mm256_setzero_ps(),
          c30 = _mm256_setzero_ps(), c31 = _mm256_setzero_ps(), c40 = _mm256_setzero_ps(),
          c41 = _mm256_setzero_ps(), c50 = _mm256_setzero_ps(), c51 = _mm256_setzero_ps();
   for (int64_t p = 0; p < kc; ++p) {
-    const __m256 b0 = _mm256_load_ps(b), b1 = _mm256_load_ps(b + 8);
+    const __m256 b0 = _mm256_loadu_ps(b), b1 = _mm256_loadu_ps(b + 8);
     __m256 x = _mm256_broadcast_ss(a + 0);
     c00 = _mm256_fmadd_ps(x, b0, c00);
     c01 = _mm256_fmadd_ps(x, b1, c01);
@@ -55,14 +56,14 @@ FJIT_AVX2 void tile_6x16(int64_t kc, const float* a, const float* b, float* c, i
     c50 = _mm256_fmadd_ps(x, b0, c50);
     c51 = _mm256_fmadd_ps(x, b1, c51);
     a += kMr;
-    b += kNr;
+    b += ldb;
   }
   store_6x16(c, ldc, add, c00, c01, c10, c11, c20, c21, c30, c31, c40, c41, c50, c51);
 }
 
 // A read in place: rows 3q .. 3q + 2 at aq[0], aq[lda], aq[2 * lda].
-FJIT_AVX2 void tile_6x16_rows(int64_t kc, const float* a, int64_t lda, const float* b, float* c,
-                              int64_t ldc, bool add) {
+FJIT_AVX2 void tile_6x16_rows(int64_t kc, const float* a, int64_t lda, const float* b, int64_t ldb,
+                              float* c, int64_t ldc, bool add) {
   __m256 c00 = _mm256_setzero_ps(), c01 = _mm256_setzero_ps(), c10 = _mm256_setzero_ps(),
          c11 = _mm256_setzero_ps(), c20 = _mm256_setzero_ps(), c21 = _mm256_setzero_ps(),
          c30 = _mm256_setzero_ps(), c31 = _mm256_setzero_ps(), c40 = _mm256_setzero_ps(),
@@ -70,7 +71,7 @@ FJIT_AVX2 void tile_6x16_rows(int64_t kc, const float* a, int64_t lda, const flo
   const float *a0 = a, *a3 = a + 3 * lda;
   const int64_t l1 = lda, l2 = 2 * lda;
   for (int64_t p = 0; p < kc; ++p) {
-    const __m256 b0 = _mm256_load_ps(b), b1 = _mm256_load_ps(b + 8);
+    const __m256 b0 = _mm256_loadu_ps(b), b1 = _mm256_loadu_ps(b + 8);
     __m256 x = _mm256_broadcast_ss(a0);
     c00 = _mm256_fmadd_ps(x, b0, c00);
     c01 = _mm256_fmadd_ps(x, b1, c01);
@@ -90,7 +91,7 @@ FJIT_AVX2 void tile_6x16_rows(int64_t kc, const float* a, int64_t lda, const flo
     c50 = _mm256_fmadd_ps(x, b0, c50);
     c51 = _mm256_fmadd_ps(x, b1, c51);
     ++a0, ++a3;
-    b += kNr;
+    b += ldb;
   }
   store_6x16(c, ldc, add, c00, c01, c10, c11, c20, c21, c30, c31, c40, c41, c50, c51);
 }

@@ -35,8 +35,8 @@ constexpr int kMr = 12, kNr = 32;
     _mm512_storeu_ps(row + 16, hi);                                      \
   }
 
-FJIT_AVX512 void tile_12x32(int64_t kc, const float* a, const float* b, float* c, int64_t ldc,
-                            bool add) {
+FJIT_AVX512 void tile_12x32(int64_t kc, const float* a, const float* b, int64_t ldb, float* c,
+                            int64_t ldc, bool add) {
   __m512 c0_0 = _mm512_setzero_ps(), c0_1 = _mm512_setzero_ps(), c1_0 = _mm512_setzero_ps(),
          c1_1 = _mm512_setzero_ps(), c2_0 = _mm512_setzero_ps(), c2_1 = _mm512_setzero_ps(),
          c3_0 = _mm512_setzero_ps(), c3_1 = _mm512_setzero_ps(), c4_0 = _mm512_setzero_ps(),
@@ -46,20 +46,20 @@ FJIT_AVX512 void tile_12x32(int64_t kc, const float* a, const float* b, float* c
          c9_0 = _mm512_setzero_ps(), c9_1 = _mm512_setzero_ps(), c10_0 = _mm512_setzero_ps(),
          c10_1 = _mm512_setzero_ps(), c11_0 = _mm512_setzero_ps(), c11_1 = _mm512_setzero_ps();
   for (int64_t p = 0; p < kc; ++p) {
-    const __m512 b0 = _mm512_load_ps(b), b1 = _mm512_load_ps(b + 16);
+    const __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16);
     __m512 x;
     FJIT_ROW(0) FJIT_ROW(1) FJIT_ROW(2) FJIT_ROW(3) FJIT_ROW(4) FJIT_ROW(5)
     FJIT_ROW(6) FJIT_ROW(7) FJIT_ROW(8) FJIT_ROW(9) FJIT_ROW(10) FJIT_ROW(11)
     a += kMr;
-    b += kNr;
+    b += ldb;
   }
   FJIT_STORE(0) FJIT_STORE(1) FJIT_STORE(2) FJIT_STORE(3) FJIT_STORE(4) FJIT_STORE(5)
   FJIT_STORE(6) FJIT_STORE(7) FJIT_STORE(8) FJIT_STORE(9) FJIT_STORE(10) FJIT_STORE(11)
 }
 
 // A read in place: rows 3q .. 3q + 2 at aq[0], aq[lda], aq[2 * lda].
-FJIT_AVX512 void tile_12x32_rows(int64_t kc, const float* a, int64_t lda, const float* b, float* c,
-                                 int64_t ldc, bool add) {
+FJIT_AVX512 void tile_12x32_rows(int64_t kc, const float* a, int64_t lda, const float* b,
+                                 int64_t ldb, float* c, int64_t ldc, bool add) {
   __m512 c0_0 = _mm512_setzero_ps(), c0_1 = _mm512_setzero_ps(), c1_0 = _mm512_setzero_ps(),
          c1_1 = _mm512_setzero_ps(), c2_0 = _mm512_setzero_ps(), c2_1 = _mm512_setzero_ps(),
          c3_0 = _mm512_setzero_ps(), c3_1 = _mm512_setzero_ps(), c4_0 = _mm512_setzero_ps(),
@@ -71,14 +71,14 @@ FJIT_AVX512 void tile_12x32_rows(int64_t kc, const float* a, int64_t lda, const 
   const float *a0 = a, *a3 = a + 3 * lda, *a6 = a + 6 * lda, *a9 = a + 9 * lda;
   const int64_t l1 = lda, l2 = 2 * lda;
   for (int64_t p = 0; p < kc; ++p) {
-    const __m512 b0 = _mm512_load_ps(b), b1 = _mm512_load_ps(b + 16);
+    const __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16);
     __m512 x;
     FJIT_ROW_AT(0, a0[0]) FJIT_ROW_AT(1, a0[l1]) FJIT_ROW_AT(2, a0[l2])
     FJIT_ROW_AT(3, a3[0]) FJIT_ROW_AT(4, a3[l1]) FJIT_ROW_AT(5, a3[l2])
     FJIT_ROW_AT(6, a6[0]) FJIT_ROW_AT(7, a6[l1]) FJIT_ROW_AT(8, a6[l2])
     FJIT_ROW_AT(9, a9[0]) FJIT_ROW_AT(10, a9[l1]) FJIT_ROW_AT(11, a9[l2])
     ++a0, ++a3, ++a6, ++a9;
-    b += kNr;
+    b += ldb;
   }
   FJIT_STORE(0) FJIT_STORE(1) FJIT_STORE(2) FJIT_STORE(3) FJIT_STORE(4) FJIT_STORE(5)
   FJIT_STORE(6) FJIT_STORE(7) FJIT_STORE(8) FJIT_STORE(9) FJIT_STORE(10) FJIT_STORE(11)

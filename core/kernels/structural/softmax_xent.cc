@@ -10,12 +10,16 @@
 // the gradient in one exp pass (xent_grad_rows says how),
 // and a row whose label is outside [0, V) gets loss 0 and a zero gradient row. A NaN or an
 // infinity among a row's logits makes its loss NaN, as the composition
-// logsumexp(x) - x[label] does. Rows are split among the intra-op threads in whole rows, each
+// logsumexp(x) - x[label] does. Short f32 rows of finite logits take a path in registers
+// (small_row). Rows are split among the intra-op threads in whole rows, each
 // computed the same way on any thread, so no bit depends on the thread count.
+#include <immintrin.h>
+
 #include <algorithm>
 #include <cassert>
 #include <cmath>
 #include <limits>
+#include <type_traits>
 
 #include "core/base/eigen.h"
 #include "core/base/fpe_flags.h"
@@ -40,13 +44,59 @@ template <class T> void row_lse(const T* x, int64_t v, double& m_out, double& s_
     const Row<T> chunk(x + j, std::min(kChunk, v - j));
     const T cm = chunk.maxCoeff();
     if (cm > m) {
-      s *= std::exp(static_cast<double>(m) - static_cast<double>(cm));
+      if (j > 0) s *= std::exp(static_cast<double>(m) - static_cast<double>(cm));  // s is 0 before
       m = cm;
     }
     s += static_cast<double>((chunk - m).exp().sum());
   }
   m_out = static_cast<double>(m);
   s_out = s;
+}
+
+// Rows of at most kSmallV f32 logits (a classifier's, V = 10) in registers: two vectors, the
+// lanes past V masked out. The maximum, then e = exp(x - m) by Eigen's vectorised exp (the one
+// its arrays use) with zeros past V, and s = their sum, added lane-wise and then in a fixed
+// tree. False, with nothing computed, when a logit is not finite: the general path then gives
+// the NaN loss and gradient described above. The same instructions on every CPU (AVX2, the
+// build's baseline), so the bits depend on the row alone.
+constexpr int64_t kSmallV = 16;
+
+inline __m256i lanes_below(int64_t n) {
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(std::max<int64_t>(n, 0))),
+                            _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+struct SmallRow {
+  __m256i k0, k1;  // lanes < V
+  __m256 e0, e1;   // exp(x - m), zero past V
+  double m, s;
+};
+
+inline bool small_row(const float* x, int64_t v, SmallRow& r) {
+  namespace ei = Eigen::internal;
+  r.k0 = lanes_below(std::min<int64_t>(v, 8));
+  r.k1 = lanes_below(v - 8);
+  const __m256 x0 = _mm256_maskload_ps(x, r.k0), x1 = _mm256_maskload_ps(x + 8, r.k1);
+  const __m256 zero = _mm256_setzero_ps();
+  // x - x is 0 for a finite x (and for the zeros past V), NaN otherwise.
+  const int finite = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_sub_ps(x0, x0), zero, _CMP_EQ_OQ)) &
+                     _mm256_movemask_ps(_mm256_cmp_ps(_mm256_sub_ps(x1, x1), zero, _CMP_EQ_OQ));
+  if (finite != 0xff) return false;
+  const __m256 low = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
+  __m256 mx = _mm256_max_ps(_mm256_blendv_ps(low, x0, _mm256_castsi256_ps(r.k0)),
+                            _mm256_blendv_ps(low, x1, _mm256_castsi256_ps(r.k1)));
+  mx = _mm256_max_ps(mx, _mm256_permute2f128_ps(mx, mx, 1));
+  mx = _mm256_max_ps(mx, _mm256_shuffle_ps(mx, mx, _MM_SHUFFLE(1, 0, 3, 2)));
+  mx = _mm256_max_ps(mx, _mm256_shuffle_ps(mx, mx, _MM_SHUFFLE(2, 3, 0, 1)));  // every lane
+  r.e0 = _mm256_and_ps(ei::pexp<ei::Packet8f>(_mm256_sub_ps(x0, mx)), _mm256_castsi256_ps(r.k0));
+  r.e1 = _mm256_and_ps(ei::pexp<ei::Packet8f>(_mm256_sub_ps(x1, mx)), _mm256_castsi256_ps(r.k1));
+  __m256 t = _mm256_add_ps(r.e0, r.e1);
+  t = _mm256_add_ps(t, _mm256_permute2f128_ps(t, t, 1));
+  t = _mm256_add_ps(t, _mm256_shuffle_ps(t, t, _MM_SHUFFLE(1, 0, 3, 2)));
+  t = _mm256_add_ps(t, _mm256_shuffle_ps(t, t, _MM_SHUFFLE(2, 3, 0, 1)));
+  r.m = static_cast<double>(_mm256_cvtss_f32(mx));
+  r.s = static_cast<double>(_mm256_cvtss_f32(t));
+  return true;
 }
 
 // p: [0]=rows [1]=V
@@ -62,6 +112,13 @@ template <class T> void xent_rows(const Instr& in, const Frame& f, int64_t lo, i
       continue;
     }
     double m, s;
+    SmallRow sr;
+    if constexpr (std::is_same_v<T, float>) {
+      if (v <= kSmallV && small_row(x + r * v, v, sr)) {
+        out[r] = static_cast<T>((sr.m - static_cast<double>(x[r * v + k])) + std::log(sr.s));
+        continue;
+      }
+    }
     row_lse(x + r * v, v, m, s);
     out[r] = static_cast<T>((m - static_cast<double>(x[r * v + k])) + std::log(s));
   }
@@ -90,6 +147,17 @@ template <class T> void xent_grad_rows(const Instr& in, const Frame& f, int64_t 
     }
     const T* row = x + r * v;
     const T c = ct[r];
+    if constexpr (std::is_same_v<T, float>) {
+      SmallRow sr;
+      if (v <= kSmallV && small_row(row, v, sr)) {
+        const __m256 scale =
+            _mm256_set1_ps(static_cast<float>((1.0 / sr.s) * static_cast<double>(c)));
+        _mm256_maskstore_ps(g.data(), sr.k0, _mm256_mul_ps(sr.e0, scale));
+        _mm256_maskstore_ps(g.data() + 8, sr.k1, _mm256_mul_ps(sr.e1, scale));
+        g[k] -= c;
+        continue;
+      }
+    }
     if (v > kMaxChunks * kChunk) {
       double m, s;
       row_lse(row, v, m, s);
@@ -105,7 +173,8 @@ template <class T> void xent_grad_rows(const Instr& in, const Frame& f, int64_t 
       const Row<T> chunk(row + j, len);
       const T cm = chunk.maxCoeff();
       if (cm > m) {
-        s *= std::exp(static_cast<double>(m) - static_cast<double>(cm));
+        if (j > 0)
+          s *= std::exp(static_cast<double>(m) - static_cast<double>(cm));  // s is 0 before
         m = cm;
       }
       Out part(g.data() + j, len);
@@ -114,7 +183,11 @@ template <class T> void xent_grad_rows(const Instr& in, const Frame& f, int64_t 
       chunk_max[n] = m;
     }
     for (int64_t j = 0, n = 0; j < v; j += kChunk, ++n) {
-      const double scale = std::exp(static_cast<double>(chunk_max[n]) - static_cast<double>(m)) / s;
+      // exp(0) is 1 exactly: a chunk whose maximum is the row's (a finite one) skips the call.
+      const double rel = chunk_max[n] == m && std::isfinite(m)
+                             ? 1.0
+                             : std::exp(static_cast<double>(chunk_max[n]) - static_cast<double>(m));
+      const double scale = rel / s;
       Out(g.data() + j, std::min(kChunk, v - j)) *= static_cast<T>(scale * static_cast<double>(c));
     }
     g[k] -= c;
