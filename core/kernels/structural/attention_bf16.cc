@@ -14,6 +14,7 @@
 // f32 GEMM: exact products, f32 sums. The two paths agree to f32 accumulation error, as
 // bf16_gemm.h's do. Tasks are attention.cc's, and every sum runs in a fixed order of blocks, so
 // no bit depends on the intra-op thread count.
+#include "core/base/eigen.h"
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -43,8 +44,8 @@ float widen(uint16_t x) {
 uint16_t round_bf16(float x) {
   uint32_t u;
   std::memcpy(&u, &x, sizeof u);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40u);
-  return static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+  const uint32_t nearest = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16, nan = (u >> 16) | 0x40u;
+  return static_cast<uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? nan : nearest);
 }
 
 // op(B) [k, n] made ready for products op(A) op(B): packed for the bf16 tiles, or widened to a
@@ -146,12 +147,11 @@ void forward_task(const Instr& in, const Frame& f, const AttentionGeometry& g, i
         row[c] *= scale;
         mx = std::max(mx, row[c]);
       }
+      Eigen::Map<Eigen::ArrayXf> p(row, valid);
+      p = (p - mx).exp();
       float sum = 0;
-      for (int64_t c = 0; c < valid; ++c) {
-        const float p = std::exp(row[c] - mx);
-        sum += p;
-        p16[c] = round_bf16(p);
-      }
+      for (int64_t c = 0; c < valid; ++c) sum += row[c];
+      for (int64_t c = 0; c < valid; ++c) p16[c] = round_bf16(row[c]);
       const float alpha = std::exp(m[r] - mx);  // 0 on the first block the row sees
       l[r] = l[r] * alpha + sum;
       m[r] = mx;
@@ -219,10 +219,9 @@ void backward_task(const Instr& in, const Frame& f, const AttentionGeometry& g, 
         uint16_t* p16 = sc.p16 + r * cols;
         const int64_t valid = std::clamp<int64_t>(g.row_length(length, i0 + r) - j0, 0, cols);
         const float lse = out[(i0 + r) * pw + g.dv];
-        for (int64_t c = 0; c < valid; ++c) {
-          row[c] = std::exp(row[c] * scale - lse);
-          p16[c] = round_bf16(row[c]);
-        }
+        Eigen::Map<Eigen::ArrayXf> p(row, valid);
+        p = (p * scale - lse).exp();
+        for (int64_t c = 0; c < valid; ++c) p16[c] = round_bf16(row[c]);
         std::fill(row + valid, row + cols, 0.f);
         std::fill(p16 + valid, p16 + cols, uint16_t{0});
       }
