@@ -40,11 +40,11 @@ float widen(uint16_t x) {
   return f;
 }
 
-// Round to nearest even, as a cast to bf16 rounds (NaN stays a quiet NaN).
+// Round to nearest even, as a cast to bf16 rounds (a NaN to the quiet NaN of its sign).
 uint16_t round_bf16(float x) {
   uint32_t u;
   std::memcpy(&u, &x, sizeof u);
-  const uint32_t nearest = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16, nan = (u >> 16) | 0x40u;
+  const uint32_t nearest = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16, nan = ((u >> 16) & 0x8000u) | 0x7fc0u;
   return static_cast<uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? nan : nearest);
 }
 
