@@ -31,7 +31,7 @@
 namespace fjit::kernels::st {
 namespace {
 
-constexpr int64_t kBq = 64, kBk = 64;
+constexpr int64_t kBq = 60, kBk = 64;  // kBq: whole 12-row micro-tiles
 
 float widen(uint16_t x) {
   const uint32_t bits = uint32_t{x} << 16;
