@@ -234,7 +234,7 @@ TEST(Attention, BadOperandsAreTraceErrorsNamingTheOpShapesAndLine) {
   m = trace_error([&] {
     return dot_product_attention(z(DType::i32, {1, 1, 3, 4}), z(DType::i32, {1, 1, 5, 4}), z(DType::i32, {1, 1, 5, 4}), false);
   });
-  expect_has(m, {"f32 or f64"});
+  expect_has(m, {"f32, f64 or bf16"});
   m = trace_error([&] {
     return dot_product_attention(z(DType::f32, {2, 3, 4}), z(DType::f32, {2, 3, 4}), z(DType::f32, {2, 3, 4}), false);
   });

@@ -1,7 +1,8 @@
 // The mixed-precision policy (core/nn/precision.h) and bf16 matmul through the tracer:
 //  - linear, conv2d and multi_head_attention traced under compute bf16 equal a host loop in
 //    double over the bf16-rounded operands of each product (weights and the activations that
-//    enter a product; biases, softmax and the rest in double), to f32 accumulation error; and
+//    enter a product, attention's q, k, v and probabilities; biases, softmax and the rest in
+//    double), to f32 accumulation error; and
 //    differ from the f32 layer by more than that (the policy did round);
 //  - the gradients of a bf16 product are f32 (master weights stay f32) and equal the products
 //    of the bf16-rounded cotangent with the bf16 operands;
@@ -180,7 +181,8 @@ TEST(Precision, Conv2dUnderBf16MatchesTheRoundedHostLoop) {
 }
 
 // Non-causal, two heads, with biases: the qkv and out projections on bf16-rounded operands,
-// the attention itself in double.
+// the attention on bf16-rounded q, k, v with its probabilities rounded for P v, the rest in
+// double.
 TEST(Precision, AttentionUnderBf16MatchesTheRoundedHostLoop) {
   const int64_t bt = 2, t = 6, d = 16, heads = 2, dh = d / heads;
   const MultiHeadAttentionOptions o{.heads = heads, .causal = false};
@@ -201,7 +203,7 @@ TEST(Precision, AttentionUnderBf16MatchesTheRoundedHostLoop) {
   Vec want;
   for (int64_t s = 0; s < bt; ++s) {
     const Vec xs(xr.begin() + s * t * d, xr.begin() + (s + 1) * t * d);
-    const Vec qkv = host_affine(xs, wq, bq, t, d, 3 * d);
+    const Vec qkv = rounded(host_affine(xs, wq, bq, t, d, 3 * d));  // q, k, v enter attention in bf16
     Vec mixed(t * d, 0.0);
     for (int64_t hd = 0; hd < heads; ++hd)
       for (int64_t i = 0; i < t; ++i) {
@@ -211,9 +213,13 @@ TEST(Precision, AttentionUnderBf16MatchesTheRoundedHostLoop) {
           for (int64_t e = 0; e < dh; ++e) dot += qkv[i * 3 * d + hd * dh + e] * qkv[j * 3 * d + d + hd * dh + e];
           sc[j] = dot / std::sqrt(static_cast<double>(dh));
         }
+        // One key block: P = exp(s - max) rounded to bf16 for P v, the row sum of the unrounded P.
         const double m = *std::max_element(sc.begin(), sc.end());
         double z = 0;
-        for (double& v : sc) z += v = std::exp(v - m);
+        for (double& v : sc) {
+          z += v = std::exp(v - m);
+          v = bf16_round(v);
+        }
         for (int64_t j = 0; j < t; ++j)
           for (int64_t e = 0; e < dh; ++e) mixed[i * d + hd * dh + e] += sc[j] / z * qkv[j * 3 * d + 2 * d + hd * dh + e];
       }

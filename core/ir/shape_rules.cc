@@ -50,7 +50,7 @@ ValueType matmul_type(const Attrs& a, std::span<const ValueType> ins) {
 }
 
 // attention(q [B,H,Tq,dh], k [B,H,Tk,dh], v [B,H,Tk,dv] [, key_lengths i32 [B]]) ->
-// [B,H,Tq,dv+1] (the output and each row's log-sum-exp); attention_grad(q, k, v, that result,
+// [B,H,Tq,dv+1] (the output and each row's log-sum-exp; f32 for bf16 q, k, v); attention_grad(q, k, v, that result,
 // its cotangent [, key_lengths]) -> [B,H,Tq*dh + Tk*dh + Tk*dv] (dq, dk, dv of each head, flat).
 // attrs.index: causal (0 or 1).
 ValueType attention_type(Op op, const Attrs& a, std::span<const ValueType> ins) {
@@ -58,8 +58,10 @@ ValueType attention_type(Op op, const Attrs& a, std::span<const ValueType> ins) 
   if (ins.size() != base && ins.size() != base + 1)
     fail("expects " + std::to_string(base) + " operands and optional key lengths, got " + std::to_string(ins.size()));
   const ValueType &q = ins[0], &k = ins[1], &v = ins[2];
-  require_same_dtype(ins.first(base));
-  require_dtype(q, q.dtype == DType::f32 || q.dtype == DType::f64, "f32 or f64 q, k and v");
+  require_same_dtype(ins.first(3));
+  require_dtype(q, q.dtype == DType::f32 || q.dtype == DType::f64 || q.dtype == DType::bf16,
+                "f32, f64 or bf16 q, k and v");
+  const DType rt = q.dtype == DType::bf16 ? DType::f32 : q.dtype;  // bf16 operands: f32 results
   if (q.shape.size() != 4 || k.shape.size() != 4 || v.shape.size() != 4)
     fail("expects q [B,H,Tq,dh], k [B,H,Tk,dh] and v [B,H,Tk,dv] of rank 4, got " + types(ins.first(3)));
   const int64_t b = q.shape[0], h = q.shape[1], tq = q.shape[2], dh = q.shape[3];
@@ -78,12 +80,12 @@ ValueType attention_type(Op op, const Attrs& a, std::span<const ValueType> ins) 
       fail("expects key lengths i32[" + std::to_string(b) + "], got " + type_str(len.dtype, len.shape));
   }
   const Shape packed{b, h, tq, dv + 1};
-  if (op == Op::Attention) return {q.dtype, packed};
+  if (op == Op::Attention) return {rt, packed};
   for (size_t i = 3; i < 5; ++i)
-    if (ins[i].shape != packed)
-      fail("expects the forward's result and its cotangent " + type_str(q.dtype, packed) + ", got " +
+    if (ins[i].shape != packed || ins[i].dtype != rt)
+      fail("expects the forward's result and its cotangent " + type_str(rt, packed) + ", got " +
            types(ins.subspan(3, 2)));
-  return {q.dtype, {b, h, tq * dh + tk * (dh + dv)}};
+  return {rt, {b, h, tq * dh + tk * (dh + dv)}};
 }
 
 // top_k(x [..., n]) -> i32 [..., k]: the indices of the k largest along the last axis.

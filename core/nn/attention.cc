@@ -9,17 +9,19 @@
 
 #include "core/nn/activations.h"
 #include "core/nn/linear.h"
+#include "core/nn/precision.h"
 #include "core/nn/rotary.h"
 #include "core/trace/attention.h"
 
 namespace fjit {
 namespace {
 
-// Scaled dot-product attention: the fused op (core/trace/attention.h), blocked so that no
+// Scaled dot-product attention: the fused op (core/trace/attention.h; bf16 q, k, v under the
+// bf16 policy, core/nn/precision.h), blocked so that no
 // [Tq, Tk] scores are kept; causal aligned to the end, key_lengths masking keys j >= len[b].
 Tensor attend(const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
               const Tensor& key_lengths, double scale, Loc loc) {
-  return dot_product_attention(q, k, v, causal, key_lengths, scale, loc);
+  return policy_attention(q, k, v, causal, key_lengths, scale, loc);
 }
 
 // The key/value heads: o.kv_heads, or o.heads when 0.

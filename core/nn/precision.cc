@@ -4,6 +4,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "core/trace/attention.h"
+
 namespace fjit {
 namespace {
 thread_local Precision current{};
@@ -32,6 +34,15 @@ Tensor policy_matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_
                     a.dtype() == DType::f32 && b.dtype() == DType::f32;
   if (!bf16) return matmul(a, b, trans_a, trans_b, loc);
   return matmul(cast(a, DType::bf16, loc), cast(b, DType::bf16, loc), DType::f32, trans_a, trans_b, loc);
+}
+
+Tensor policy_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
+                        const Tensor& key_lengths, double scale, Loc loc) {
+  const bool bf16 = current.compute == DType::bf16 && q.defined() && k.defined() && v.defined() &&
+                    q.dtype() == DType::f32 && k.dtype() == DType::f32 && v.dtype() == DType::f32;
+  if (!bf16) return dot_product_attention(q, k, v, causal, key_lengths, scale, loc);
+  return dot_product_attention(cast(q, DType::bf16, loc), cast(k, DType::bf16, loc), cast(v, DType::bf16, loc),
+                               causal, key_lengths, scale, loc);
 }
 
 }  // namespace fjit

@@ -5,8 +5,10 @@
 //                                      LM head), conv2d and their LoRA adapters cast both f32
 //                                      operands of each product to bf16 and take the f32
 //                                      result (matmul's bf16 products, f32 sums: core/trace/
-//                                      ops.h). Everything else stays f32: biases, activations,
-//                                      norms, softmax, the fused attention op, losses.
+//                                      ops.h); the fused attention op takes q, k and v cast
+//                                      to bf16 (bf16 block products, f32 softmax and sums:
+//                                      core/trace/attention.h). Everything else stays f32:
+//                                      biases, activations, norms, softmax, losses.
 // Parameters stay what they are (f32 master weights): the casts are in the traced program, so
 // their gradients are f32 (the cotangent of a bf16 product is an f32 product of bf16 operands,
 // core/autodiff/autodiff.cc) and optimizers and their state see nothing new.
@@ -48,5 +50,11 @@ bool compute_dtype_from_name(const std::string& name, DType* out);
 // matmul(cast(a, bf16), cast(b, bf16), DType::f32, ...); otherwise the plain product.
 Tensor policy_matmul(const Tensor& a, const Tensor& b, bool trans_a = false, bool trans_b = false,
                      Loc loc = Loc::current());
+
+// dot_product_attention(q, k, v, ...) (core/trace/attention.h) under the policy: with compute
+// bf16 and f32 q, k and v, the three cast to bf16 (an f32 result, f32 gradients); otherwise the
+// plain op.
+Tensor policy_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
+                        const Tensor& key_lengths = Tensor(), double scale = 0, Loc loc = Loc::current());
 
 }  // namespace fjit

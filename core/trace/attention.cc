@@ -20,7 +20,7 @@ Tensor dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, 
   Attrs a;
   a.index = causal ? 1 : 0;
   a.scalar = scale != 0 ? scale : 1.0 / std::sqrt(static_cast<double>(std::max<int64_t>(qs[3], 1)));
-  const Tensor packed = detail::build(name, Op::Attention, ins, std::move(a), {q.dtype(), {}}, &loc);
+  const Tensor packed = detail::build(name, Op::Attention, ins, std::move(a), {q.dtype() == DType::bf16 ? DType::f32 : q.dtype(), {}}, &loc);
   return slice(packed, {0, 0, 0, 0}, {qs[0], qs[1], qs[2], vs[3]}, {}, loc);
 }
 

@@ -25,8 +25,11 @@
 
 namespace fjit {
 
-// q [B, H, Tq, dh], k [B, H, Tk, dh], v [B, H, Tk, dv] (f32 or f64, same dtype).
-// Returns softmax(q k^T * scale + mask) v : [B, H, Tq, dv].
+// q [B, H, Tq, dh], k [B, H, Tk, dh], v [B, H, Tk, dv] (f32, f64 or bf16, same dtype).
+// Returns softmax(q k^T * scale + mask) v : [B, H, Tq, dv], in f32 for bf16 q, k and v: their
+//   block products on bf16 operands with f32 sums, the softmax and the output's sums in f32,
+//   the probabilities rounded to bf16 for P v (core/kernels/structural/attention_bf16.cc); the
+//   gradients of bf16 q, k, v are f32 (the mixed-precision policy's casts carry them back).
 // causal: query row i sees key column j only when j <= i + (Tk - Tq) (aligned to the end, so
 //   a block of new queries at the end of a longer key sequence works). Causal with Tq > Tk is
 //   a TraceError: its first rows could never see a key.

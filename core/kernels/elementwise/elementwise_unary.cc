@@ -105,8 +105,24 @@ void copy_kernel(const Instr& in, const Frame& f) {
   std::memmove(f.bufs[in.out_buf], f.bufs[in.in_bufs[0]], static_cast<size_t>(in.p[1]));
 }
 
+// f32 -> bf16 (the mixed-precision policy's casts): convert_element's rounding (to nearest,
+// ties to even; a NaN to the quiet NaN of its sign), written without branches so that the loop
+// vectorizes.
+void cast_f32_to_bf16_kernel(const Instr& in, const Frame& f) {
+  const auto* x = in.in<uint32_t>(f, 0);
+  auto* o = in.output<uint16_t>(f);
+  const int64_t n = in.p[0];
+  for (int64_t i = 0; i < n; ++i) {
+    const uint32_t u = x[i];
+    const uint32_t nearest = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+    const uint32_t nan = ((u >> 16) & 0x8000u) | 0x7fc0u;
+    o[i] = static_cast<uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? nan : nearest);
+  }
+}
+
 KernelFn cast_kernel(DType from, DType to) {
   if (from == to) return &copy_kernel;
+  if (from == DType::f32 && to == DType::bf16) return &cast_f32_to_bf16_kernel;
   return visit_dtype(from, [to](auto from_tag) {
     return visit_dtype(to, [](auto to_tag) -> KernelFn {
       using From = decltype(from_tag);

@@ -28,6 +28,7 @@
 #include "core/base/step_deadline.h"
 #include "core/base/threads.h"
 #include "core/kernels/gemm/packed_gemm.h"
+#include "core/kernels/structural/attention_geometry.h"
 #include "core/kernels/structural/structural.h"
 
 namespace fjit::kernels::st {
@@ -37,32 +38,6 @@ using Eigen::Index;
 namespace ei = Eigen::internal;
 
 constexpr int64_t kBq = 64, kBk = 64;
-
-// p: [0] B, [1] H, [2] Tq, [3] Tk, [4] dh, [5] dv, [6] causal, [7] the key lengths' operand
-// (-1: none).
-struct AttentionGeometry {
-  int64_t b, h, tq, tk, dh, dv, lengths_operand;
-  bool causal;
-  explicit AttentionGeometry(const Instr& in)
-      : b(in.p[0]), h(in.p[1]), tq(in.p[2]), tk(in.p[3]), dh(in.p[4]), dv(in.p[5]),
-        lengths_operand(in.p[7]), causal(in.p[6] != 0) {}
-  static void fill(Instr& in) {
-    const Shape& q = in.ins[0].shape;
-    const size_t base = in.op == Op::Attention ? 3 : 5;
-    const int64_t p[8] = {q[0], q[1], q[2], in.ins[1].shape[2], q[3], in.ins[2].shape[3],
-                          in.attrs.index != 0, in.ins.size() > base ? static_cast<int64_t>(base) : -1};
-    std::copy(p, p + 8, in.p);
-  }
-  // Batch index b's key length, clamped to [0, Tk].
-  int64_t key_length(const Instr& in, const Frame& f, int64_t bi) const {
-    if (lengths_operand < 0) return tk;
-    return std::clamp<int64_t>(in.in<int32_t>(f, static_cast<int>(lengths_operand))[bi], 0, tk);
-  }
-  // How many keys query row i sees (the first ones): 0 for none.
-  int64_t row_length(int64_t length, int64_t i) const {
-    return causal ? std::min(length, i + tk - tq + 1) : length;
-  }
-};
 
 // Row-major c [m, n] (leading dimension ldc) += alpha * op(a) op(b), op(a) [m, k], op(b) [k, n]:
 // a is row-major [m, k] (TA: [k, m], transposed), b row-major [k, n] (TB: [n, k]). Computed as
@@ -240,6 +215,10 @@ template <class T> void attention_kernel(const Instr& in, const Frame& f) {
 bool select_attention(Instr& instr) {
   assert(instr.op == Op::Attention || instr.op == Op::AttentionGrad);
   AttentionGeometry::fill(instr);
+  if (instr.ins[0].dtype == DType::bf16) {  // bf16 q, k, v: bf16 block products, f32 results
+    instr.fn = &attention_bf16_kernel;
+    return instr.out.dtype == DType::f32;
+  }
   switch (instr.out.dtype) {
     case DType::f32: instr.fn = &attention_kernel<float>; return true;
     case DType::f64: instr.fn = &attention_kernel<double>; return true;

@@ -3,6 +3,7 @@
 // code with the blocked kernels (attention.cc): no blocks, no running maximum.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -92,8 +93,22 @@ void backward(const Dims& d, const T* q, const T* k, const T* v, const T* out, c
   }
 }
 
+// bf16 q, k, v (f32 results) are widened to f32 first: every bf16 is an f32, so the loops
+// see the same values.
 template <class T> void run(Op op, const Dims& d, std::span<const Array> ins, Array& result) {
-  auto in = [&](int i) { return ins[i].data<T>(); };
+  std::vector<T> wide[3];
+  auto in = [&](int i) -> const T* {
+    if (i >= 3 || ins[i].dtype() != DType::bf16) return ins[i].data<T>();
+    const auto* bits = static_cast<const uint16_t*>(ins[i].raw());
+    wide[i].resize(static_cast<size_t>(ins[i].size()));
+    for (size_t e = 0; e < wide[i].size(); ++e) {
+      const uint32_t u = uint32_t{bits[e]} << 16;
+      float x;
+      std::memcpy(&x, &u, sizeof x);
+      wide[i][e] = static_cast<T>(x);
+    }
+    return wide[i].data();
+  };
   if (op == Op::Attention) forward<T>(d, in(0), in(1), in(2), result.data<T>());
   else backward<T>(d, in(0), in(1), in(2), in(3), in(4), result.data<T>());
 }

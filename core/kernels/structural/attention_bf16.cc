@@ -1,0 +1,268 @@
+// Fused attention on bf16 q, k and v (the mixed-precision policy, core/nn/precision.h): the
+// blocked algorithm of attention.cc with every block product on bf16 operands and f32
+// accumulation (core/kernels/gemm/bf16_gemm.h), and everything else in f32: the scores after
+// the product, the running maximum and sum, the probabilities, the output accumulator, the
+// log-sum-exp, D = rowsum(dO * out), dS, and the gradients' sums.
+//
+// What is rounded to bf16, once, where it is made: the probabilities P before P V and P^T dO,
+// the output's cotangent dO before dO V^T and P^T dO, and dS before dS K and dS^T Q. The row
+// sum l of the forward is the sum of the f32 probabilities, and dS = P (dP - D) * scale takes the
+// f32 P.
+//
+// Products: with AVX512_BF16 (active_avx512_bf16()), op(B) is packed once per block for the
+// bf16 tiles; elsewhere both operands are widened to f32 (exact) and multiplied on the packed
+// f32 GEMM: exact products, f32 sums. The two paths agree to f32 accumulation error, as
+// bf16_gemm.h's do. Tasks are attention.cc's, and every sum runs in a fixed order of blocks, so
+// no bit depends on the intra-op thread count.
+#include "core/base/eigen.h"
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "core/base/fpe_flags.h"
+#include "core/base/isa.h"
+#include "core/base/threads.h"
+#include "core/kernels/gemm/bf16_gemm.h"
+#include "core/kernels/gemm/packed_gemm.h"
+#include "core/kernels/structural/attention_geometry.h"
+
+namespace fjit::kernels::st {
+namespace {
+
+constexpr int64_t kBq = 60, kBk = 64;  // kBq: whole 12-row micro-tiles
+
+float widen(uint16_t x) {
+  const uint32_t bits = uint32_t{x} << 16;
+  float f;
+  std::memcpy(&f, &bits, sizeof f);
+  return f;
+}
+
+// Round to nearest even, as a cast to bf16 rounds (a NaN to the quiet NaN of its sign).
+uint16_t round_bf16(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, sizeof u);
+  const uint32_t nearest = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16, nan = ((u >> 16) & 0x8000u) | 0x7fc0u;
+  return static_cast<uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? nan : nearest);
+}
+
+// op(B) [k, n] made ready for products op(A) op(B): packed for the bf16 tiles, or widened to a
+// row-major f32 [k, n] for the packed f32 GEMM. B is row-major [k, n] with row stride ldb, or
+// with trans_b stored [n, k] with row stride ldb.
+class BlockOperand {
+ public:
+  void set(int64_t n, int64_t k, const uint16_t* b, int64_t ldb, bool trans_b) {
+    n_ = n;
+    k_ = k;
+    native_ = active_avx512_bf16();
+    if (native_) {
+      packed_.resize(bf16_packed_b_size(n, k) + 32);
+      bp_ = packed_.data() + ((64 - reinterpret_cast<uintptr_t>(packed_.data()) % 64) % 64) / 2;
+      bf16_pack_b(n, k, b, ldb, trans_b, bp_);
+      return;
+    }
+    wide_.resize(n * k);
+    for (int64_t p = 0; p < k; ++p)
+      for (int64_t c = 0; c < n; ++c) wide_[p * n + c] = widen(trans_b ? b[c * ldb + p] : b[p * ldb + c]);
+  }
+  // c [m, n] (row stride n) = (accumulate ? c : 0) + op(A) op(B): op(A) [m, k] from A row-major
+  // with row stride lda, or with trans_a A stored [k, m] with row stride lda.
+  void multiply(int64_t m, const uint16_t* a, int64_t lda, bool trans_a, float* c, bool accumulate) {
+    if (m <= 0 || n_ <= 0) return;
+    if (k_ <= 0) {
+      if (!accumulate) std::fill(c, c + m * n_, 0.f);
+      return;
+    }
+    if (native_) {
+      bf16_gemm_packed_b(m, n_, k_, a, lda, trans_a, bp_, c, accumulate);
+      return;
+    }
+    const int64_t ra = trans_a ? k_ : m, ca = trans_a ? m : k_;
+    a_wide_.resize(m * k_);
+    for (int64_t r = 0; r < ra; ++r)
+      for (int64_t col = 0; col < ca; ++col) a_wide_[r * ca + col] = widen(a[r * lda + col]);
+    packed_sgemm_strided(active_isa(), trans_a, false, m, n_, k_, a_wide_.data(), ca, wide_.data(), n_, c,
+                         n_, accumulate, 1);
+  }
+
+ private:
+  bool native_ = false;
+  int64_t n_ = 0, k_ = 0;
+  std::vector<uint16_t> packed_;
+  uint16_t* bp_ = nullptr;
+  std::vector<float> wide_, a_wide_;
+};
+
+// The scratch of one task, kept per thread between tasks.
+struct Scratch {
+  BlockOperand b1, b2, b3, b4;
+  std::vector<float> tmp;
+  std::vector<uint16_t> dout16;
+  alignas(64) float s[kBq * kBk];
+  alignas(64) float dp[kBq * kBk];
+  alignas(64) uint16_t p16[kBq * kBk];
+};
+
+Scratch& scratch() {
+  thread_local Scratch s;
+  return s;
+}
+
+void forward_task(const Instr& in, const Frame& f, const AttentionGeometry& g, int64_t task) {
+  const int64_t blocks = (g.tq + kBq - 1) / kBq;
+  const int64_t bh = task / blocks, i0 = task % blocks * kBq, b = bh / g.h;
+  const int64_t rows = std::min(kBq, g.tq - i0), pw = g.dv + 1;
+  const uint16_t* q = in.in<uint16_t>(f, 0) + (bh * g.tq + i0) * g.dh;
+  const uint16_t* k = in.in<uint16_t>(f, 1) + bh * g.tk * g.dh;
+  const uint16_t* v = in.in<uint16_t>(f, 2) + bh * g.tk * g.dv;
+  float* out = in.output<float>(f) + (bh * g.tq + i0) * pw;
+  const int64_t length = g.key_length(in, f, b);
+  Scratch& sc = scratch();
+  sc.tmp.resize(kBq * g.dv);
+  float m[kBq], l[kBq];
+  int64_t lens[kBq];
+  int64_t max_len = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    lens[r] = g.row_length(length, i0 + r);
+    max_len = std::max(max_len, lens[r]);
+    m[r] = -std::numeric_limits<float>::infinity();
+    l[r] = 0;
+    std::fill_n(out + r * pw, g.dv, 0.f);
+  }
+  const float scale = static_cast<float>(in.attrs.scalar);
+  for (int64_t j0 = 0; j0 < max_len; j0 += kBk) {
+    const int64_t cols = std::min(kBk, max_len - j0);
+    sc.b1.set(cols, g.dh, k + j0 * g.dh, g.dh, true);
+    sc.b1.multiply(rows, q, g.dh, false, sc.s, false);
+    for (int64_t r = 0; r < rows; ++r) {
+      float* row = sc.s + r * cols;
+      uint16_t* p16 = sc.p16 + r * cols;
+      const int64_t valid = std::clamp<int64_t>(lens[r] - j0, 0, cols);
+      std::fill(p16 + valid, p16 + cols, uint16_t{0});
+      if (valid == 0) continue;
+      float mx = m[r];
+      for (int64_t c = 0; c < valid; ++c) {
+        row[c] *= scale;
+        mx = std::max(mx, row[c]);
+      }
+      Eigen::Map<Eigen::ArrayXf> p(row, valid);
+      p = (p - mx).exp();
+      float sum = 0;
+      for (int64_t c = 0; c < valid; ++c) sum += row[c];
+      for (int64_t c = 0; c < valid; ++c) p16[c] = round_bf16(row[c]);
+      const float alpha = std::exp(m[r] - mx);  // 0 on the first block the row sees
+      l[r] = l[r] * alpha + sum;
+      m[r] = mx;
+      if (alpha != 1.f)
+        for (int64_t c = 0; c < g.dv; ++c) out[r * pw + c] *= alpha;
+    }
+    sc.b2.set(g.dv, cols, v + j0 * g.dv, g.dv, false);
+    sc.b2.multiply(rows, sc.p16, cols, false, sc.tmp.data(), false);
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < g.dv; ++c) out[r * pw + c] += sc.tmp[r * g.dv + c];
+  }
+  for (int64_t r = 0; r < rows; ++r) {
+    float* o = out + r * pw;
+    if (lens[r] <= 0) {
+      o[g.dv] = -std::numeric_limits<float>::infinity();
+      continue;
+    }
+    const float inv = 1.f / l[r];
+    for (int64_t c = 0; c < g.dv; ++c) o[c] *= inv;
+    o[g.dv] = m[r] + std::log(l[r]);
+  }
+}
+
+void backward_task(const Instr& in, const Frame& f, const AttentionGeometry& g, int64_t bh) {
+  const int64_t b = bh / g.h, pw = g.dv + 1;
+  const uint16_t* q = in.in<uint16_t>(f, 0) + bh * g.tq * g.dh;
+  const uint16_t* k = in.in<uint16_t>(f, 1) + bh * g.tk * g.dh;
+  const uint16_t* v = in.in<uint16_t>(f, 2) + bh * g.tk * g.dv;
+  const float* out = in.in<float>(f, 3) + bh * g.tq * pw;
+  const float* dout = in.in<float>(f, 4) + bh * g.tq * pw;
+  float* dq = in.output<float>(f) + bh * (g.tq * g.dh + g.tk * (g.dh + g.dv));
+  float* dk = dq + g.tq * g.dh;
+  float* dv = dk + g.tk * g.dh;
+  std::fill_n(dq, g.tq * g.dh + g.tk * (g.dh + g.dv), 0.f);
+  const int64_t length = g.key_length(in, f, b);
+  const int64_t max_len = g.tq == 0 ? 0 : g.row_length(length, g.tq - 1);
+  const float scale = static_cast<float>(in.attrs.scalar);
+  Scratch& sc = scratch();
+  // dO rounded once, [Tq, dv] without the log-sum-exp column; D per row in f32 from the f32 dO.
+  sc.dout16.resize(g.tq * g.dv);
+  sc.tmp.resize(g.tq);
+  for (int64_t i = 0; i < g.tq; ++i) {
+    const float* d = dout + i * pw;
+    const float* o = out + i * pw;
+    float dr = 0;
+    for (int64_t c = 0; c < g.dv; ++c) {
+      sc.dout16[i * g.dv + c] = round_bf16(d[c]);
+      dr += d[c] * o[c];
+    }
+    sc.tmp[i] = dr - d[g.dv];
+  }
+  const uint16_t* do16 = sc.dout16.data();
+  for (int64_t j0 = 0; j0 < max_len; j0 += kBk) {
+    const int64_t cols = std::min(kBk, max_len - j0);
+    sc.b1.set(cols, g.dh, k + j0 * g.dh, g.dh, true);   // S = Q K^T
+    sc.b2.set(cols, g.dv, v + j0 * g.dv, g.dv, true);   // dP = dO V^T
+    sc.b3.set(g.dh, cols, k + j0 * g.dh, g.dh, false);  // dQ += dS K
+    // The first query row that sees key j0: rows before it see none of this block.
+    const int64_t first = g.causal ? std::max<int64_t>(0, j0 - (g.tk - g.tq)) : 0;
+    for (int64_t i0 = first / kBq * kBq; i0 < g.tq; i0 += kBq) {
+      const int64_t rows = std::min(kBq, g.tq - i0);
+      sc.b1.multiply(rows, q + i0 * g.dh, g.dh, false, sc.s, false);
+      for (int64_t r = 0; r < rows; ++r) {
+        float* row = sc.s + r * cols;
+        uint16_t* p16 = sc.p16 + r * cols;
+        const int64_t valid = std::clamp<int64_t>(g.row_length(length, i0 + r) - j0, 0, cols);
+        const float lse = out[(i0 + r) * pw + g.dv];
+        Eigen::Map<Eigen::ArrayXf> p(row, valid);
+        p = (p * scale - lse).exp();
+        for (int64_t c = 0; c < valid; ++c) p16[c] = round_bf16(row[c]);
+        std::fill(row + valid, row + cols, 0.f);
+        std::fill(p16 + valid, p16 + cols, uint16_t{0});
+      }
+      sc.b4.set(g.dv, rows, do16 + i0 * g.dv, g.dv, false);  // dV += P^T dO
+      sc.b4.multiply(cols, sc.p16, cols, true, dv + j0 * g.dv, true);
+      sc.b2.multiply(rows, do16 + i0 * g.dv, g.dv, false, sc.dp, false);
+      for (int64_t r = 0; r < rows; ++r) {
+        const float dr = sc.tmp[i0 + r];
+        const float* pr = sc.s + r * cols;
+        const float* dpr = sc.dp + r * cols;
+        uint16_t* ds = sc.p16 + r * cols;  // P's bf16 copy is used up: dS takes its place
+        for (int64_t c = 0; c < cols; ++c) ds[c] = round_bf16(pr[c] * (dpr[c] - dr) * scale);
+      }
+      sc.b3.multiply(rows, sc.p16, cols, false, dq + i0 * g.dh, true);
+      sc.b4.set(g.dh, rows, q + i0 * g.dh, g.dh, false);  // dK += dS^T Q
+      sc.b4.multiply(cols, sc.p16, cols, true, dk + j0 * g.dh, true);
+    }
+  }
+}
+
+}  // namespace
+
+void attention_bf16_kernel(const Instr& in, const Frame& f) {
+  const AttentionGeometry g(in);
+  const bool forward = in.op == Op::Attention;
+  const int64_t tasks = forward ? g.b * g.h * ((g.tq + kBq - 1) / kBq) : g.b * g.h;
+  const int64_t work = g.b * g.h * g.tq * g.tk * (g.dh + g.dv);
+  const int threads = work >= (int64_t{1} << 20) ? static_cast<int>(std::min<int64_t>(tasks, intra_op_threads())) : 1;
+  auto run = [&](int64_t t) {
+    if (forward) forward_task(in, f, g, t);
+    else backward_task(in, f, g, t);
+  };
+  if (threads <= 1) {
+    for (int64_t t = 0; t < tasks; ++t) run(t);
+    return;
+  }
+#pragma omp parallel for num_threads(threads) schedule(dynamic, 1)
+  for (int64_t t = 0; t < tasks; ++t) {
+    run(t);
+    fpe::collect_worker_flags();
+  }
+}
+
+}  // namespace fjit::kernels::st
