@@ -136,6 +136,12 @@ TEST(StepDeadline, AttentionSoftmaxReductionsAndCompiledLoopsStopAtTheirFirstPol
     };
     return dot_product_attention(part(0), part(1), part(2), /*causal=*/true);
   };
+  auto attend_bf16 = [](const Tensor& qkv) {  // bf16 q, k, v: the bf16 kernel
+    auto part = [&](int64_t i) {
+      return cast(reshape(slice(qkv, {i, 0, 0, 0, 0}, {i + 1, 2, 4, 128, 32}), {2, 4, 128, 32}), DType::bf16);
+    };
+    return dot_product_attention(part(0), part(1), part(2), /*causal=*/true);
+  };
   auto labels = [](const Tensor& logits) { return argmax(logits, 1); };
   const ArrayDict adam_state = Adam{}.init_state(ArrayDict{{"v", big}});
   const PollCase cases[] = {
@@ -146,6 +152,17 @@ TEST(StepDeadline, AttentionSoftmaxReductionsAndCompiledLoopsStopAtTheirFirstPol
        }, qkv, {}},
       {"attention_grad", [&](const Params& p, const Tensor& x) {
          auto [loss, g] = value_and_grad([&](const Tensor& y) { return sum(attend(y)); })(x);
+         TensorDict n;
+         n.set("w", p["w"] + sum(g));
+         return n;
+       }, qkv, {}},
+      {"attention", [&](const Params& p, const Tensor& x) {  // bf16 q, k, v
+         TensorDict n;
+         n.set("w", p["w"] + sum(attend_bf16(x)));
+         return n;
+       }, qkv, {}},
+      {"attention_grad", [&](const Params& p, const Tensor& x) {  // bf16 q, k, v
+         auto [loss, g] = value_and_grad([&](const Tensor& y) { return sum(attend_bf16(y)); })(x);
          TensorDict n;
          n.set("w", p["w"] + sum(g));
          return n;

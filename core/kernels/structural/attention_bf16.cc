@@ -23,6 +23,7 @@
 
 #include "core/base/fpe_flags.h"
 #include "core/base/isa.h"
+#include "core/base/step_deadline.h"
 #include "core/base/threads.h"
 #include "core/kernels/gemm/bf16_gemm.h"
 #include "core/kernels/gemm/packed_gemm.h"
@@ -175,7 +176,7 @@ void forward_task(const Instr& in, const Frame& f, const AttentionGeometry& g, i
   }
 }
 
-void backward_task(const Instr& in, const Frame& f, const AttentionGeometry& g, int64_t bh) {
+void backward_task(const Instr& in, const Frame& f, const AttentionGeometry& g, int64_t bh, int64_t deadline) {
   const int64_t b = bh / g.h, pw = g.dv + 1;
   const uint16_t* q = in.in<uint16_t>(f, 0) + bh * g.tq * g.dh;
   const uint16_t* k = in.in<uint16_t>(f, 1) + bh * g.tk * g.dh;
@@ -205,6 +206,7 @@ void backward_task(const Instr& in, const Frame& f, const AttentionGeometry& g, 
   }
   const uint16_t* do16 = sc.dout16.data();
   for (int64_t j0 = 0; j0 < max_len; j0 += kBk) {
+    if (deadline_passed(deadline)) [[unlikely]] return;  // the key blocks left are skipped
     const int64_t cols = std::min(kBk, max_len - j0);
     sc.b1.set(cols, g.dh, k + j0 * g.dh, g.dh, true);   // S = Q K^T
     sc.b2.set(cols, g.dv, v + j0 * g.dv, g.dv, true);   // dP = dO V^T
@@ -250,9 +252,13 @@ void attention_bf16_kernel(const Instr& in, const Frame& f) {
   const int64_t tasks = forward ? g.b * g.h * ((g.tq + kBq - 1) / kBq) : g.b * g.h;
   const int64_t work = g.b * g.h * g.tq * g.tk * (g.dh + g.dv);
   const int threads = work >= (int64_t{1} << 20) ? static_cast<int>(std::min<int64_t>(tasks, intra_op_threads())) : 1;
+  // Past the step's deadline (core/base/step_deadline.h) the tasks left are skipped, and a
+  // backward task skips its key blocks left; what runs is computed as without a deadline.
+  const int64_t deadline = thread_step_deadline();
   auto run = [&](int64_t t) {
+    if (deadline_passed(deadline)) [[unlikely]] return;
     if (forward) forward_task(in, f, g, t);
-    else backward_task(in, f, g, t);
+    else backward_task(in, f, g, t, deadline);
   };
   if (threads <= 1) {
     for (int64_t t = 0; t < tasks; ++t) run(t);
