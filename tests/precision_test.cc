@@ -114,6 +114,46 @@ TEST(Precision, LinearUnderBf16MatchesTheRoundedHostLoop) {
   EXPECT_GT(max_error(y, host_affine(xv, wv, bv, n, in, out)), 1e-3);  // it did round
 }
 
+// A slice of a bf16 value carries an f32 cotangent as a cast, reshape or transpose does: q, k
+// and v sliced out of one bf16 tensor get the gradients (and tangents) of q, k and v cast after
+// slicing, bit for bit, not zeros.
+TEST(Precision, SlicesOfABf16ValueCarryItsGradient) {
+  const Array qkv = testing::random_f32({3, 2, 2, 16, 8}, 21), ct = testing::random_f32({2, 2, 16, 8}, 22);
+  auto attend = [](const Tensor& x, bool cast_first) {
+    const Tensor y = cast_first ? cast(x, DType::bf16) : x;
+    auto part = [&](int64_t i) {
+      const Tensor s = reshape(slice(y, {i, 0, 0, 0, 0}, {i + 1, 2, 2, 16, 8}), {2, 2, 16, 8});
+      return cast_first ? s : cast(s, DType::bf16);
+    };
+    return dot_product_attention(part(0), part(1), part(2), /*causal=*/true);
+  };
+  auto grads = [&](bool cast_first) {
+    return jit([&](const Tensor& x, const Tensor& c) {
+      return grad([&](const Tensor& y) { return sum(attend(y, cast_first) * c); })(x);
+    })(qkv, ct);
+  };
+  const Array sliced_bf16 = grads(true), cast_after = grads(false);
+  ASSERT_EQ(sliced_bf16.dtype(), DType::f32);
+  EXPECT_GT(max_error(cast_after, Vec(static_cast<size_t>(qkv.size()), 0.0)), 1e-3);  // not zeros
+  EXPECT_TRUE(sliced_bf16.bit_equal(cast_after));
+  // Forward mode, through a bf16 product of two slices.
+  auto product = [](const Tensor& x, bool cast_first) {
+    const Tensor y = cast_first ? cast(x, DType::bf16) : x;
+    auto part = [&](int64_t i) {
+      const Tensor s = reshape(slice(y, {i, 0, 0, 0, 0}, {i + 1, 2, 2, 16, 8}), {64, 8});
+      return cast_first ? s : cast(s, DType::bf16);
+    };
+    return matmul(part(0), part(1), DType::f32, false, true);
+  };
+  const Array tx = testing::random_f32({3, 2, 2, 16, 8}, 23);
+  auto tangents = [&](bool cast_first) {
+    return jit([&](const Tensor& x, const Tensor& t) {
+      return std::get<1>(jvp([&](const Tensor& y) { return product(y, cast_first); }, x, t));
+    })(qkv, tx);
+  };
+  EXPECT_TRUE(tangents(true).bit_equal(tangents(false)));
+}
+
 TEST(Precision, GradientsOfABf16ProductAreF32) {
   const int64_t n = 16, in = 48, out = 20;
   ArrayDict p;

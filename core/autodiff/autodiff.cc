@@ -12,12 +12,13 @@
 namespace fjit {
 namespace {
 
-// bf16 values (a cast to bf16 and the layout between it and a bf16 matmul: the mixed-precision
+// bf16 values (a cast to bf16 and the layout between it and a bf16 matmul or attention, slices
+// included: the mixed-precision
 // policy of core/nn/precision.h) carry a cotangent, in f32: the cotangents of a bf16 product
 // are f32 products, and sums of cotangents need arithmetic, which bf16 has none of. A bf16
 // value made by any other op carries none (as integers and bools), as before.
 bool carries_bf16_cotangent(Op op) {
-  return op == Op::Cast || op == Op::Reshape || op == Op::Transpose || op == Op::Patches;
+  return op == Op::Cast || op == Op::Reshape || op == Op::Transpose || op == Op::Slice || op == Op::Patches;
 }
 
 // The dtype of a value's cotangent.

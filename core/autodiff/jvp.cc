@@ -39,8 +39,8 @@ namespace {
 bool carries_tangent(const Node& n) {
   if (is_floating(n.dtype)) return true;
   if (op_kind(n.op) == OpKind::kControl) return true;  // its results carry the types
-  return n.dtype == DType::bf16 && (n.op == Op::Cast || n.op == Op::Reshape ||
-                                    n.op == Op::Transpose || n.op == Op::Patches);
+  return n.dtype == DType::bf16 && (n.op == Op::Cast || n.op == Op::Reshape || n.op == Op::Transpose ||
+                                    n.op == Op::Slice || n.op == Op::Patches);
 }
 
 Tensor zero_tangent(const Tensor& y) {

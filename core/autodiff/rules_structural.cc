@@ -76,7 +76,7 @@ Cts rule_slice(const VjpArgs& a) {
   const Attrs& at = a.node.attrs;
   const Shape xs = a.ins[0].shape();
   Tensor g = a.ct;
-  if (g.size() == 0) return {zeros_like(a.ins[0])};
+  if (g.size() == 0) return {full(g.dtype(), xs, 0.0)};  // the cotangent's dtype (f32 for a bf16 x)
   for (int d = 0; d < static_cast<int>(xs.size()); ++d) {
     const int64_t n = xs[d], start = at.starts[d], limit = at.limits[d], step = at.steps[d];
     if (g.shape()[d] == n) continue;  // the whole dimension was taken
