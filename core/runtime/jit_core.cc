@@ -264,7 +264,8 @@ StepResult JitCore::run(const CompiledEntry& entry, const FlatArgs& args, std::s
   // a gradient where the plan wrote it (core/kernels/collective/communicator.h).
   void* ws = comm != nullptr ? comm->shared_workspace(exe.workspace_bytes()) : nullptr;
   if (ws == nullptr) ws = s.ensure(exe.workspace_bytes());
-  if (exe.num_overlapped > 0 && exe.overlap == Overlap::worker && comm != nullptr &&
+  // A plan without overlap flags only its prefetched all-gathers (core/compile/schedule.h).
+  if (exe.num_overlapped > 0 && exe.overlap != Overlap::schedule && comm != nullptr &&
       comm->callable_from_any_thread())
     ctx.worker = &collective_worker(replica);
   const bool recorded = timeline::enabled();
