@@ -142,8 +142,8 @@ std::shared_ptr<Executable> Compiler::lower(std::shared_ptr<const Graph> gp, std
     node_buf[id] = new_buffer({BufferRef::kConstant, 0, data->raw()});
   }
   std::vector<uint8_t> async;  // per instruction: runs on the collective worker
-  // Without overlap, the all-gathers of plan inputs started ahead of their readers
-  // (core/compile/schedule.h) run on the worker.
+  // The all-gathers of plan inputs started ahead of their readers (core/compile/schedule.h)
+  // run on the worker.
   std::vector<uint8_t> gathers_ahead(g.size(), 0);
   // A fused group becomes one instruction at its root (or, for a group with further results,
   // at the earliest of them); its other members have none (core/compile/schedule.h).
@@ -243,7 +243,7 @@ std::shared_ptr<Executable> Compiler::lower(std::shared_ptr<const Graph> gp, std
       select_kernel(instr);
     }
     exe->instrs.push_back(std::move(instr));
-    async.push_back(overlap ? overlappable(g, fusion, id) : !nested && gathers_ahead[id] != 0);
+    async.push_back((overlap && overlappable(g, fusion, id)) || (!nested && gathers_ahead[id] != 0));
   }
   // Outputs that are inputs, constants, or repeats of another output are copied.
   for (size_t k = 0; k < g.outputs.size(); ++k) {

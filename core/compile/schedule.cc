@@ -46,10 +46,11 @@ const std::vector<int>& operands_of(const Graph& g, const FusionPlan& fusion, in
   return group >= 0 ? fusion.groups[group].inputs : g.node(id).inputs;
 }
 
-// Graph order, except that an all-gather of a plan input (ZeRO stage 3's parameter shards), with
+// `units` in graph order (or the overlap's list order, whose collectives are in graph order),
+// except that an all-gather of a plan input (ZeRO stage 3's parameter shards), with
 // the unfused instructions that read only it, each other or plan inputs (its unpadding slice
 // and reshape), runs just before the first other instruction that reads any of them, and no
-// later than the next collective after it in graph order: the gathered value lives from there,
+// later than the next collective after it in that order: the gathered value lives from there,
 // not from the step's start, and the collectives keep their graph order, which every replica
 // shares whatever its plan fused. A chain that is an output of the plan stays in place; one
 // nothing reads runs where the next collective does.
@@ -64,7 +65,7 @@ std::vector<int> sink_gathers(const Graph& g, const FusionPlan& fusion, const st
   const int n = g.size();
   auto is_input = [&](int id) { return g.node(id).op == Op::Parameter || g.node(id).op == Op::Constant; };
   std::vector<int> root(n, -1);  // per unit of a chain: its all-gather
-  std::vector<int> pos(n, -1);   // per unit: its place in graph order
+  std::vector<int> pos(n, -1);   // per unit: its place in `units`
   for (size_t k = 0; k < units.size(); ++k) {
     const int u = units[k];
     pos[u] = static_cast<int>(k);
@@ -245,7 +246,7 @@ std::vector<int> schedule_instructions(const Graph& g, const std::vector<bool>& 
       if (--pending[w] == 0) ready.emplace(key[w], w);
   }
   assert(order.size() == units.size());
-  return order;
+  return sink_gathers(g, fusion, order, gathers_ahead);
 }
 
 std::vector<int> overlap_waits(const Executable& exe, const std::vector<uint8_t>& async) {
