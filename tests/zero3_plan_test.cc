@@ -76,10 +76,11 @@ Gathered gathered_in_plan(const Executable& exe) {
 }
 
 // The plan of one stage 3 step of `model` on 2 thread replicas, with `overlap`.
-Gathered step_plan(const DecoderConfig& model, const ArrayDict& params, Overlap overlap) {
+Gathered step_plan(const DecoderConfig& model, const ArrayDict& params, Overlap overlap, bool prefetch = true) {
   const Mesh mesh = Mesh::threads(2);
   PmapOptions options;
   options.jit.overlap = overlap;
+  options.jit.gather_prefetch = prefetch;
   lm::LmStep step = lm::make_lm_step(
       mesh, {.model = model, .zero_stage = 3, .zero3_shapes = training::zero_param_shapes(params)}, options);
   Array x = Array::zeros(DType::i32, {4, 6}), y = Array::zeros(DType::i32, {4, 6});
@@ -128,6 +129,18 @@ TEST(Zero3Plan, ParametersAreGatheredLayerByLayerPrefetchedAndAgainForTheBackwar
     EXPECT_EQ(behind, 0) << "gathers that start after the previous gather's first reader";
     EXPECT_EQ(on_plan_thread, 0) << "gathers that do not run on the collective worker";
   }
+  // JitOptions::gather_prefetch off: each gather runs just before its reader (most start
+  // after the previous one's reader: all but those read by the same instruction), on the
+  // plan's thread.
+  const Gathered g = step_plan(model, params, Overlap::off, false);
+  EXPECT_LE(g.peak_bytes, 2 * block_bytes);
+  EXPECT_EQ(std::count(g.overlapped.begin(), g.overlapped.end(), 1), 0);
+  int behind = 0, read = 0;
+  for (size_t k = 1; k < g.starts.size(); ++k) {
+    behind += g.starts[k] > g.first_readers[read];
+    if (g.first_readers[k] >= 0) read = static_cast<int>(k);
+  }
+  EXPECT_GT(behind, g.all_gathers / 2);
 }
 
 }  // namespace

@@ -138,9 +138,9 @@ std::vector<int> sink_gathers(const Graph& g, const FusionPlan& fusion, const st
     if (first < s) window += bytes_of(r);
     while (first + 1 < s && window > budget) window -= slot_bytes[++first];
     while (first < s && pos[slot_target[first]] <= floor[j]) window -= slot_bytes[++first];
-    if (first == s) continue;
+    if (first == s || ahead == nullptr) continue;
     start[r] = slot_target[first];
-    if (ahead != nullptr) (*ahead)[r] = 1;
+    (*ahead)[r] = 1;
   }
   std::vector<std::vector<int>> before(n);  // per unit: what runs just before it, in graph order
   for (int u : units)

@@ -45,8 +45,8 @@ namespace fjit {
 
 // The node ids at which the compiler lowers one instruction each, in plan order: live nodes
 // other than parameters, constants, control results, and fused-group members other than the
-// one the group's instruction is lowered at. Without overlap, `gathers_ahead` (per node, when
-// given) is set to 1 at each prefetched all-gather (above).
+// one the group's instruction is lowered at. With `gathers_ahead` (per node), the all-gathers of
+// plan inputs are prefetched (above) and it is set to 1 at each; without it they are not.
 std::vector<int> schedule_instructions(const Graph& g, const std::vector<bool>& live,
                                        const FusionPlan& fusion, bool overlap,
                                        std::vector<uint8_t>* gathers_ahead = nullptr);

@@ -175,6 +175,7 @@ std::shared_ptr<const CompiledEntry> JitCore::compile_locked(const FlatArgs& arg
   copts.fpe_checks = mode == CheckMode::fpe;
   copts.step_deadline = topts.step_deadline && mode != CheckMode::off;
   copts.overlap = overlap;
+  copts.gather_prefetch = options_.num_replicas > 1 && options_.gather_prefetch.value_or(true);
   copts.fusion = options_.fusion.value_or(Fusion::all);
   copts.dump_dir = options_.dump_dir.value_or("");
   entry->exe = compile(ctx.graph, ctx.check_sites, copts);
