@@ -21,9 +21,10 @@ namespace fjit {
 
 class Compiler {
  public:
-  // Records `fusion` and `overlap` in the plan it returns.
+  // Records `fusion` and `overlap` in the plan it returns. `prefetch`: CompileOptions::
+  // gather_prefetch (never in a control-flow body's plan: it runs nothing on the worker).
   static std::shared_ptr<Executable> lower(std::shared_ptr<const Graph> g, std::vector<CheckSite> sites,
-                                           Fusion fusion, Overlap overlap);
+                                           Fusion fusion, Overlap overlap, bool prefetch = false);
 };
 
 namespace {
@@ -81,7 +82,7 @@ Graph optimize(const Graph& traced, bool verify, std::vector<CheckSite>* sites) 
 }
 
 std::shared_ptr<Executable> Compiler::lower(std::shared_ptr<const Graph> gp, std::vector<CheckSite> sites,
-                                            Fusion fusion_mode, Overlap overlap_mode) {
+                                            Fusion fusion_mode, Overlap overlap_mode, bool prefetch) {
   const Graph& g = *gp;
   auto exe = std::make_shared<Executable>();
   exe->graph = gp;
@@ -141,9 +142,12 @@ std::shared_ptr<Executable> Compiler::lower(std::shared_ptr<const Graph> gp, std
     node_buf[id] = new_buffer({BufferRef::kConstant, 0, data->raw()});
   }
   std::vector<uint8_t> async;  // per instruction: runs on the collective worker
+  // The all-gathers of plan inputs started ahead of their readers (core/compile/schedule.h)
+  // run on the worker.
+  std::vector<uint8_t> gathers_ahead(g.size(), 0);
   // A fused group becomes one instruction at its root (or, for a group with further results,
   // at the earliest of them); its other members have none (core/compile/schedule.h).
-  for (int id : schedule_instructions(g, live, fusion, overlap)) {
+  for (int id : schedule_instructions(g, live, fusion, overlap, prefetch ? &gathers_ahead : nullptr)) {
     const Node& n = g.node(id);
     const int group = fusion.group_of[id];
     static const std::vector<int> kNone;
@@ -239,7 +243,7 @@ std::shared_ptr<Executable> Compiler::lower(std::shared_ptr<const Graph> gp, std
       select_kernel(instr);
     }
     exe->instrs.push_back(std::move(instr));
-    async.push_back(overlap && overlappable(g, fusion, id));
+    async.push_back((overlap && overlappable(g, fusion, id)) || gathers_ahead[id] != 0);
   }
   // Outputs that are inputs, constants, or repeats of another output are copied.
   for (size_t k = 0; k < g.outputs.size(); ++k) {
@@ -290,7 +294,7 @@ std::shared_ptr<const Executable> compile(const Graph& traced, std::vector<Check
   auto optimized = std::make_shared<const Graph>(
       optimize(traced, options.verify, options.automatic_checks ? &sites : nullptr));
   std::shared_ptr<Executable> exe =
-      Compiler::lower(optimized, std::move(sites), options.fusion, options.overlap);
+      Compiler::lower(optimized, std::move(sites), options.fusion, options.overlap, options.gather_prefetch);
   if (options.step_deadline) {
     CheckSite site;
     site.kind = CheckKind::step_timeout;

@@ -36,6 +36,9 @@ struct CompileOptions {
   // computed. Recorded in Executable::overlap, which tells the runner whether to give the
   // plan a collective worker (worker) or to run it all on its own thread (schedule).
   Overlap overlap = Overlap::off;
+  // Each all-gather of a plan input (ZeRO stage 3's parameter shards) but the first starts
+  // ahead of its first reader and is marked for the collective worker (core/compile/schedule.h).
+  bool gather_prefetch = false;
 };
 
 std::shared_ptr<const Executable> compile(const Graph& traced, std::vector<CheckSite> sites,

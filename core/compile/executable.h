@@ -21,7 +21,8 @@ class ActivityLevel;
 
 // How a step's all-reduces overlap the rest of its plan (core/compile/schedule.h).
 enum class Overlap : uint8_t {
-  off,       // graph order: the gradients are reduced after the backward pass
+  off,       // graph order: the gradients are reduced after the backward pass (ZeRO stage 3's
+             // prefetched parameter gathers run on the collective worker, schedule.h)
   schedule,  // each all-reduce placed as soon as its gradients exist, run on the plan's thread
   worker,    // the same order, each all-reduce run on the replica's collective worker thread
              // while the plan goes on (under MPI only when MPI allows it, mpi_runtime.h;

@@ -46,17 +46,26 @@ const std::vector<int>& operands_of(const Graph& g, const FusionPlan& fusion, in
   return group >= 0 ? fusion.groups[group].inputs : g.node(id).inputs;
 }
 
-// Graph order, except that an all-gather of a plan input (ZeRO stage 3's parameter shards), with
+// `units` in graph order (or the overlap's list order, whose collectives are in graph order),
+// except that an all-gather of a plan input (ZeRO stage 3's parameter shards), with
 // the unfused instructions that read only it, each other or plan inputs (its unpadding slice
 // and reshape), runs just before the first other instruction that reads any of them, and no
-// later than the next collective after it in graph order: the gathered value lives from there,
+// later than the next collective after it in that order: the gathered value lives from there,
 // not from the step's start, and the collectives keep their graph order, which every replica
-// shares whatever its plan fused. A chain nothing else reads stays in place.
-std::vector<int> sink_gathers(const Graph& g, const FusionPlan& fusion, const std::vector<int>& units) {
+// shares whatever its plan fused. A chain that is an output of the plan stays in place; one
+// nothing reads runs where the next collective does.
+//
+// Prefetch: the all-gather itself starts earlier, before the first reader of an earlier slot
+// (the chains that run before the same unit; at least the previous slot), as early as keeps
+// the gathered bytes started ahead of that reader within the largest chain's; never before a collective that precedes it in graph
+// order, and in graph order among the gathers. `ahead` (per node) marks the moved all-gathers'
+// roots: the plan runs them on the collective worker and waits before their first reader.
+std::vector<int> sink_gathers(const Graph& g, const FusionPlan& fusion, const std::vector<int>& units,
+                              std::vector<uint8_t>* ahead) {
   const int n = g.size();
   auto is_input = [&](int id) { return g.node(id).op == Op::Parameter || g.node(id).op == Op::Constant; };
   std::vector<int> root(n, -1);  // per unit of a chain: its all-gather
-  std::vector<int> pos(n, -1);   // per unit: its place in graph order
+  std::vector<int> pos(n, -1);   // per unit: its place in `units`
   for (size_t k = 0; k < units.size(); ++k) {
     const int u = units[k];
     pos[u] = static_cast<int>(k);
@@ -80,12 +89,15 @@ std::vector<int> sink_gathers(const Graph& g, const FusionPlan& fusion, const st
   for (int u : units)
     for (int x : operands_of(g, fusion, u))
       if (root[x] >= 0 && root[u] != root[x] && target[root[x]] < 0) target[root[x]] = u;
+  std::vector<uint8_t> output(n, 0);
   for (int o : g.outputs)
-    if (root[o] >= 0) target[root[o]] = -1;  // an output of the plan: left in place
+    if (root[o] >= 0) output[root[o]] = 1, target[root[o]] = -1;  // an output of the plan: left in place
   // No chain passes the next collective: walking back, `barrier` is where the next one runs.
+  // An all-gather nothing reads (a backward replay no rule used) runs there too.
   int barrier = -1;
   for (auto it = units.rbegin(); it != units.rend(); ++it) {
     const int u = *it;
+    if (root[u] == u && target[u] < 0 && !output[u]) target[u] = barrier;
     if (root[u] == u && target[u] >= 0) {
       if (barrier >= 0 && pos[barrier] < pos[target[u]]) target[u] = barrier;
       barrier = target[u];
@@ -93,13 +105,52 @@ std::vector<int> sink_gathers(const Graph& g, const FusionPlan& fusion, const st
       barrier = u;
     }
   }
-  std::vector<std::vector<int>> before(n);  // per unit: the chains to run just before it
+  // The moved all-gathers, in graph order, and where each starts: `start` (per root).
+  std::vector<int> roots;
+  std::vector<int> floor;  // per root in `roots`: the place of the last other collective before it
+  int last_ordered = -1;
+  for (int u : units) {
+    if (root[u] == u && target[u] >= 0) {
+      roots.push_back(u);
+      floor.push_back(last_ordered);
+    } else if (ordered(g, fusion, u)) {
+      last_ordered = pos[u];
+    }
+  }
+  auto bytes_of = [&](int u) { return g.node(u).size() * static_cast<int64_t>(dtype_size(g.node(u).dtype)); };
+  int64_t budget = 0;
+  for (int r : roots) budget = std::max(budget, bytes_of(r));
+  // Slots: the roots whose chains run before the same unit, in graph order.
+  std::vector<int> start(n, -1);
+  std::vector<int> slot_target;      // per slot: the unit its chains run before
+  std::vector<int64_t> slot_bytes;   // per slot: its roots' bytes so far
+  size_t first = 0;    // the earliest slot a root may start before (non-decreasing)
+  int64_t window = 0;  // bytes of the roots of slots first + 1 .. the current one, so far
+  for (size_t j = 0; j < roots.size(); ++j) {
+    const int r = roots[j];
+    start[r] = target[r];
+    if (slot_target.empty() || slot_target.back() != target[r]) {
+      slot_target.push_back(target[r]);
+      slot_bytes.push_back(0);
+    }
+    const size_t s = slot_target.size() - 1;
+    slot_bytes[s] += bytes_of(r);
+    if (first < s) window += bytes_of(r);
+    while (first + 1 < s && window > budget) window -= slot_bytes[++first];
+    while (first < s && pos[slot_target[first]] <= floor[j]) window -= slot_bytes[++first];
+    if (first == s || ahead == nullptr) continue;
+    start[r] = slot_target[first];
+    (*ahead)[r] = 1;
+  }
+  std::vector<std::vector<int>> before(n);  // per unit: what runs just before it, in graph order
   for (int u : units)
-    if (root[u] >= 0 && target[root[u]] >= 0) before[target[root[u]]].push_back(u);
+    if (root[u] >= 0 && target[root[u]] >= 0) before[root[u] == u ? start[u] : target[root[u]]].push_back(u);
   std::vector<int> order;
   order.reserve(units.size());
   for (int u : units) {
     if (root[u] >= 0 && target[root[u]] >= 0) continue;
+    // The all-gathers first (the worker runs them in that order), then the rest of the chains.
+    std::stable_partition(before[u].begin(), before[u].end(), [&](int x) { return root[x] == x; });
     order.insert(order.end(), before[u].begin(), before[u].end());
     order.push_back(u);
   }
@@ -115,7 +166,8 @@ bool overlappable(const Graph& g, const FusionPlan& fusion, int id) {
 }
 
 std::vector<int> schedule_instructions(const Graph& g, const std::vector<bool>& live,
-                                       const FusionPlan& fusion, bool overlap) {
+                                       const FusionPlan& fusion, bool overlap,
+                                       std::vector<uint8_t>* gathers_ahead) {
   std::vector<int> units;
   for (int id = 0; id < g.size(); ++id) {
     const Op op = g.node(id).op;
@@ -123,7 +175,7 @@ std::vector<int> schedule_instructions(const Graph& g, const std::vector<bool>& 
         lowered_at(fusion, id) == id)
       units.push_back(id);
   }
-  if (!overlap) return sink_gathers(g, fusion, units);
+  if (!overlap) return sink_gathers(g, fusion, units, gathers_ahead);
 
   // Which unit defines each value: a group's results are defined where it is lowered, a
   // control result (an Output node) by its control instruction.
@@ -194,7 +246,7 @@ std::vector<int> schedule_instructions(const Graph& g, const std::vector<bool>& 
       if (--pending[w] == 0) ready.emplace(key[w], w);
   }
   assert(order.size() == units.size());
-  return order;
+  return sink_gathers(g, fusion, order, gathers_ahead);
 }
 
 std::vector<int> overlap_waits(const Executable& exe, const std::vector<uint8_t>& async) {

@@ -7,11 +7,15 @@
 // before the first other instruction that reads them, but not past the next collective in
 // graph order (so the collectives keep the graph's order, which every replica shares whatever
 // its plan fused): a gathered parameter is not alive from the step's start to its first use.
-// With overlap they keep their place in the chain of collectives below. With
-// overlap (Overlap::schedule or worker, CompileOptions::overlap), the order
-// changes, and the plan's all-reduces may run on the replica's collective worker
-// (core/compile/collective_worker.h; JitCore gives it one when Executable::overlap is worker):
-//
+// And each such all-gather but the first is prefetched: it starts before the first reader of
+// an earlier one (at least the previous one; as early as keeps the bytes gathered ahead within
+// the largest all-gather's, and never before a collective that precedes it in graph order),
+// runs on the replica's collective worker while the plan goes on (a top-level plan only, when
+// the runner gives it a worker: core/runtime/jit_core.cc), and is waited for before its first
+// reader; so the next layer's parameters are gathered while the current layer computes, and
+// about two layers' gathered parameters are alive at once. Under MPI only when MPI allows it
+// (mpi_runtime.h); otherwise the same order on the plan's thread.
+// With overlap the gathers keep their place in the chain of collectives below. With
 //  - Collectives, and control-flow instructions whose bodies hold collectives or checks, form
 //    a chain in the order of their collectives in the graph: every replica meets the same
 //    collectives in the same order, whatever each one's plan fused. The dict forms of psum and
@@ -41,9 +45,11 @@ namespace fjit {
 
 // The node ids at which the compiler lowers one instruction each, in plan order: live nodes
 // other than parameters, constants, control results, and fused-group members other than the
-// one the group's instruction is lowered at.
+// one the group's instruction is lowered at. With `gathers_ahead` (per node), the all-gathers of
+// plan inputs are prefetched (above) and it is set to 1 at each; without it they are not.
 std::vector<int> schedule_instructions(const Graph& g, const std::vector<bool>& live,
-                                       const FusionPlan& fusion, bool overlap);
+                                       const FusionPlan& fusion, bool overlap,
+                                       std::vector<uint8_t>* gathers_ahead = nullptr);
 
 // Whether the instruction lowered at `id` may run on the collective worker.
 bool overlappable(const Graph& g, const FusionPlan& fusion, int id);

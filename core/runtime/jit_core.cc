@@ -175,6 +175,7 @@ std::shared_ptr<const CompiledEntry> JitCore::compile_locked(const FlatArgs& arg
   copts.fpe_checks = mode == CheckMode::fpe;
   copts.step_deadline = topts.step_deadline && mode != CheckMode::off;
   copts.overlap = overlap;
+  copts.gather_prefetch = options_.num_replicas > 1 && options_.gather_prefetch.value_or(true);
   copts.fusion = options_.fusion.value_or(Fusion::all);
   copts.dump_dir = options_.dump_dir.value_or("");
   entry->exe = compile(ctx.graph, ctx.check_sites, copts);
@@ -264,7 +265,8 @@ StepResult JitCore::run(const CompiledEntry& entry, const FlatArgs& args, std::s
   // a gradient where the plan wrote it (core/kernels/collective/communicator.h).
   void* ws = comm != nullptr ? comm->shared_workspace(exe.workspace_bytes()) : nullptr;
   if (ws == nullptr) ws = s.ensure(exe.workspace_bytes());
-  if (exe.num_overlapped > 0 && exe.overlap == Overlap::worker && comm != nullptr &&
+  // A plan without overlap flags only its prefetched all-gathers (core/compile/schedule.h).
+  if (exe.num_overlapped > 0 && exe.overlap != Overlap::schedule && comm != nullptr &&
       comm->callable_from_any_thread())
     ctx.worker = &collective_worker(replica);
   const bool recorded = timeline::enabled();

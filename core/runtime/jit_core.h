@@ -49,6 +49,10 @@ struct JitOptions {
   // core/compile/executable.h). Unset: FJIT_OVERLAP, else off. The plan records the mode it
   // was compiled with (Executable::overlap; off with one replica), and runs by that.
   std::optional<Overlap> overlap;
+  // Under pmap, whether each all-gather of a plan input (ZeRO stage 3's parameter shards)
+  // starts ahead of its first reader on the collective worker (core/compile/schedule.h), or
+  // just before it on the plan's thread. Unset: FJIT_GATHER_PREFETCH, else on.
+  std::optional<bool> gather_prefetch;
   // Set by pmap: the named axis collectives may use, and the number of replicas on it.
   std::vector<std::string> axis_names;
   int num_replicas = 1;

@@ -99,6 +99,7 @@ JitOptions JitOptions::resolved() const {
   if (o.recompile_warn_threshold < 0)
     o.recompile_warn_threshold = static_cast<int>(config::recompile_warn());
   if (!o.overlap) o.overlap = static_cast<Overlap>(config::overlap());
+  if (!o.gather_prefetch) o.gather_prefetch = config::gather_prefetch() != 0;
   if (o.large_constant_bytes < 0) o.large_constant_bytes = config::large_constant_bytes();
   // Default 1 MiB (why: core/trace/collectives.h); a value below 1024 is raised to 1024.
   if (o.fusion_bytes < 0) o.fusion_bytes = config::fusion_bytes();

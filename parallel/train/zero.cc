@@ -220,12 +220,7 @@ TensorDict zero3_gather_params(const TensorDict& shards, const std::vector<ZeroP
                                                                       : std::string("nothing")));
     const Tensor shard = shards.at(p.name);
     const Tensor whole = gather_param(shard, p, n, axis);
-    // With overlap every gather runs at its place in the chain of collectives, a backward
-    // one as early as a forward one: gathering again would only hold a second copy.
-    if (TraceContext::current()->options.overlap_collectives)
-      out.set(p.name, whole);
-    else
-      out.set(p.name, recompute_in_backward(whole, [shard, p, n, axis] { return gather_param(shard, p, n, axis); }));
+    out.set(p.name, recompute_in_backward(whole, [shard, p, n, axis] { return gather_param(shard, p, n, axis); }));
   }
   return out;
 }

@@ -36,22 +36,24 @@
 // zero-padded, as a sharded dict. The step all-gathers each parameter whole on its own
 // (zero3_gather_params: one all-gather per parameter), computes the loss and gradients on them,
 // reduce-scatters the gradients as stage 2 does and updates its shard; it returns the shards,
-// not the whole parameters. Layer by layer: in the plan without overlap, each parameter's
-// all-gather (with its unpadding) runs just before the first instruction that reads it
-// (core/compile/schedule.h), and the backward pass does not read the forward pass's gathered
-// copy: each VJP rule that needs a parameter reads a gather of its own, traced where the
-// backward pass reaches that rule (core/autodiff/recompute.h). So the memory plan frees each
-// gathered parameter after its last forward read and each backward gather after its rule, and
-// whole parameters are alive a few at a time instead of all from the step's start to the end
-// of the backward pass (tests/zero_test.cc measures the plan). No gather is prefetched: each
-// runs on the plan's thread when its reader is next (the collective worker runs all-reduces
-// only). With overlap (core/compile/schedule.h) the gathers keep their place in the chain of
-// collectives, at the step's start, and are not gathered again for the backward pass (it
-// would hold a second copy): each whole parameter then lives from the step's start to its last
-// use in the backward pass, as with one gather for the whole model. On the host,
+// not the whole parameters. Layer by layer, with or without overlap: each parameter's unpadded
+// gather is placed just before the first instruction that reads it (core/compile/schedule.h),
+// and the backward pass does not read the forward pass's gathered copy: each VJP rule that
+// needs a parameter reads a gather of its own, traced where the backward pass reaches that rule
+// (core/autodiff/recompute.h). So the memory plan frees each gathered parameter after its last
+// forward read and each backward gather after its rule, and whole parameters are alive a few
+// at a time instead of all from the step's start to the end of the backward pass. Prefetched
+// (JitOptions::gather_prefetch, FJIT_GATHER_PREFETCH, on by default): each all-gather but the
+// first starts ahead, before the previous layer's first reader, on the replica's collective
+// worker, and is waited for just before its own first reader; so the next layer's parameters
+// are gathered while the current one computes, and about two layers' gathered parameters are
+// alive at once (tests/zero3_plan_test.cc measures the plan). Every replica still issues its
+// collectives in graph order. Under MPI the worker needs MPI_THREAD_SERIALIZED (FJIT_OVERLAP=1
+// set before start-up); otherwise the prefetched order runs on the plan's thread. On the host,
 // zero_shard_params and zero_gather_params convert.
 //
-// Not here: loss scaling with stages 2 and 3; prefetching stage 3's gathers.
+// Not here: loss scaling with stages 2 and 3. A backward gather whose VJP rule does not read
+// the parameter (the bias of an add) is still issued, unread (a collective is never dead code).
 #pragma once
 
 #include <cstdint>
@@ -151,8 +153,7 @@ ArrayDict zero_gather_params(const ArrayDict& local, const std::vector<ZeroParam
 
 // Traced: the whole parameters (`shapes`) from this replica's shards, all-gathered over
 // `axis`, one all-gather per parameter, each marked recompute_in_backward (gathered again for
-// each VJP rule that reads it; see the top of this file) unless the plan overlaps its
-// collectives. Throws std::invalid_argument naming
+// each VJP rule that reads it; see the top of this file). Throws std::invalid_argument naming
 // the parameter when a shard is missing or has another shape or dtype.
 TensorDict zero3_gather_params(const TensorDict& shards, const std::vector<ZeroParamShape>& shapes,
                                const std::string& axis);
