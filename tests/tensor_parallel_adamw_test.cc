@@ -75,28 +75,8 @@ void expect_two_by_two_adamw_trains_as_four_way_data(const DecoderConfig& c, con
   testing::expect_near_dict(mt, md, fmt::format("{} first moments", label), kRel);
 }
 
-DecoderConfig gpt() {
-  DecoderConfig c;
-  c.vocab = 32;
-  c.context = 8;
-  c.dim = 16;
-  c.layers = 2;
-  c.heads = 4;
-  return c;
-}
-
-DecoderConfig llama() {
-  DecoderConfig c = gpt();
-  c.rotary = true;
-  c.norm = TransformerBlockOptions::Norm::kRmsNorm;
-  c.mlp = TransformerBlockOptions::Mlp::kSwiglu;
-  c.mlp_hidden = 24;
-  c.attention_bias = false;
-  c.tied_embeddings = false;
-  c.kv_heads = 2;
-  c.rope_theta = 500.0;
-  return c;
-}
+DecoderConfig gpt() { return testing::tiny_gpt(); }
+DecoderConfig llama() { return testing::tiny_llama(); }
 
 TEST(TensorParallelAdamW, GptStyleOnTwoByTwoMatchesTheFourWayDataParallelLmStep) {
   expect_two_by_two_adamw_trains_as_four_way_data(gpt(), "gpt");

@@ -23,28 +23,8 @@ namespace {
 constexpr double kRel = 1e-5;
 constexpr int64_t kBatch = 2, kPrompt = 3;
 
-DecoderConfig gpt() {
-  DecoderConfig c;
-  c.vocab = 32;
-  c.context = 12;
-  c.dim = 16;
-  c.layers = 2;
-  c.heads = 4;
-  return c;
-}
-
-DecoderConfig llama() {
-  DecoderConfig c = gpt();
-  c.rotary = true;
-  c.norm = TransformerBlockOptions::Norm::kRmsNorm;
-  c.mlp = TransformerBlockOptions::Mlp::kSwiglu;
-  c.mlp_hidden = 24;
-  c.attention_bias = false;
-  c.tied_embeddings = false;
-  c.kv_heads = 2;
-  c.rope_theta = 500.0;
-  return c;
-}
+DecoderConfig gpt() { return testing::tiny_gpt(12); }
+DecoderConfig llama() { return testing::tiny_llama(12); }
 
 Mesh model_axis() { return Mesh::threads({{"model", 2}}); }
 

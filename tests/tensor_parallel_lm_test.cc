@@ -146,30 +146,8 @@ TEST(TensorParallelMlp, SwigluSplitEqualsTheUnsplitMlpForwardAndGradients) {
   testing::expect_near_dict(g, g0, "gradient", kRel);
 }
 
-// The default (GPT-style) configuration, tiny.
-DecoderConfig gpt() {
-  DecoderConfig c;
-  c.vocab = 32;
-  c.context = 8;
-  c.dim = 16;
-  c.layers = 2;
-  c.heads = 4;
-  return c;
-}
-
-// Llama's style: rotary, RMS norm, SwiGLU, no attention bias, untied head, grouped-query.
-DecoderConfig llama() {
-  DecoderConfig c = gpt();
-  c.rotary = true;
-  c.norm = TransformerBlockOptions::Norm::kRmsNorm;
-  c.mlp = TransformerBlockOptions::Mlp::kSwiglu;
-  c.mlp_hidden = 24;
-  c.attention_bias = false;
-  c.tied_embeddings = false;
-  c.kv_heads = 2;
-  c.rope_theta = 500.0;
-  return c;
-}
+DecoderConfig gpt() { return testing::tiny_gpt(); }
+DecoderConfig llama() { return testing::tiny_llama(); }
 
 // The LM trained kSteps SGD steps on 8 sequences: 4-way data parallelism (pmap of
 // decoder_logits) against 2-way data x 2-way model (shard_map of tp_decoder_logits); the

@@ -20,6 +20,31 @@
 
 namespace fjit::testing {
 
+// The default (GPT-style) decoder configuration, tiny: 2 layers, d 16, 4 heads, vocab 32.
+inline DecoderConfig tiny_gpt(int64_t context = 8) {
+  DecoderConfig c;
+  c.vocab = 32;
+  c.context = context;
+  c.dim = 16;
+  c.layers = 2;
+  c.heads = 4;
+  return c;
+}
+
+// Llama's style of it: rotary, RMS norm, SwiGLU, no attention bias, untied head, grouped-query.
+inline DecoderConfig tiny_llama(int64_t context = 8) {
+  DecoderConfig c = tiny_gpt(context);
+  c.rotary = true;
+  c.norm = TransformerBlockOptions::Norm::kRmsNorm;
+  c.mlp = TransformerBlockOptions::Mlp::kSwiglu;
+  c.mlp_hidden = 24;
+  c.attention_bias = false;
+  c.tied_embeddings = false;
+  c.kv_heads = 2;
+  c.rope_theta = 500.0;
+  return c;
+}
+
 // Uniform in [-1, 1) from a splitmix64 stream.
 inline Array random(const Shape& s, uint64_t seed) {
   Array a(DType::f32, s);
