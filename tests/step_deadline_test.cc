@@ -117,6 +117,10 @@ struct PollCase {
   ArrayDict state;  // besides "w"
 };
 
+// The poll cases' deadline: far for one step of each case, under the sanitizers too (the seam
+// waits for it to pass, twice a case).
+constexpr double kPollDeadline = 0.25;
+
 // The first instruction of the plan computing `op`, or -1.
 int first_instr(const Executable& exe, Op op) {
   for (size_t i = 0; i < exe.instrs.size(); ++i)
@@ -215,7 +219,7 @@ TEST(StepDeadline, AttentionSoftmaxReductionsAndCompiledLoopsStopAtTheirFirstPol
     state.set("w", Array::full(DType::f32, {}, 1.0));
     if (!c.state.empty()) state.set("v", big);
     for (size_t i = 0; i < c.state.size(); ++i) state.set(c.state.name(i), c.state.value(i));
-    auto skip = jit(c.fn, deadline(CheckPolicy::skip_step, 0.05));
+    auto skip = jit(c.fn, deadline(CheckPolicy::skip_step, kPollDeadline));
     ArrayDict good;
     ASSERT_FALSE(skip.run_into(good, state, c.x).skipped);  // compiles; the deadline is far
     const Executable& exe = *skip.core().last_entry()->exe;
@@ -238,7 +242,7 @@ TEST(StepDeadline, AttentionSoftmaxReductionsAndCompiledLoopsStopAtTheirFirstPol
     EXPECT_TRUE(r.raised(CheckKind::step_timeout));
     testing::expect_bit_equal(next, before, "state after a timed-out step");
     // Under throw the report names the kernel's instruction.
-    auto thrown = jit(c.fn, deadline(CheckPolicy::throw_error, 0.05));
+    auto thrown = jit(c.fn, deadline(CheckPolicy::throw_error, kPollDeadline));
     (void)thrown(state, c.x);
     testing::start_past_deadline(0, op);
     const std::string what = error_of<CheckError>([&] { (void)thrown(state, c.x); });
