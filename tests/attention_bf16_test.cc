@@ -190,6 +190,35 @@ TEST(AttentionBf16, BitsDoNotDependOnTheThreadCount) {
           << "result " << i << " with " << t + 1 << " threads";
 }
 
+// Forward mode through bf16 attention: the tangent is f32, and close to the f32 attention's
+// tangent on the same (bf16-rounded) values; the two differ only through the primal's
+// log-sum-exp, which the bf16 kernel computes from bf16 products.
+TEST(AttentionBf16, ItsTangentIsTheF32AttentionsOnTheRoundedValues) {
+  const Array q = testing::random_f32({1, 2, 24, 16}, 31), k = testing::random_f32({1, 2, 24, 16}, 32);
+  const Array v = testing::random_f32({1, 2, 24, 16}, 33), tq = testing::random_f32({1, 2, 24, 16}, 34);
+  const Array tk = testing::random_f32({1, 2, 24, 16}, 35), tv = testing::random_f32({1, 2, 24, 16}, 36);
+  auto tangent = [&](bool bf16) {
+    return jit([bf16](const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dq, const Tensor& dk,
+                      const Tensor& dv) {
+      auto rounded = [](const Tensor& x) { return cast(cast(x, DType::bf16), DType::f32); };
+      auto f = [bf16](const Tensor& a, const Tensor& b, const Tensor& c) {
+        if (!bf16) return dot_product_attention(a, b, c, true);
+        return dot_product_attention(cast(a, DType::bf16), cast(b, DType::bf16), cast(c, DType::bf16), true);
+      };
+      return std::get<1>(jvp(f, std::tuple{rounded(q), rounded(k), rounded(v)}, std::tuple{dq, dk, dv}));
+    })(q, k, v, tq, tk, tv);
+  };
+  const Array low = tangent(true), high = tangent(false);
+  ASSERT_EQ(low.dtype(), DType::f32);
+  double worst = 0, scale = 0;
+  for (int64_t i = 0; i < high.size(); ++i) {
+    worst = std::max(worst, std::fabs(double{low.data<float>()[i]} - high.data<float>()[i]));
+    scale = std::max(scale, std::fabs(double{high.data<float>()[i]}));
+  }
+  EXPECT_GT(scale, 0.1);
+  EXPECT_LT(worst, 2e-2 * scale);
+}
+
 TEST(AttentionBf16, MixedDtypesAreATraceError) {
   auto f = jit([](const Tensor& q, const Tensor& k) { return dot_product_attention(cast(q, DType::bf16), k, k, false); });
   const Array q = testing::random_f32({1, 1, 4, 8}, 1);

@@ -70,9 +70,12 @@ Tans jvp_all_reduce(const JvpArgs& a) {
 // its definition: with S = scale q k^T over the keys row i sees (the first min(length,
 // i + Tk - Tq + 1) when causal) and P = exp(S - lse) there (0 elsewhere),
 //   dS = scale (dq k^T + q dk^T),  dlse = rowsum(P dS),  dout = (P (dS - dlse)) v + P dv.
-// A row that sees no key (out 0, lse -inf) has a zero tangent.
+// A row that sees no key (out 0, lse -inf) has a zero tangent. bf16 q, k, v (the
+// mixed-precision policy) have f32 tangents and an f32 result: the tangent is this formula in
+// f32 on their values, widened (exactly).
 Tans jvp_attention(const JvpArgs& a) {
-  const Tensor &q = a.ins[0], &k = a.ins[1], &v = a.ins[2];
+  auto widened = [](const Tensor& x) { return x.dtype() == DType::bf16 ? cast(x, DType::f32) : x; };
+  const Tensor q = widened(a.ins[0]), k = widened(a.ins[1]), v = widened(a.ins[2]);
   const Shape qs = q.shape(), ks = k.shape(), vs = v.shape();
   const int64_t b = qs[0], h = qs[1], tq = qs[2], tk = ks[2], dv = vs[3];
   const double scale = a.node.attrs.scalar;
