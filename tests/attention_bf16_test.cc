@@ -24,15 +24,7 @@ namespace {
 
 using Vec = std::vector<double>;
 
-double bf16_round(double v) {  // nearest, ties to even; written here, not taken from the library
-  float f = static_cast<float>(v);
-  uint32_t bits;
-  std::memcpy(&bits, &f, sizeof bits);
-  bits += 0x7FFFu + ((bits >> 16) & 1u);
-  bits &= 0xFFFF0000u;
-  std::memcpy(&f, &bits, sizeof f);
-  return f;
-}
+using testing::bf16_round;
 
 Vec rounded_values(const Array& a) {
   Vec v(a.size());

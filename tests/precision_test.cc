@@ -25,16 +25,7 @@ namespace {
 
 using testing::Vec;
 
-// Round to the nearest bf16 (ties to even), written here rather than taken from the library.
-double bf16_round(double v) {
-  float f = static_cast<float>(v);
-  uint32_t bits;
-  std::memcpy(&bits, &f, sizeof bits);
-  bits += 0x7FFFu + ((bits >> 16) & 1u);
-  bits &= 0xFFFF0000u;
-  std::memcpy(&f, &bits, sizeof f);
-  return f;
-}
+using testing::bf16_round;
 
 Vec rounded(Vec v) {
   for (double& x : v) x = bf16_round(x);

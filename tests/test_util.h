@@ -7,6 +7,7 @@
 
 #include <unistd.h>
 
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -22,6 +23,18 @@
 #include "core/lib/initializers.h"
 
 namespace fjit::testing {
+
+// v rounded to the nearest bf16 (ties to even; finite v), written here rather than taken from
+// the library: the oracle of the bf16 tests.
+inline double bf16_round(double v) {
+  float f = static_cast<float>(v);
+  uint32_t bits;
+  std::memcpy(&bits, &f, sizeof bits);
+  bits += 0x7FFFu + ((bits >> 16) & 1u);
+  bits &= 0xFFFF0000u;
+  std::memcpy(&f, &bits, sizeof f);
+  return f;
+}
 
 // An f32 array of uniform values in [-1, 1), the same for the same seed.
 inline Array random_f32(Shape s, uint32_t seed) {
