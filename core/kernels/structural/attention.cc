@@ -72,14 +72,8 @@ void gemm_add(Index m, Index n, Index k, T alpha, const T* a, Index lda, const T
 }
 
 template <class T> void forward_task(const Instr& in, const Frame& f, const AttentionGeometry& g, int64_t task) {
-  const int64_t blocks = (g.tq + kBq - 1) / kBq;
-  const int64_t bh = task / blocks, i0 = task % blocks * kBq, b = bh / g.h;
-  const int64_t rows = std::min(kBq, g.tq - i0), pw = g.dv + 1;
-  const T* q = in.in<T>(f, 0) + (bh * g.tq + i0) * g.dh;
-  const T* k = in.in<T>(f, 1) + bh * g.tk * g.dh;
-  const T* v = in.in<T>(f, 2) + bh * g.tk * g.dv;
-  T* out = in.output<T>(f) + (bh * g.tq + i0) * pw;
-  const int64_t length = g.key_length(in, f, b);
+  const auto [q, k, v, out, bh, b, i0, rows, length] = g.forward_task<T, T>(in, f, task, kBq);
+  const int64_t pw = g.dv + 1;
   alignas(64) T s[kBq * kBk];
   T m[kBq], l[kBq];
   int64_t lens[kBq];
@@ -132,18 +126,8 @@ template <class T> void forward_task(const Instr& in, const Frame& f, const Atte
 
 template <class T>
 void backward_task(const Instr& in, const Frame& f, const AttentionGeometry& g, int64_t bh, int64_t deadline) {
-  const int64_t b = bh / g.h, pw = g.dv + 1;
-  const T* q = in.in<T>(f, 0) + bh * g.tq * g.dh;
-  const T* k = in.in<T>(f, 1) + bh * g.tk * g.dh;
-  const T* v = in.in<T>(f, 2) + bh * g.tk * g.dv;
-  const T* out = in.in<T>(f, 3) + bh * g.tq * pw;
-  const T* dout = in.in<T>(f, 4) + bh * g.tq * pw;
-  T* dq = in.output<T>(f) + bh * (g.tq * g.dh + g.tk * (g.dh + g.dv));
-  T* dk = dq + g.tq * g.dh;
-  T* dv = dk + g.tk * g.dh;
-  std::fill_n(dq, g.tq * g.dh + g.tk * (g.dh + g.dv), T(0));
-  const int64_t length = g.key_length(in, f, b);
-  const int64_t max_len = g.tq == 0 ? 0 : g.row_length(length, g.tq - 1);
+  const auto [q, k, v, out, dout, dq, dk, dv, b, length, max_len] = g.backward_task<T, T>(in, f, bh);
+  const int64_t pw = g.dv + 1;
   const T scale = static_cast<T>(in.attrs.scalar);
   alignas(64) T s[kBq * kBk];
   alignas(64) T dp[kBq * kBk];

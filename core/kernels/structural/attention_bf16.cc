@@ -112,14 +112,8 @@ Scratch& scratch() {
 }
 
 void forward_task(const Instr& in, const Frame& f, const AttentionGeometry& g, int64_t task) {
-  const int64_t blocks = (g.tq + kBq - 1) / kBq;
-  const int64_t bh = task / blocks, i0 = task % blocks * kBq, b = bh / g.h;
-  const int64_t rows = std::min(kBq, g.tq - i0), pw = g.dv + 1;
-  const uint16_t* q = in.in<uint16_t>(f, 0) + (bh * g.tq + i0) * g.dh;
-  const uint16_t* k = in.in<uint16_t>(f, 1) + bh * g.tk * g.dh;
-  const uint16_t* v = in.in<uint16_t>(f, 2) + bh * g.tk * g.dv;
-  float* out = in.output<float>(f) + (bh * g.tq + i0) * pw;
-  const int64_t length = g.key_length(in, f, b);
+  const auto [q, k, v, out, bh, b, i0, rows, length] = g.forward_task<uint16_t, float>(in, f, task, kBq);
+  const int64_t pw = g.dv + 1;
   Scratch& sc = scratch();
   sc.tmp.resize(kBq * g.dv);
   float m[kBq], l[kBq];
@@ -177,18 +171,8 @@ void forward_task(const Instr& in, const Frame& f, const AttentionGeometry& g, i
 }
 
 void backward_task(const Instr& in, const Frame& f, const AttentionGeometry& g, int64_t bh, int64_t deadline) {
-  const int64_t b = bh / g.h, pw = g.dv + 1;
-  const uint16_t* q = in.in<uint16_t>(f, 0) + bh * g.tq * g.dh;
-  const uint16_t* k = in.in<uint16_t>(f, 1) + bh * g.tk * g.dh;
-  const uint16_t* v = in.in<uint16_t>(f, 2) + bh * g.tk * g.dv;
-  const float* out = in.in<float>(f, 3) + bh * g.tq * pw;
-  const float* dout = in.in<float>(f, 4) + bh * g.tq * pw;
-  float* dq = in.output<float>(f) + bh * (g.tq * g.dh + g.tk * (g.dh + g.dv));
-  float* dk = dq + g.tq * g.dh;
-  float* dv = dk + g.tk * g.dh;
-  std::fill_n(dq, g.tq * g.dh + g.tk * (g.dh + g.dv), 0.f);
-  const int64_t length = g.key_length(in, f, b);
-  const int64_t max_len = g.tq == 0 ? 0 : g.row_length(length, g.tq - 1);
+  const auto [q, k, v, out, dout, dq, dk, dv, b, length, max_len] = g.backward_task<uint16_t, float>(in, f, bh);
+  const int64_t pw = g.dv + 1;
   const float scale = static_cast<float>(in.attrs.scalar);
   Scratch& sc = scratch();
   // dO rounded once, [Tq, dv] without the log-sum-exp column; D per row in f32 from the f32 dO.

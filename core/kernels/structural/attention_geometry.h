@@ -34,6 +34,42 @@ struct AttentionGeometry {
   int64_t row_length(int64_t length, int64_t i) const {
     return causal ? std::min(length, i + tk - tq + 1) : length;
   }
+
+  // A forward task of the attention op: query rows [i0, i0 + rows) of one (batch, head) bh, in
+  // blocks of `bq` rows; q, k, v of type In, the packed [out | lse] rows of type Out.
+  template <class In, class Out>
+  struct ForwardTask {
+    const In *q, *k, *v;  // q at row i0; k, v the head's whole keys
+    Out* out;             // at row i0, dv + 1 values a row
+    int64_t bh, b, i0, rows, length;
+  };
+  template <class In, class Out>
+  ForwardTask<In, Out> forward_task(const Instr& in, const Frame& f, int64_t task, int64_t bq) const {
+    const int64_t blocks = (tq + bq - 1) / bq, bh = task / blocks, i0 = task % blocks * bq;
+    return {in.in<In>(f, 0) + (bh * tq + i0) * dh, in.in<In>(f, 1) + bh * tk * dh,
+            in.in<In>(f, 2) + bh * tk * dv,         in.output<Out>(f) + (bh * tq + i0) * (dv + 1),
+            bh, bh / h, i0, std::min(bq, tq - i0), key_length(in, f, bh / h)};
+  }
+
+  // A backward task of attention_grad: one (batch, head) bh's q, k, v (In), its packed forward
+  // result and cotangent (Out, dv + 1 a row), and its gradients dq, dk, dv (Out), zeroed here.
+  template <class In, class Out>
+  struct BackwardTask {
+    const In *q, *k, *v;
+    const Out *out, *dout;
+    Out *dq, *dk, *dv;
+    int64_t b, length, max_len;  // max_len: the keys the last query row sees
+  };
+  template <class In, class Out>
+  BackwardTask<In, Out> backward_task(const Instr& in, const Frame& f, int64_t bh) const {
+    const int64_t pw = dv + 1, length = key_length(in, f, bh / h);
+    Out* dq = in.output<Out>(f) + bh * (tq * dh + tk * (dh + dv));
+    std::fill_n(dq, tq * dh + tk * (dh + dv), Out(0));
+    return {in.in<In>(f, 0) + bh * tq * dh,  in.in<In>(f, 1) + bh * tk * dh, in.in<In>(f, 2) + bh * tk * dv,
+            in.in<Out>(f, 3) + bh * tq * pw, in.in<Out>(f, 4) + bh * tq * pw, dq,
+            dq + tq * dh,                    dq + tq * dh + tk * dh,         bh / h,
+            length,                          tq == 0 ? 0 : row_length(length, tq - 1)};
+  }
 };
 
 // The attention and attention_grad kernels on bf16 q, k and v with f32 results
