@@ -171,27 +171,9 @@ void backward_task(const Instr& in, const Frame& f, const AttentionGeometry& g, 
 
 template <class T> void attention_kernel(const Instr& in, const Frame& f) {
   const AttentionGeometry g(in);
-  const bool forward = in.op == Op::Attention;
-  const int64_t tasks = forward ? g.b * g.h * ((g.tq + kBq - 1) / kBq) : g.b * g.h;
-  const int64_t work = g.b * g.h * g.tq * g.tk * (g.dh + g.dv);
-  const int threads = work >= (int64_t{1} << 20) ? static_cast<int>(std::min<int64_t>(tasks, intra_op_threads())) : 1;
-  // Past the step's deadline (core/base/step_deadline.h) the tasks left are skipped, and a
-  // backward task skips its key blocks left; what runs is computed as without a deadline.
-  const int64_t deadline = thread_step_deadline();
-  auto run = [&](int64_t t) {
-    if (deadline_passed(deadline)) [[unlikely]] return;
-    if (forward) forward_task<T>(in, f, g, t);
-    else backward_task<T>(in, f, g, t, deadline);
-  };
-  if (threads <= 1) {
-    for (int64_t t = 0; t < tasks; ++t) run(t);
-    return;
-  }
-#pragma omp parallel for num_threads(threads) schedule(dynamic, 1)
-  for (int64_t t = 0; t < tasks; ++t) {
-    run(t);
-    fpe::collect_worker_flags();
-  }
+  run_attention_tasks(
+      in, g, kBq, [&](int64_t t) { forward_task<T>(in, f, g, t); },
+      [&](int64_t bh, int64_t deadline) { backward_task<T>(in, f, g, bh, deadline); });
 }
 
 }  // namespace

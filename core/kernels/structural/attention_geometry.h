@@ -1,11 +1,15 @@
 // Fused attention's kernel geometry (core/trace/attention.h), shared by the f32/f64 kernels
 // (attention.cc) and the bf16-operand kernels (attention_bf16.cc): the sizes, the causal flag,
-// the key lengths' operand, and which keys each query row sees.
+// the key lengths' operand, which keys each query row sees, each task's operands, and the
+// tasks' run over the intra-op threads.
 #pragma once
 
 #include <algorithm>
 #include <cstdint>
 
+#include "core/base/fpe_flags.h"
+#include "core/base/step_deadline.h"
+#include "core/base/threads.h"
 #include "core/kernels/kernel.h"
 
 namespace fjit::kernels::st {
@@ -71,6 +75,36 @@ struct AttentionGeometry {
             length,                          tq == 0 ? 0 : row_length(length, tq - 1)};
   }
 };
+
+// Runs an attention (forward) or attention_grad (backward) instruction's tasks:
+// forward(task) for each block of `bq` query rows of each (batch, head), or
+// backward(bh, deadline) for each (batch, head). Tasks are shared among the intra-op threads
+// when the work is large enough; which thread runs a task changes no bit. Past the step's
+// deadline (core/base/step_deadline.h) the tasks left are skipped, and a backward task is
+// handed the deadline to skip its key blocks left; what runs is computed as without one.
+template <class Forward, class Backward>
+void run_attention_tasks(const Instr& in, const AttentionGeometry& g, int64_t bq, Forward forward,
+                         Backward backward) {
+  const bool fwd = in.op == Op::Attention;
+  const int64_t tasks = fwd ? g.b * g.h * ((g.tq + bq - 1) / bq) : g.b * g.h;
+  const int64_t work = g.b * g.h * g.tq * g.tk * (g.dh + g.dv);
+  const int threads = work >= (int64_t{1} << 20) ? static_cast<int>(std::min<int64_t>(tasks, intra_op_threads())) : 1;
+  const int64_t deadline = thread_step_deadline();
+  auto run = [&](int64_t t) {
+    if (deadline_passed(deadline)) [[unlikely]] return;
+    if (fwd) forward(t);
+    else backward(t, deadline);
+  };
+  if (threads <= 1) {
+    for (int64_t t = 0; t < tasks; ++t) run(t);
+    return;
+  }
+#pragma omp parallel for num_threads(threads) schedule(dynamic, 1)
+  for (int64_t t = 0; t < tasks; ++t) {
+    run(t);
+    fpe::collect_worker_flags();
+  }
+}
 
 // The attention and attention_grad kernels on bf16 q, k and v with f32 results
 // (attention_bf16.cc).
