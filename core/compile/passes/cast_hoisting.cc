@@ -4,9 +4,9 @@
 //   cast(reshape(x))    -> reshape(cast(x))     always (a reshape moves no bytes)
 //   cast(transpose(x))  -> transpose(cast(x))   when the cast narrows (the transpose moves
 //                                                fewer bytes)
-// Each element is converted by the same kernel from the same value, only at another place, so
-// no bit of any result changes. The layout op of the original value stays while something
-// else reads it; dead-code elimination removes it otherwise.
+// Only through layout ops that the cast alone reads (the original one is then dead, and
+// dead-code elimination removes it). Each element is converted by the same kernel from the
+// same value, only at another place, so no bit of any result changes.
 //
 // This is what lets the mixed-precision policy's f32 -> bf16 casts of activations and
 // cotangents (taken after a reshape to the product's rank-2 operand) be written by the fused
@@ -24,13 +24,13 @@ bool hoistable(const Node& layout, DType to) {
   return layout.op == Op::Transpose && dtype_size(to) < dtype_size(layout.dtype);
 }
 
-// The cast `n` (its operand mapped into `out`) moved before every layout op it reads through:
-// the cast of the first value that is not a hoistable layout op's, then the layout ops again,
-// innermost first, over the cast values.
-int hoist(Graph& out, Node n) {
+// The cast `n` (its operand mapped into `out`) moved before the `depth` layout ops it reads
+// through: the cast of the value under them, then the layout ops again, innermost first, over
+// the cast values.
+int hoist(Graph& out, Node n, int depth) {
   std::vector<Node> layouts;
   int x = n.inputs[0];
-  while (hoistable(out.node(x), n.dtype)) {
+  for (; depth > 0 && hoistable(out.node(x), n.dtype); --depth) {
     layouts.push_back(out.node(x));
     x = out.node(x).inputs[0];
   }
@@ -54,8 +54,20 @@ class CastHoisting : public Pass {
   const char* name() const override { return "cast-hoisting"; }
 
   Graph run(const Graph& g) const override {
-    return rewrite(g, [](Graph& out, int, Node n) {
-      return n.op == Op::Cast ? hoist(out, std::move(n)) : out.add(std::move(n));
+    // Readers of each node (an output counts as one). A layout op that something else reads
+    // too stays where it is, with the cast after it: moving the cast would keep the value
+    // under it live past the layout op, which then copies instead of reusing that storage.
+    std::vector<int> readers(g.size(), 0);
+    for (int id = 0; id < g.size(); ++id)
+      for (int in : g.node(id).inputs) ++readers[in];
+    for (int o : g.outputs) ++readers[o];
+    return rewrite(g, [&](Graph& out, int old_id, Node n) {
+      if (n.op != Op::Cast) return out.add(std::move(n));
+      int depth = 0;
+      for (int x = g.node(old_id).inputs[0]; hoistable(g.node(x), n.dtype) && readers[x] == 1;
+           x = g.node(x).inputs[0])
+        ++depth;
+      return hoist(out, std::move(n), depth);
     });
   }
 };
