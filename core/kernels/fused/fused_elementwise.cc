@@ -29,7 +29,7 @@ namespace {
 using fused_streams::BlockAt;
 using fused_streams::Streams;
 
-constexpr int64_t kBlockElems = 4096;        // target elements per block
+constexpr int64_t kBlockElems = 1024;        // target elements per block
 constexpr int64_t kScratchBytes = 64 << 10;  // registers for intermediates, on the stack
 constexpr int64_t kSumLeaf = 2048;           // = blocked_sum's leaf in reduce.cc
 constexpr int64_t kShortRow = 16;            // = reduce.cc's: shorter rows are folded, not reduxed
