@@ -19,7 +19,7 @@ int lowered_at(const FusionPlan& fusion, int id) {
   if (group < 0) return id;
   const FusionGroup& grp = fusion.groups[group];
   int first = grp.root;
-  if (grp.kind != FusionGroup::kElementwise)
+  if (grp.kind != FusionGroup::kElementwise && grp.kind != FusionGroup::kSum)
     for (int x : grp.extra_roots) first = std::min(first, x);
   return first;
 }

@@ -17,9 +17,15 @@ std::string FusionPlan::describe(int group) const {
     if (const char* name = compiled_fused_name(grp.instr)) s += std::string("[compiled: ") + name + "]";
     return s;
   }
-  if (grp.kind == FusionGroup::kSum)
-    return "fused_sum[" + fused_program_string(grp.program) + "; %" + std::to_string(grp.root) +
-           " = sum]";
+  if (grp.kind == FusionGroup::kSum) {
+    std::string s = "fused_sum[" + fused_program_string(grp.program) + "; %" +
+                    std::to_string(grp.root) + " = sum";
+    if (!grp.extra_roots.empty()) {
+      s += "; also writes";
+      for (int x : grp.extra_roots) s += " %" + std::to_string(x);
+    }
+    return s + "]";
+  }
   const Instr& in = grp.instr;
   char alpha[32];
   std::snprintf(alpha, sizeof alpha, "%g", in.attrs.scalar);

@@ -14,17 +14,18 @@ bool Planner::fusable(int id) const {
   return op_is_elementwise(n.op);
 }
 
-// Whether `p`, read outside a group whose instruction runs at `root` (or an output), can be
-// one of its further results: every outside reader runs after root.
-bool Planner::writable_extra(int p, int root, const std::vector<bool>& in_group) const {
+// Whether `p`, read outside a group whose instruction runs at node `runs` (or an output), can
+// be one of its further results: every outside reader runs after it.
+bool Planner::writable_extra(int p, int runs, const std::vector<bool>& in_group) const {
   if (g_.node(p).op == Op::BroadcastTo) return false;  // no step of its own to write
   for (int c : consumers_[p])
-    if (!in_group[c] && runs_at(c) <= root) return false;
+    if (!in_group[c] && runs_at(c) <= runs) return false;
   return true;
 }
 
-// A group with `root` as its last elementwise node; with `sum` >= 0, that full reduce_sum
-// of root's value is the group's result instead. multi_output: members may be read outside
+// A group with `root` as its last elementwise node; with `sum` >= 0, that reduce_sum of
+// root's value (full, or over trailing axes: a row sum) is the group's result instead, and the
+// instruction runs at it. multi_output: members may be read outside
 // the group (or be outputs) too, and are then written as further results (extra_roots);
 // when such a program cannot run fused, the single-output group is tried instead.
 void Planner::try_elementwise(int root, int sum, bool multi_output) {
@@ -46,7 +47,7 @@ void Planner::try_elementwise(int root, int sum, bool multi_output) {
         for (int c : consumers_[p]) all_inside = all_inside && in_group[c];
         if (!all_inside) {
           if (!multi_output || static_cast<int>(extras.size()) >= opt_.max_extra_results ||
-              !writable_extra(p, root, in_group))
+              !writable_extra(p, sum >= 0 ? sum : root, in_group))
             continue;
           extras.push_back(p);
         }
@@ -102,7 +103,14 @@ void Planner::try_elementwise(int root, int sum, bool multi_output) {
     grp.members.push_back(sum);
     in.op = Op::ReduceSum;
     in.out = {g_.node(sum).dtype, g_.node(sum).shape};
-    if (!select_fused_sum(in, {g_.node(root).dtype, shape}, grp.program)) return;
+    const ValueType value{g_.node(root).dtype, shape};
+    const bool ok = g_.node(sum).size() == 1
+                        ? extras.empty() && select_fused_sum(in, value, grp.program)
+                        : select_fused_row_sum(in, value, summed_row(sum), grp.program, extra_steps);
+    if (!ok) {
+      if (!extras.empty()) try_elementwise(root, sum, false);
+      return;
+    }
   } else {
     in.op = g_.node(root).op;
     in.out = {g_.node(root).dtype, shape};

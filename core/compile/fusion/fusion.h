@@ -10,7 +10,10 @@
 //                its new parameter come from one pass over parameter, gradient and moments.
 //   sum          such a group (one op is enough) whose value only a full reduce_sum reads:
 //                summed block by block, bit-identical to the unfused sum (sum(g*g) for a
-//                global norm never writes the squares).
+//                global norm never writes the squares). Or one whose value only a
+//                reduce_sum over trailing axes reads (a row sum: a norm's statistics and
+//                backward sums): each row summed as the unfused row reduction sums it, and
+//                members read outside written as further results, as for elementwise.
 //   gemm         matmul followed by a scalar multiply, then optionally an add/sub of a value:
 //                out = addend + alpha * A B as one blocked GEMM that applies the update to
 //                each block of the product while it is in cache (the SGD update p - lr * dW),
@@ -58,8 +61,8 @@ struct FusionGroup {
   // Further results the instruction writes, each through one more buffer after its operands,
   // in this order. kGemm, kReduceUpdate: the product (the reduced sum) when it is read outside
   // the group, then the sum of its squares (kGemm); the instruction runs at the earliest of
-  // root and these. kElementwise: members read after root or returned, in graph order; the
-  // instruction runs at root.
+  // root and these. kElementwise, kSum (row sums): members read after root or returned, in
+  // graph order; the instruction runs at root.
   std::vector<int> extra_roots;
   // The instruction with its kernel already selected (fn, prepared state); the compiler adds
   // buffers and the node id.

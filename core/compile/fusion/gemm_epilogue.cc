@@ -60,7 +60,8 @@ void Planner::merge_norm_sums() {
       const int s = plan.group_of[sq];
       if (s < 0 || plan.groups[s].kind != FusionGroup::kSum) continue;
       FusionGroup& sum = plan.groups[s];
-      const bool square = sum.program.size() == 1 && sum.program[0].op == Op::Mul &&
+      const bool square = g_.node(sum.root).size() == 1 && sum.program.size() == 1 &&
+                          sum.program[0].op == Op::Mul &&
                           sum.program[0].args == std::vector<int>{-1, -1} &&
                           sum.inputs == std::vector<int>{x} &&
                           sum.program[0].dtype == g_.node(x).dtype;

@@ -63,15 +63,30 @@ void Planner::run() {
   for (int id = g_.size() - 1; id >= 0; --id) {
     if (!live_[id] || plan.group_of[id] >= 0) continue;
     const Node& n = g_.node(id);
-    if (n.op == Op::ReduceSum && n.size() == 1 && is_floating(n.dtype)) {
+    if (n.op == Op::ReduceSum && is_floating(n.dtype)) {
       const int e = n.inputs[0];
+      const bool full = n.size() == 1;
       if (plan.group_of[e] < 0 && fusable(e) && g_.node(e).op != Op::BroadcastTo &&
-          sole_consumer(e) == id && g_.node(e).dtype == n.dtype)
-        try_elementwise(e, id, false);
+          sole_consumer(e) == id && g_.node(e).dtype == n.dtype && (full || summed_row(id) > 0))
+        try_elementwise(e, id, !full && opt_.multi_output);
     } else if (fusable(id) && n.op != Op::BroadcastTo) {
       try_elementwise(id, -1, opt_.multi_output);
     }
   }
+}
+
+int64_t Planner::summed_row(int id) const {
+  const Node& n = g_.node(id);
+  const Shape& in = g_.node(n.inputs[0]).shape;
+  const std::vector<int64_t>& axes = n.attrs.axes;
+  const auto rank = static_cast<int64_t>(in.size());
+  if (axes.empty() || static_cast<int64_t>(axes.size()) >= rank) return 0;
+  int64_t len = 1;
+  for (size_t k = 0; k < axes.size(); ++k) {
+    if (axes[k] != rank - static_cast<int64_t>(axes.size() - k)) return 0;
+    len *= in[axes[k]];
+  }
+  return len;
 }
 
 int Planner::sole_consumer(int id) const {
@@ -135,7 +150,9 @@ bool Planner::read_outside(int id, const std::vector<int>& members) const {
 
 int Planner::runs_at(int c) const {
   const int grp = plan.group_of[c];
-  if (grp < 0 || plan.groups[grp].kind == FusionGroup::kElementwise) return c;
+  if (grp < 0 || plan.groups[grp].kind == FusionGroup::kElementwise ||
+      plan.groups[grp].kind == FusionGroup::kSum)
+    return c;
   int first = plan.groups[grp].root;
   for (int x : plan.groups[grp].extra_roots) first = std::min(first, x);
   return first;

@@ -33,6 +33,9 @@ class Planner {
 
  private:
   // --- planner.cc: facts about the graph every kind uses.
+  // For a reduce_sum `id` over trailing axes of its operand (not all of them): the number of
+  // elements each output element sums; else 0.
+  int64_t summed_row(int id) const;
   // `id`'s only consumer, when it has exactly one and is not an output.
   int sole_consumer(int id) const;
   // The result consumer of `id` when it has exactly one and is not an output: check helpers
@@ -61,7 +64,7 @@ class Planner {
   void try_reduce_update(int r);
   // --- elementwise.cc
   bool fusable(int id) const;
-  bool writable_extra(int p, int root, const std::vector<bool>& in_group) const;
+  bool writable_extra(int p, int runs, const std::vector<bool>& in_group) const;
   void try_elementwise(int root, int sum, bool multi_output);
 
   const Graph& g_;

@@ -30,6 +30,9 @@ Graph rewrite(const Graph& g, const RewriteFn& fn, const std::vector<bool>* keep
 std::unique_ptr<Pass> make_dead_code_elimination();
 std::unique_ptr<Pass> make_constant_folding(int64_t max_folded_elements = 4096);
 std::unique_ptr<Pass> make_algebraic_simplification();
+// Casts moved before the reshapes (and narrowing casts before the transposes) they read, so
+// that fusion can make them in the pass that computes their operand (cast_hoisting.cc).
+std::unique_ptr<Pass> make_cast_hoisting();
 // Automatic checks (core/compile/passes/automatic_checks.h): adds check nodes to the graph
 // and their sites to *sites, which must outlive the pass.
 std::unique_ptr<Pass> make_automatic_checks(std::vector<CheckSite>* sites);

@@ -66,6 +66,16 @@ const char* compiled_fused_name(const Instr& instr);
 // bit-identical to the unfused reduce_sum of the materialized value. False when unsupported.
 bool select_fused_sum(Instr& instr, const ValueType& value, const std::vector<FusedOp>& program);
 
+// Prepares a fused row sum: the sum of each row of `row_len` consecutive elements of
+// `program`'s last result (of type `value`, f32 or f64), written to instr.out (value.size() /
+// row_len elements of value.dtype: a reduce_sum over value's trailing axes). instr.ins as for
+// select_fused_elementwise (each broadcasting to value.shape); extras as there, each with
+// value's shape. Every row is summed as the unfused row reduction sums it (one Eigen redux per
+// row, 16 <= row_len <= 2048), from the same values, so the sums are bit-identical to reducing
+// the materialized value, whatever the thread count. False when unsupported.
+bool select_fused_row_sum(Instr& instr, const ValueType& value, int64_t row_len,
+                          const std::vector<FusedOp>& program, const std::vector<int>& extras = {});
+
 // What a GEMM update instruction reads and writes besides A, B and the addend.
 struct GemmUpdateForm {
   bool alpha_operand = false;   // alpha is the last operand (a scalar of the output's type,

@@ -32,6 +32,7 @@ using fused_streams::Streams;
 constexpr int64_t kBlockElems = 1024;        // target elements per block
 constexpr int64_t kScratchBytes = 64 << 10;  // registers for intermediates, on the stack
 constexpr int64_t kSumLeaf = 2048;           // = blocked_sum's leaf in reduce.cc
+constexpr int64_t kShortRow = 16;            // = reduce.cc's: shorter rows are folded, not reduxed
 constexpr int64_t kPhase = 16;               // elements in a 64-byte vector of f32
 constexpr int kMaxExternal = 32;
 // Element-steps (elements x program steps) from which a fused pass is split among the
@@ -58,7 +59,24 @@ struct FusedPlan {
   std::vector<int64_t> extra_esize;
   std::vector<std::vector<int>> extra_later_reads;
   std::vector<Instr> full, last;  // per step; in_bufs / out_buf index the register table
+  // Row sum (select_fused_row_sum): the last step writes scratch register sum_reg, and each
+  // run of sum_len elements of it (a whole number of rows) is summed into the output (f32 or
+  // f64 by out_esize).
+  bool row_sum = false;
+  int sum_reg = -1;
+  int64_t sum_len = 0;
 };
+
+// The sums of the `rows` rows of n elements at `leaf` into out[first row...], as the unfused
+// row reduction computes each (reduce.cc, rows_kernel: one Eigen redux per row of at most
+// kSumLeaf elements; the leaf's rows start at the same offsets modulo 64 bytes as the
+// materialized value's).
+template <class T>
+void sum_rows(const void* leaf, int64_t rows, int64_t n, void* out) {
+  for (int64_t r = 0; r < rows; ++r)
+    static_cast<T*>(out)[r] =
+        Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>(static_cast<const T*>(leaf) + r * n, n).sum();
+}
 
 // Where block b lies.
 BlockAt block_at(const FusedPlan& P, int64_t b) {
@@ -88,7 +106,7 @@ void run_blocks(const FusedPlan& P, const Instr& in, const Frame& f, int64_t b0,
   int64_t lines_per_block = 0;
   for (int k = 0; k < P.num_ext; ++k)
     if (P.s1[k] == 1 && (P.s0[k] != 0 || P.rows == 1)) S.add(in.in<std::byte>(f, k), P.s0[k], 1, P.esize[k], false);
-  S.add(out, P.n, 1, P.out_esize, true);
+  if (!P.row_sum) S.add(out, P.n, 1, P.out_esize, true);
   for (size_t e = 0; e < P.extra_reg.size(); ++e)
     S.add(f.bufs[in.in_bufs[P.num_ext + e]], P.n, 1, P.extra_esize[e], true);
   for (int k = 0; k < S.count; ++k) lines_per_block += (P.block * (P.rows_mode ? P.n : 1) * S.esize[k] + 63) / 64;
@@ -101,7 +119,7 @@ void run_blocks(const FusedPlan& P, const Instr& in, const Frame& f, int64_t b0,
       regs[k] = const_cast<std::byte*>(in.in<std::byte>(f, k)) +
                 (at.row * P.s0[k] + at.col * P.s1[k]) * P.esize[k];
     const int64_t pos = at.row * P.n + at.col;
-    regs[out_reg] = out + pos * P.out_esize;
+    if (!P.row_sum) regs[out_reg] = out + pos * P.out_esize;
     for (size_t e = 0; e < P.extra_reg.size(); ++e)
       if (direct[e])
         regs[P.extra_reg[e]] = static_cast<std::byte*>(f.bufs[in.in_bufs[P.num_ext + e]]) + pos * P.extra_esize[e];
@@ -115,6 +133,11 @@ void run_blocks(const FusedPlan& P, const Instr& in, const Frame& f, int64_t b0,
       if (direct[e]) continue;
       auto* dst = static_cast<std::byte*>(f.bufs[in.in_bufs[P.num_ext + e]]);
       std::memcpy(dst + pos * P.extra_esize[e], regs[P.extra_reg[e]], at.elems * P.extra_esize[e]);
+    }
+    if (P.row_sum) {
+      const int64_t sums = at.elems / P.sum_len, first = at.row * P.n / P.sum_len;
+      if (P.out_esize == 4) sum_rows<float>(regs[P.sum_reg], sums, P.sum_len, out + first * 4);
+      else sum_rows<double>(regs[P.sum_reg], sums, P.sum_len, out + first * 8);
     }
   }
 }
@@ -229,9 +252,10 @@ bool build_steps(FusedPlan& P, const std::vector<ValueType>& ins,
 // when it cannot run fused. sum_leaf > 0: blocks of exactly sum_leaf elements along a single
 // row (what the fused sum needs), with the last step writing a scratch leaf, not the output.
 // extras: program steps (before the last) whose values are written too.
+// row_len > 0: a row sum (select_fused_row_sum), in rows mode over rows of row_len elements.
 std::shared_ptr<FusedPlan> make_plan(const ValueType& value, const std::vector<ValueType>& ins,
                                      const std::vector<FusedOp>& program, int64_t sum_leaf,
-                                     const std::vector<int>& extras = {}) {
+                                     const std::vector<int>& extras = {}, int64_t row_len = 0) {
   const int num_ext = static_cast<int>(ins.size());
   if (program.empty() || num_ext > kMaxExternal || value.size() == 0) return nullptr;
   if (program.back().dtype != value.dtype) return nullptr;
@@ -259,6 +283,18 @@ std::shared_ptr<FusedPlan> make_plan(const ValueType& value, const std::vector<V
     P->s1.push_back(s1);
     P->esize.push_back(dtype_size(ins[k].dtype));
   }
+  if (row_len > 0) {  // walk whole runs being summed: a collapsed rank 1 splits into them
+    if (r == 1) {
+      if (P->n % row_len != 0) return nullptr;
+      P->rows = P->n / row_len;
+      P->n = row_len;
+      for (int k = 0; k < num_ext; ++k) P->s0[k] = P->s1[k] == 1 ? row_len : 0;
+    } else if (row_len % P->n != 0) {
+      return nullptr;
+    }
+    P->row_sum = true;
+    P->sum_len = row_len;
+  }
   P->out_esize = dtype_size(value.dtype);
   // Registers: the last step writes the output; the others get a scratch register, reused
   // once every reader has run (never shared with a live operand, so no step runs in place).
@@ -279,7 +315,7 @@ std::shared_ptr<FusedPlan> make_plan(const ValueType& value, const std::vector<V
       if (last_read[j] == i - 1 && j != steps - 1 && reg_of[j] >= num_ext)
         free_regs.push_back(reg_of[j]);
     const bool extra = std::find(extras.begin(), extras.end(), i) != extras.end();
-    if (i == steps - 1) {
+    if (i == steps - 1 && !P->row_sum) {
       reg_of[i] = -2;  // the output, fixed below
     } else if (!free_regs.empty() && !extra) {  // an extra's register may become its buffer
       reg_of[i] = free_regs.back();
@@ -289,7 +325,8 @@ std::shared_ptr<FusedPlan> make_plan(const ValueType& value, const std::vector<V
     }
   }
   if (P->num_scratch > kMaxScratch) return nullptr;
-  reg_of[steps - 1] = num_ext + P->num_scratch;
+  if (P->row_sum) P->sum_reg = reg_of[steps - 1];
+  else reg_of[steps - 1] = num_ext + P->num_scratch;
   for (int e : extras) {
     P->extra_reg.push_back(reg_of[e]);
     P->extra_esize.push_back(dtype_size(program[e].dtype));
@@ -311,14 +348,15 @@ std::shared_ptr<FusedPlan> make_plan(const ValueType& value, const std::vector<V
   const int64_t target = std::min(kBlockElems, cap / kPhase * kPhase);
   if (target < kPhase) return nullptr;
   // Rows that start out of phase are walked in groups of rows that end in phase.
-  P->rows_mode = P->n < target || (P->rows > 1 && P->n % kPhase != 0);
+  P->rows_mode = P->n < target || (P->rows > 1 && P->n % kPhase != 0) || P->row_sum;
   if (sum_leaf > 0) {
     if (P->rows != 1 || sum_leaf > cap) return nullptr;
     P->rows_mode = false;
     P->block = sum_leaf;
     P->tail = P->n % sum_leaf;
   } else if (P->rows_mode) {
-    const int64_t unit = kPhase / std::gcd(P->n, kPhase);  // rows per aligned unit
+    int64_t unit = kPhase / std::gcd(P->n, kPhase);  // rows per aligned unit
+    if (P->row_sum) unit = std::lcm(unit, P->sum_len / P->n);  // and whole summed runs
     P->block = std::max(unit, target / P->n / unit * unit);
     if (P->block >= P->rows) P->block = P->rows;
     if (P->block * P->n > cap) return nullptr;
@@ -340,6 +378,20 @@ bool select_fused_elementwise(Instr& instr, const std::vector<FusedOp>& program,
   instr.fn = nullptr;
   if (select_compiled_fused(instr, program, extras)) return true;
   auto P = make_plan(instr.out, instr.ins, program, 0, extras);
+  if (!P) return false;
+  instr.prepared = P;
+  instr.fn = &run_fused;
+  return true;
+}
+
+bool select_fused_row_sum(Instr& instr, const ValueType& value, int64_t row_len,
+                          const std::vector<FusedOp>& program, const std::vector<int>& extras) {
+  instr.fn = nullptr;
+  if (value.dtype != DType::f32 && value.dtype != DType::f64) return false;
+  if (instr.out.dtype != value.dtype || row_len < kShortRow || row_len > kSumLeaf ||
+      value.size() % row_len != 0 || instr.out.size() != value.size() / row_len)
+    return false;
+  auto P = make_plan(value, instr.ins, program, 0, extras, row_len);
   if (!P) return false;
   instr.prepared = P;
   instr.fn = &run_fused;

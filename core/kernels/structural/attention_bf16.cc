@@ -98,7 +98,10 @@ class BlockOperand {
 
 // The scratch of one task, kept per thread between tasks.
 struct Scratch {
-  BlockOperand b1, b2, b3, b4;
+  BlockOperand b1, b2, b3;
+  // The backward's dO and Q blocks as op(B) of dV += P^T dO and dK += dS^T Q, per query block:
+  // packed once per (batch, head), not once per key block.
+  std::vector<BlockOperand> dout_blocks, q_blocks;
   std::vector<float> tmp;
   std::vector<uint16_t> dout16;
   alignas(64) float s[kBq * kBk];
@@ -189,6 +192,16 @@ void backward_task(const Instr& in, const Frame& f, const AttentionGeometry& g, 
     sc.tmp[i] = dr - d[g.dv];
   }
   const uint16_t* do16 = sc.dout16.data();
+  const int64_t query_blocks = (g.tq + kBq - 1) / kBq;
+  if (static_cast<int64_t>(sc.q_blocks.size()) < query_blocks) {
+    sc.dout_blocks.resize(query_blocks);
+    sc.q_blocks.resize(query_blocks);
+  }
+  for (int64_t i0 = 0; i0 < g.tq; i0 += kBq) {
+    const int64_t rows = std::min(kBq, g.tq - i0);
+    sc.dout_blocks[i0 / kBq].set(g.dv, rows, do16 + i0 * g.dv, g.dv, false);
+    sc.q_blocks[i0 / kBq].set(g.dh, rows, q + i0 * g.dh, g.dh, false);
+  }
   for (int64_t j0 = 0; j0 < max_len; j0 += kBk) {
     if (deadline_passed(deadline)) [[unlikely]] return;  // the key blocks left are skipped
     const int64_t cols = std::min(kBk, max_len - j0);
@@ -211,8 +224,7 @@ void backward_task(const Instr& in, const Frame& f, const AttentionGeometry& g, 
         std::fill(row + valid, row + cols, 0.f);
         std::fill(p16 + valid, p16 + cols, uint16_t{0});
       }
-      sc.b4.set(g.dv, rows, do16 + i0 * g.dv, g.dv, false);  // dV += P^T dO
-      sc.b4.multiply(cols, sc.p16, cols, true, dv + j0 * g.dv, true);
+      sc.dout_blocks[i0 / kBq].multiply(cols, sc.p16, cols, true, dv + j0 * g.dv, true);  // dV += P^T dO
       sc.b2.multiply(rows, do16 + i0 * g.dv, g.dv, false, sc.dp, false);
       for (int64_t r = 0; r < rows; ++r) {
         const float dr = sc.tmp[i0 + r];
@@ -222,8 +234,7 @@ void backward_task(const Instr& in, const Frame& f, const AttentionGeometry& g, 
         for (int64_t c = 0; c < cols; ++c) ds[c] = round_bf16(pr[c] * (dpr[c] - dr) * scale);
       }
       sc.b3.multiply(rows, sc.p16, cols, false, dq + i0 * g.dh, true);
-      sc.b4.set(g.dh, rows, q + i0 * g.dh, g.dh, false);  // dK += dS^T Q
-      sc.b4.multiply(cols, sc.p16, cols, true, dk + j0 * g.dh, true);
+      sc.q_blocks[i0 / kBq].multiply(cols, sc.p16, cols, true, dk + j0 * g.dh, true);  // dK += dS^T Q
     }
   }
 }
