@@ -20,6 +20,7 @@
 #include <type_traits>
 
 #include "core/base/step_deadline.h"
+#include "core/kernels/split_work.h"
 #include "core/kernels/structural/structural.h"
 
 namespace fjit::kernels::st {
@@ -156,27 +157,31 @@ template <class T, class R> void columns_kernel(const Instr& in, const Frame& f)
   T* out = in.output<T>(f);
   const int64_t outer = in.p[0], red = in.p[1], inner = in.p[2];
   const int64_t deadline = thread_step_deadline();
-  for (int64_t o = 0; o < outer; ++o) {
-    const T* src = x + o * red * inner;
-    T* dst = out + o * inner;
-    for (int64_t j0 = 0; j0 < inner; j0 += kTile) {
-      if (deadline_passed(deadline)) [[unlikely]] return;  // a tile: red * kTile elements
-      const int64_t w = std::min(kTile, inner - j0);
-      T* __restrict d = dst + j0;
-      const T* s = src + j0;
-      std::memcpy(d, s, w * sizeof(T));
-      int64_t r = 1;
-      for (; r + 4 <= red; r += 4) {  // four rows per pass over the accumulator
-        const T* __restrict s0 = s + r * inner;
-        const T* __restrict s1 = s0 + inner;
-        const T* __restrict s2 = s1 + inner;
-        const T* __restrict s3 = s2 + inner;
-        for (int64_t j = 0; j < w; ++j)
-          d[j] = R::combine(d[j], R::combine(R::combine(s0[j], s1[j]), R::combine(s2[j], s3[j])));
+  // Each output element is its own fold over the reduced rows, so the outer groups split
+  // over the intra-op threads with the same bits on any thread count.
+  split_work(outer, outer * red * inner, [&](int64_t o0, int64_t o1) {
+    for (int64_t o = o0; o < o1; ++o) {
+      const T* src = x + o * red * inner;
+      T* dst = out + o * inner;
+      for (int64_t j0 = 0; j0 < inner; j0 += kTile) {
+        if (deadline_passed(deadline)) [[unlikely]] return;  // a tile: red * kTile elements
+        const int64_t w = std::min(kTile, inner - j0);
+        T* __restrict d = dst + j0;
+        const T* s = src + j0;
+        std::memcpy(d, s, w * sizeof(T));
+        int64_t r = 1;
+        for (; r + 4 <= red; r += 4) {  // four rows per pass over the accumulator
+          const T* __restrict s0 = s + r * inner;
+          const T* __restrict s1 = s0 + inner;
+          const T* __restrict s2 = s1 + inner;
+          const T* __restrict s3 = s2 + inner;
+          for (int64_t j = 0; j < w; ++j)
+            d[j] = R::combine(d[j], R::combine(R::combine(s0[j], s1[j]), R::combine(s2[j], s3[j])));
+        }
+        for (; r < red; ++r) combine_row<T, R>(d, s + r * inner, w);
       }
-      for (; r < red; ++r) combine_row<T, R>(d, s + r * inner, w);
     }
-  }
+  });
 }
 
 // v = [g, extents[g], out strides[g]] over merged groups (out stride 0 = reduced group).
