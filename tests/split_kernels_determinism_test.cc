@@ -1,13 +1,15 @@
-// The memory-bound kernels that split their work over the intra-op threads
-// (core/kernels/split_work.h: patches and its adjoint, broadcasting elementwise kernels,
-// plain-loop unary kernels and casts, column reductions) give the same bits with 1, 2, 3 and
-// 4 threads, and each matches its reference kernel (the op sweep harness). Every case is large
-// enough to be split.
+// The kernels that split their work over the intra-op threads (core/kernels/split_work.h:
+// patches and its adjoint, broadcasting elementwise kernels, plain-loop unary kernels and
+// casts, column reductions, random bits) and the bf16 products whose row blocks follow the
+// thread count give the same bits with 1, 2, 3 and 4 threads, and each matches its reference
+// kernel (the op sweep harness). Every case is large enough to be split.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <string>
 
+#include "core/base/isa.h"
 #include "core/base/threads.h"
 #include "core/kernels/split_work.h"
 #include "tests/op_sweep_harness.h"
@@ -121,6 +123,39 @@ TEST(SplitKernelsDeterminism, UnaryLoopsAndCasts) {
   expect_bits_independent_of_threads(make_case(Op::Cast, {DType::bf16, s}, {{DType::f32, s}}), "cast f32 -> bf16");
   expect_bits_independent_of_threads(make_case(Op::Cast, {DType::f32, s}, {{DType::bf16, s}}), "cast bf16 -> f32");
   expect_bits_independent_of_threads(make_case(Op::Cast, {DType::i32, s}, {{DType::f32, s}}), "cast f32 -> i32");
+}
+
+TEST(SplitKernelsDeterminism, RandomBits) {
+  for (int64_t n : {int64_t{300001}, int64_t{262146}}) {  // the last block of 4 words cut short, or whole
+    sweep::Case c = make_case(Op::RandomBits, {DType::u32, {n}}, {{DType::u32, {2}}});
+    c.attrs.index = 1;
+    expect_bits_independent_of_threads(c, "random_bits");
+  }
+}
+
+// bf16 products whose row blocks follow the thread count (core/kernels/gemm/matmul_bf16.cc):
+// weight gradients A^T B of a few hundred rows and a deep K, on the AVX512_BF16 kernels and
+// on the AVX2 widening path.
+TEST(SplitKernelsDeterminism, Bf16ProductsWhoseBlocksFollowTheThreads) {
+  const Isa before = active_isa();
+  for (Isa isa : {Isa::avx2, Isa::avx512}) {
+    set_isa_limit(isa);
+    for (const auto& [m, k, n] : {std::array<int64_t, 3>{288, 3000, 64}, {300, 2000, 40}, {9, 4000, 32}}) {
+      sweep::Case c = make_case(Op::MatMul, {DType::f32, {m, n}}, {{DType::bf16, {k, m}}, {DType::bf16, {k, n}}});
+      c.attrs.trans_a = true;
+      c.tol = 1e-4;
+      const int saved = intra_op_threads();
+      set_intra_op_threads(1);
+      const Array one = sweep::run_case(c);
+      for (int threads : {2, 3, 4}) {
+        set_intra_op_threads(threads);
+        EXPECT_TRUE(sweep::run_case(c).bit_equal(one))
+            << isa_name(active_isa()) << " M,K,N=" << m << "," << k << "," << n << ": " << threads << " threads differ from 1";
+      }
+      set_intra_op_threads(saved);
+    }
+  }
+  set_isa_limit(before);
 }
 
 TEST(SplitKernelsDeterminism, ColumnReductions) {

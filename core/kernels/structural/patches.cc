@@ -67,11 +67,30 @@ struct Geometry {
 // Images are independent (a patches row reads one image; an image's pixels sum only its own
 // rows' taps, in the same order), so both kernels split whole images over the intra-op
 // threads and give the same bits on any thread count.
+// A first layer's grey image (one channel): one element per tap, written in for_each_tap's
+// order by loops that test the window row once per row and keep no call per tap.
+template <class T> void grey_patches(const Geometry& g, const T* x, T* out, T pad, int64_t b0, int64_t b1) {
+  T* o = out + b0 * g.patches_elems();
+  for (int64_t b = b0; b < b1; ++b)
+    for (int64_t y = 0; y < g.oh; ++y)
+      for (int64_t ox = 0; ox < g.ow; ++ox)
+        for (int64_t i = 0; i < g.kh; ++i, o += g.kw) {
+          const int64_t iy = y * g.sh - g.top + i * g.dh;
+          if (iy < 0 || iy >= g.h) {
+            std::fill_n(o, g.kw, pad);
+            continue;
+          }
+          const T* row = x + (b * g.h + iy) * g.w;
+          const int64_t ix0 = ox * g.sw - g.left;
+          for (int64_t j = 0; j < g.kw; ++j) {
+            const int64_t ix = ix0 + j * g.dw;
+            o[j] = ix >= 0 && ix < g.w ? row[ix] : pad;
+          }
+        }
+}
+
 template <class T> void patches_images(const Geometry& g, const T* x, T* out, T pad, int64_t b0, int64_t b1) {
-  if (g.c == 1) {  // a first layer's grey image: one element per tap, no memcpy calls
-    g.for_each_tap(b0, b1, [&](int64_t row, int64_t src) { out[row] = src >= 0 ? x[src] : pad; });
-    return;
-  }
+  if (g.c == 1) return grey_patches(g, x, out, pad, b0, b1);
   const size_t run = g.c * sizeof(T);
   if (run % 32 == 0) {  // whole 32-byte pieces: inline vector copies, not a memcpy call per tap
     g.for_each_tap(b0, b1, [&](int64_t row, int64_t src) {
