@@ -1,8 +1,8 @@
 // The kernels that split their work over the intra-op threads (core/kernels/split_work.h:
 // patches and its adjoint, broadcasting elementwise kernels, plain-loop unary kernels and
-// casts, column reductions, random bits) and the bf16 products whose row blocks follow the
-// thread count give the same bits with 1, 2, 3 and 4 threads, and each matches its reference
-// kernel (the op sweep harness). Every case is large enough to be split.
+// casts, row and column reductions, random bits, layout copies and concat) and the bf16 products whose
+// row blocks follow the thread count give the same bits with 1, 2, 3 and 4 threads, and each
+// matches its reference kernel (the op sweep harness). Every case is large enough to be split.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -158,6 +158,32 @@ TEST(SplitKernelsDeterminism, Bf16ProductsWhoseBlocksFollowTheThreads) {
   set_isa_limit(before);
 }
 
+TEST(SplitKernelsDeterminism, LayoutCopies) {
+  const DType f = DType::f32;
+  auto transpose = [&](Shape in, Shape out, std::vector<int64_t> perm) {
+    sweep::Case c = make_case(Op::Transpose, {f, std::move(out)}, {{f, std::move(in)}});
+    c.attrs.axes = std::move(perm);
+    return c;
+  };
+  expect_bits_independent_of_threads(transpose({8, 256, 6, 64}, {8, 6, 256, 64}, {0, 2, 1, 3}), "transpose, heads");
+  expect_bits_independent_of_threads(transpose({30, 200, 40}, {30, 40, 200}, {0, 2, 1}), "transpose, tiles");
+  expect_bits_independent_of_threads(transpose({700, 500}, {500, 700}, {1, 0}), "transpose, one 2-D tile walk");
+  sweep::Case slice = make_case(Op::Slice, {f, {2048, 384}}, {{f, {2048, 1152}}});
+  slice.attrs.starts = {0, 384};
+  slice.attrs.limits = {2048, 768};
+  slice.attrs.steps = {1, 1};
+  expect_bits_independent_of_threads(slice, "slice of columns");
+  sweep::Case strided = make_case(Op::Slice, {f, {1000, 300}}, {{f, {1000, 600}}});
+  strided.attrs.starts = {0, 1};
+  strided.attrs.limits = {1000, 600};
+  strided.attrs.steps = {1, 2};
+  expect_bits_independent_of_threads(strided, "slice with a step");
+  expect_bits_independent_of_threads(make_case(Op::BroadcastTo, {f, {3000, 200}}, {{f, {3000, 1}}}), "broadcast_to");
+  sweep::Case concat = make_case(Op::Concat, {f, {2048, 1152}}, {{f, {2048, 384}}, {f, {2048, 384}}, {f, {2048, 384}}});
+  concat.attrs.axis = 1;
+  expect_bits_independent_of_threads(concat, "concat along the last axis");
+}
+
 TEST(SplitKernelsDeterminism, ColumnReductions) {
   struct R {
     const char* what;
@@ -171,6 +197,12 @@ TEST(SplitKernelsDeterminism, ColumnReductions) {
       {"sum over a middle axis", Op::ReduceSum, DType::f32, {500, 64, 40}, {1}},
       {"min over a middle axis f64", Op::ReduceMin, DType::f64, {300, 30, 40}, {1}},
       {"sum over a long middle axis", Op::ReduceSum, DType::f32, {8, 4000, 40}, {1}},
+      {"sum over the first axis, 32 columns (a conv bias gradient)", Op::ReduceSum, DType::f32, {10000, 32}, {0}},
+      {"sum over the first axis, 1536 columns (a dense bias gradient)", Op::ReduceSum, DType::f32, {2048, 1536}, {0}},
+      {"max over the first axis, 100 columns", Op::ReduceMax, DType::f32, {3000, 100}, {0}},
+      {"sum over the first axis, 10 columns", Op::ReduceSum, DType::f64, {30000, 10}, {0}},
+      {"sum of rows", Op::ReduceSum, DType::f32, {2048, 384}, {1}},
+      {"max of short rows", Op::ReduceMax, DType::f32, {40000, 10}, {1}},
   };
   for (const R& c : cases) {
     Shape out;

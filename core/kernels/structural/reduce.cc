@@ -20,6 +20,7 @@
 #include <type_traits>
 
 #include "core/base/step_deadline.h"
+#include "core/base/threads.h"
 #include "core/kernels/split_work.h"
 #include "core/kernels/structural/structural.h"
 
@@ -129,10 +130,13 @@ template <class T, class R> void rows_kernel(const Instr& in, const Frame& f) {
   T* out = in.output<T>(f);
   const int64_t rows = in.p[0], len = in.p[1];
   const int64_t deadline = thread_step_deadline(), every = rows_per_poll(len);
-  for (int64_t r = 0; r < rows; ++r) {
-    if (r % every == 0 && deadline_passed(deadline)) [[unlikely]] return;
-    out[r] = R::span(x + r * len, len);
-  }
+  // Rows are independent: they split over the intra-op threads with the same bits.
+  split_work(rows, rows * len, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      if ((r - r0) % every == 0 && deadline_passed(deadline)) [[unlikely]] return;
+      out[r] = R::span(x + r * len, len);
+    }
+  });
 }
 
 // Rows shorter than kShortRow (class logits): a scalar fold beats a redux call per row.
@@ -142,44 +146,52 @@ template <class T, class R> void short_rows_kernel(const Instr& in, const Frame&
   T* out = in.output<T>(f);
   const int64_t rows = in.p[0], len = in.p[1];
   const int64_t deadline = thread_step_deadline(), every = rows_per_poll(len);
-  for (int64_t r = 0; r < rows; ++r, x += len) {
-    if (r % every == 0 && deadline_passed(deadline)) [[unlikely]] return;
-    T acc = x[0];
-    for (int64_t i = 1; i < len; ++i) acc = R::combine(acc, x[i]);
-    out[r] = acc;
-  }
+  split_work(rows, rows * len, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      if ((r - r0) % every == 0 && deadline_passed(deadline)) [[unlikely]] return;
+      const T* row = x + r * len;
+      T acc = row[0];
+      for (int64_t i = 1; i < len; ++i) acc = R::combine(acc, row[i]);
+      out[r] = acc;
+    }
+  });
 }
 
 // p[0] = outer, p[1] = reduced (>= 1), p[2] = inner
 template <class T, class R> void columns_kernel(const Instr& in, const Frame& f) {
   constexpr int64_t kTile = 16384 / sizeof(T);  // accumulator tile: 16 KiB, stays in L1
+  constexpr int64_t kMinCols = 64 / sizeof(T);  // a cache line of columns
   const T* x = in.in<T>(f, 0);
   T* out = in.output<T>(f);
   const int64_t outer = in.p[0], red = in.p[1], inner = in.p[2];
   const int64_t deadline = thread_step_deadline();
-  // Each output element is its own fold over the reduced rows, so the outer groups split
-  // over the intra-op threads with the same bits on any thread count.
-  split_work(outer, outer * red * inner, [&](int64_t o0, int64_t o1) {
-    for (int64_t o = o0; o < o1; ++o) {
-      const T* src = x + o * red * inner;
-      T* dst = out + o * inner;
-      for (int64_t j0 = 0; j0 < inner; j0 += kTile) {
-        if (deadline_passed(deadline)) [[unlikely]] return;  // a tile: red * kTile elements
-        const int64_t w = std::min(kTile, inner - j0);
-        T* __restrict d = dst + j0;
-        const T* s = src + j0;
-        std::memcpy(d, s, w * sizeof(T));
-        int64_t r = 1;
-        for (; r + 4 <= red; r += 4) {  // four rows per pass over the accumulator
-          const T* __restrict s0 = s + r * inner;
-          const T* __restrict s1 = s0 + inner;
-          const T* __restrict s2 = s1 + inner;
-          const T* __restrict s3 = s2 + inner;
-          for (int64_t j = 0; j < w; ++j)
-            d[j] = R::combine(d[j], R::combine(R::combine(s0[j], s1[j]), R::combine(s2[j], s3[j])));
-        }
-        for (; r < red; ++r) combine_row<T, R>(d, s + r * inner, w);
+  // Each output element is its own fold over the reduced rows, whichever columns share its
+  // tile, so the (outer group, column tile) pairs split over the intra-op threads with the same
+  // bits on any thread count. Tiles: up to kTile columns; with threads and few tiles,
+  // narrower ones (down to a cache line) so that the threads have several each.
+  int64_t tile = std::min(inner, kTile);
+  const int64_t threads = intra_op_threads();
+  if (threads > 1 && outer * ((inner + tile - 1) / tile) < 4 * threads)
+    tile = std::min(tile, std::max(kMinCols, (inner + 4 * threads - 1) / (4 * threads) / kMinCols * kMinCols));
+  const int64_t tiles = (inner + tile - 1) / tile;
+  split_work(outer * tiles, outer * red * inner, [&](int64_t u0, int64_t u1) {
+    for (int64_t u = u0; u < u1; ++u) {
+      if (deadline_passed(deadline)) [[unlikely]] return;  // a tile: red * tile elements
+      const int64_t o = u / tiles, j0 = (u % tiles) * tile;
+      const int64_t w = std::min(tile, inner - j0);
+      T* __restrict d = out + o * inner + j0;
+      const T* s = x + o * red * inner + j0;
+      std::memcpy(d, s, w * sizeof(T));
+      int64_t r = 1;
+      for (; r + 4 <= red; r += 4) {  // four rows per pass over the accumulator
+        const T* __restrict s0 = s + r * inner;
+        const T* __restrict s1 = s0 + inner;
+        const T* __restrict s2 = s1 + inner;
+        const T* __restrict s3 = s2 + inner;
+        for (int64_t j = 0; j < w; ++j)
+          d[j] = R::combine(d[j], R::combine(R::combine(s0[j], s1[j]), R::combine(s2[j], s3[j])));
       }
+      for (; r < red; ++r) combine_row<T, R>(d, s + r * inner, w);
     }
   });
 }
