@@ -133,16 +133,18 @@ TEST(SplitKernelsDeterminism, RandomBits) {
   }
 }
 
-// bf16 products whose row blocks follow the thread count (core/kernels/gemm/matmul_bf16.cc):
-// weight gradients A^T B of a few hundred rows and a deep K, on the AVX512_BF16 kernels and
-// on the AVX2 widening path.
+// bf16 products whose row blocks follow the thread count and whose op(B) is packed by all
+// threads in depth blocks (core/kernels/gemm/matmul_bf16.cc): weight gradients A^T B of a few
+// hundred rows and a deep K, on the AVX512_BF16 kernels and on the AVX2 widening path.
 TEST(SplitKernelsDeterminism, Bf16ProductsWhoseBlocksFollowTheThreads) {
   const Isa before = active_isa();
   for (Isa isa : {Isa::avx2, Isa::avx512}) {
     set_isa_limit(isa);
-    for (const auto& [m, k, n] : {std::array<int64_t, 3>{288, 3000, 64}, {300, 2000, 40}, {9, 4000, 32}}) {
-      sweep::Case c = make_case(Op::MatMul, {DType::f32, {m, n}}, {{DType::bf16, {k, m}}, {DType::bf16, {k, n}}});
+    for (const auto& [m, k, n, tb] : {std::array<int64_t, 4>{288, 3000, 64, 0}, {300, 2001, 40, 1}, {9, 4000, 32, 0}}) {
+      const Shape bs = tb ? Shape{n, k} : Shape{k, n};
+      sweep::Case c = make_case(Op::MatMul, {DType::f32, {m, n}}, {{DType::bf16, {k, m}}, {DType::bf16, bs}});
       c.attrs.trans_a = true;
+      c.attrs.trans_b = tb != 0;
       c.tol = 1e-4;
       const int saved = intra_op_threads();
       set_intra_op_threads(1);

@@ -80,8 +80,11 @@ void bf16_kernel(const Instr& in, const Frame& f) {
     b32_buf.resize(batch * bsz);
     b32 = b32_buf.data();
   }
-  auto pack = [&](int64_t i) {
-    if (native) bf16_pack_b(n, k, b + i * sb, TB ? k : n, TB, bp + i * bsz);
+  // Packing op(B) in pieces (an entry's depth blocks, native), shared by the threads.
+  const int64_t pack_blocks = native ? bf16_pack_b_blocks(k) : 1, pieces = batch * pack_blocks;
+  auto pack = [&](int64_t piece) {
+    const int64_t i = piece / pack_blocks, q = piece % pack_blocks;
+    if (native) bf16_pack_b_part(n, k, b + i * sb, TB ? k : n, TB, bp + i * bsz, q, q + 1);
     else std::transform(b + i * sb, b + i * sb + k * n, b32 + i * bsz, widen);
   };
   auto run = [&](int64_t item) {
@@ -114,13 +117,13 @@ void bf16_kernel(const Instr& in, const Frame& f) {
 #pragma omp parallel num_threads(threads)
     {
 #pragma omp for schedule(static)
-      for (int64_t i = 0; i < batch; ++i) pack(i);
+      for (int64_t i = 0; i < pieces; ++i) pack(i);
 #pragma omp for schedule(static)
       for (int64_t item = 0; item < items; ++item) run(item);
       fpe::collect_worker_flags();
     }
   } else {
-    for (int64_t i = 0; i < batch; ++i) pack(i);
+    for (int64_t i = 0; i < pieces; ++i) pack(i);
     for (int64_t item = 0; item < items; ++item) run(item);
   }
 }
