@@ -20,7 +20,6 @@
 #include <type_traits>
 
 #include "core/base/step_deadline.h"
-#include "core/base/threads.h"
 #include "core/kernels/split_work.h"
 #include "core/kernels/structural/structural.h"
 
@@ -160,19 +159,15 @@ template <class T, class R> void short_rows_kernel(const Instr& in, const Frame&
 // p[0] = outer, p[1] = reduced (>= 1), p[2] = inner
 template <class T, class R> void columns_kernel(const Instr& in, const Frame& f) {
   constexpr int64_t kTile = 16384 / sizeof(T);  // accumulator tile: 16 KiB, stays in L1
-  constexpr int64_t kMinCols = 64 / sizeof(T);  // a cache line of columns
   const T* x = in.in<T>(f, 0);
   T* out = in.output<T>(f);
   const int64_t outer = in.p[0], red = in.p[1], inner = in.p[2];
   const int64_t deadline = thread_step_deadline();
   // Each output element is its own fold over the reduced rows, whichever columns share its
   // tile, so the (outer group, column tile) pairs split over the intra-op threads with the same
-  // bits on any thread count. Tiles: up to kTile columns; with threads and few tiles,
-  // narrower ones (down to a cache line) so that the threads have several each.
-  int64_t tile = std::min(inner, kTile);
-  const int64_t threads = intra_op_threads();
-  if (threads > 1 && outer * ((inner + tile - 1) / tile) < 4 * threads)
-    tile = std::min(tile, std::max(kMinCols, (inner + 4 * threads - 1) / (4 * threads) / kMinCols * kMinCols));
+  // bits on any thread count. Tiles of up to kTile columns: not narrower, as threads reading
+  // every row's share of its columns would pull lines the producer's threads wrote by rows.
+  const int64_t tile = std::min(inner, kTile);
   const int64_t tiles = (inner + tile - 1) / tile;
   split_work(outer * tiles, outer * red * inner, [&](int64_t u0, int64_t u1) {
     for (int64_t u = u0; u < u1; ++u) {
