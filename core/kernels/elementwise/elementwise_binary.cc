@@ -108,12 +108,15 @@ void loop_nest2(T* o, const T* a, const T* b, int64_t rows, int64_t n) {
   }
 }
 
-// Rank-2 plans: an operand with inner stride 0 is a column; with inner stride 1 it is full
-// (outer stride n) or a row (outer stride 0).
+// Rank-2 plans, rows [lo, hi): an operand with inner stride 0 is a column; with inner
+// stride 1 it is full (outer stride n) or a row (outer stride 0).
 template <class F, class T, int S0, int S1>
-void loop_rank2(const Instr& in, T* o, const T* a, const T* b) {
-  const int64_t rows = in.p[2], n = in.v[1];
+void loop_rank2(const Instr& in, T* o, const T* a, const T* b, int64_t lo, int64_t hi) {
+  const int64_t n = in.v[1], rows = hi - lo;
   const bool a_full = in.v[2] != 0, b_full = in.v[4] != 0;
+  o += lo * n;
+  a += S0 == 0 ? lo : a_full ? lo * n : 0;
+  b += S1 == 0 ? lo : b_full ? lo * n : 0;
   constexpr Kind2 kFull = Kind2::full, kRow = Kind2::row, kCol = Kind2::col;
   if constexpr (S0 == 1 && S1 == 1) {
     if (a_full && b_full) loop_nest2<F, T, kFull, kFull>(o, a, b, rows, n);
@@ -128,6 +131,8 @@ void loop_rank2(const Instr& in, T* o, const T* a, const T* b) {
   }
 }
 
+// Large plans split whole rows over the intra-op threads, or pieces of a rank-1 row
+// (for_each_row); float pow's row is not cut, as Eigen's vector and scalar pow may differ.
 template <class F, class T, int S0, int S1>
 void binary_kernel(const Instr& in, const Frame& f) {
   const T* a = in.in<T>(f, 0);
@@ -138,7 +143,9 @@ void binary_kernel(const Instr& in, const Frame& f) {
   if constexpr (kHasLoop<F, T>) {
     if (std::is_same_v<T, int32_t> || r == 2 || n < kShortRow) {
       if (r == 2) {
-        loop_rank2<F, T, S0, S1>(in, o, a, b);
+        const int64_t rows = in.p[2];
+        split_work(rows, rows * n * 3,
+                   [&](int64_t lo, int64_t hi) { loop_rank2<F, T, S0, S1>(in, o, a, b, lo, hi); });
       } else {
         for_each_row<2>(in, [=](int64_t oo, const std::array<int64_t, 2>& off, int64_t len) {
           loop_row<F, T, S0, S1>(o + oo, a + off[0], b + off[1], len);
@@ -148,10 +155,13 @@ void binary_kernel(const Instr& in, const Frame& f) {
     }
   }
   if constexpr (!std::is_same_v<T, int32_t>) {
-    for_each_row<2>(in, [=](int64_t oo, const std::array<int64_t, 2>& off, int64_t len) {
-      OutMap<T>(o + oo, len) = F::eval(eigen_operand<S0>(a + off[0], len),
-                                       eigen_operand<S1>(b + off[1], len));
-    });
+    for_each_row<2>(
+        in,
+        [=](int64_t oo, const std::array<int64_t, 2>& off, int64_t len) {
+          OutMap<T>(o + oo, len) = F::eval(eigen_operand<S0>(a + off[0], len),
+                                           eigen_operand<S1>(b + off[1], len));
+        },
+        kHasLoop<F, T>);
   }
 }
 

@@ -20,10 +20,12 @@
 
 #include "core/base/eigen.h"
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 
 #include "core/kernels/kernel.h"
+#include "core/kernels/split_work.h"
 
 namespace fjit::kernels::ew {
 
@@ -40,12 +42,10 @@ int plan_broadcast(Instr& instr);
 // by a buffer that fits in memory; plan_broadcast() rejects more.
 inline constexpr int kMaxCollapsedRank = 40;
 
-// Calls row(out_offset, in_offsets, n) for every innermost row of instr's plan, in order.
-// One call site, so the row body is inlined: short rows must not pay a call each.
+// Calls row(out_offset, in_offsets, n) for rows [lo, hi) of instr's plan, in order.
 template <int K, class Row>
-inline void for_each_row(const Instr& instr, Row&& row) {
+inline void for_rows(const Instr& instr, int64_t lo, int64_t hi, Row& row) {
   const int r = static_cast<int>(instr.p[0]);
-  const int64_t rows = instr.p[2];
   const int64_t* ext = instr.v.data();
   const int64_t* st = ext + r;  // st[k * r + d]
   const int64_t n = ext[r - 1];
@@ -53,8 +53,12 @@ inline void for_each_row(const Instr& instr, Row&& row) {
   if (r == 2)
     for (int k = 0; k < K; ++k) outer[k] = st[k * 2];
   int64_t idx[kMaxCollapsedRank];
-  for (int d = 0; d < r - 1; ++d) idx[d] = 0;
-  for (int64_t o = 0; o < rows; ++o) {
+  for (int64_t d = r - 2, rest = lo; d >= 0; --d) {  // row lo's index over the outer dims
+    idx[d] = rest % ext[d];
+    rest /= ext[d];
+    for (int k = 0; k < K; ++k) off[k] += idx[d] * st[k * r + d];
+  }
+  for (int64_t o = lo; o < hi; ++o) {
     row(o * n, off, n);
     if (r == 2) {
       for (int k = 0; k < K; ++k) off[k] += outer[k];
@@ -69,6 +73,43 @@ inline void for_each_row(const Instr& instr, Row&& row) {
       for (int k = 0; k < K; ++k) off[k] -= st[k * r + d] * (ext[d] - 1);
     }
   }
+}
+
+// Elements per piece when one row is cut among threads: a multiple of every vector width, so
+// on 64-byte aligned buffers each piece is walked with the same vectors as the whole row.
+inline constexpr int64_t kRowPiece = 1024;
+
+// Calls piece(a, b) on ranges of [0, n) that cover it once, cut at multiples of kRowPiece and
+// split over the intra-op threads when `elems` (elements read and written) is large enough.
+template <class Piece>
+inline void for_each_piece(int64_t n, int64_t elems, Piece&& piece) {
+  split_work((n + kRowPiece - 1) / kRowPiece, elems, [&](int64_t lo, int64_t hi) {
+    piece(lo * kRowPiece, std::min(n, hi * kRowPiece));
+  });
+}
+
+// Calls row(out_offset, in_offsets, n) for every innermost row of instr's plan, in order on
+// each thread; large plans split whole rows over the intra-op threads (core/kernels/split_work.h),
+// and a plan of one row (rank 1) is cut into pieces of kRowPiece elements unless `cut_row` is
+// false (row kernels whose vector and scalar paths may differ in bits). Every element is
+// computed by the same row code on any thread count. One call site, so the row body is
+// inlined: short rows must not pay a call each.
+template <int K, class Row>
+inline void for_each_row(const Instr& instr, Row&& row, bool cut_row = true) {
+  const int r = static_cast<int>(instr.p[0]);
+  const int64_t rows = instr.p[2];
+  const int64_t n = instr.v[r - 1];
+  const int64_t elems = rows * n * (K + 1);
+  if (rows == 1 && cut_row) {
+    const int64_t* inner = instr.v.data() + r + (r - 1);  // inner[k * r]: operand k's row stride
+    for_each_piece(n, elems, [&](int64_t a, int64_t b) {
+      std::array<int64_t, K> off;
+      for (int k = 0; k < K; ++k) off[k] = a * inner[k * r];
+      row(a, off, b - a);
+    });
+    return;
+  }
+  split_work(rows, elems, [&](int64_t lo, int64_t hi) { for_rows<K>(instr, lo, hi, row); });
 }
 
 // --- Eigen row operands: a contiguous Map, or a broadcast scalar as a constant expression.

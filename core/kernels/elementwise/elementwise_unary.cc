@@ -51,7 +51,8 @@ KernelFn float_unary(DType t) {
   return nullptr;
 }
 
-// --- Plain-loop kernels: out[i] = F::apply(x[i]).
+// --- Plain-loop kernels: out[i] = F::apply(x[i]), large ones in pieces over the intra-op
+// threads (each element alone: the same bits on any thread count).
 struct SignL {
   template <class T> static T apply(T x) { return x > T(0) ? T(1) : x < T(0) ? T(-1) : x; }
 };
@@ -85,7 +86,9 @@ void unary_loop(const Instr& in, const Frame& f) {
   const From* x = in.in<From>(f, 0);
   To* o = in.output<To>(f);
   const int64_t n = in.p[0];
-  for (int64_t i = 0; i < n; ++i) o[i] = F::apply(x[i]);
+  for_each_piece(n, 2 * n, [=](int64_t a, int64_t b) {
+    for (int64_t i = a; i < b; ++i) o[i] = F::apply(x[i]);
+  });
 }
 
 template <class F>
@@ -112,12 +115,14 @@ void cast_f32_to_bf16_kernel(const Instr& in, const Frame& f) {
   const auto* x = in.in<uint32_t>(f, 0);
   auto* o = in.output<uint16_t>(f);
   const int64_t n = in.p[0];
-  for (int64_t i = 0; i < n; ++i) {
-    const uint32_t u = x[i];
-    const uint32_t nearest = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-    const uint32_t nan = ((u >> 16) & 0x8000u) | 0x7fc0u;
-    o[i] = static_cast<uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? nan : nearest);
-  }
+  for_each_piece(n, 2 * n, [=](int64_t a, int64_t b) {
+    for (int64_t i = a; i < b; ++i) {
+      const uint32_t u = x[i];
+      const uint32_t nearest = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+      const uint32_t nan = ((u >> 16) & 0x8000u) | 0x7fc0u;
+      o[i] = static_cast<uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? nan : nearest);
+    }
+  });
 }
 
 KernelFn cast_kernel(DType from, DType to) {

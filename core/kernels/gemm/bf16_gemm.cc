@@ -98,14 +98,21 @@ int64_t bf16_packed_b_size(int64_t n, int64_t k) {
   return ((k + 1) / 2) * ((n + kNr - 1) / kNr) * kNr * 2;
 }
 
+int64_t bf16_pack_b_blocks(int64_t k) { return ((k + 1) / 2 + kPairs - 1) / kPairs; }
+
 void bf16_pack_b(int64_t n, int64_t k, const uint16_t* b, int64_t ldb, bool trans_b, uint16_t* bp) {
-  const int64_t pairs = (k + 1) / 2, ns = (n + kNr - 1) / kNr;
+  bf16_pack_b_part(n, k, b, ldb, trans_b, bp, 0, bf16_pack_b_blocks(k));
+}
+
+void bf16_pack_b_part(int64_t n, int64_t k, const uint16_t* b, int64_t ldb, bool trans_b, uint16_t* bp,
+                      int64_t first, int64_t last) {
+  const int64_t pairs = std::min((k + 1) / 2, last * kPairs), ns = (n + kNr - 1) / kNr;
   // op(B)[p, col]: B [k, n] row-major, or B stored [n, k] (read along its rows).
   auto at = [&](int64_t p, int64_t col) -> uint16_t {
     if (p >= k || col >= n) return 0;
     return trans_b ? b[col * ldb + p] : b[p * ldb + col];
   };
-  for (int64_t q0 = 0; q0 < pairs; q0 += kPairs) {
+  for (int64_t q0 = first * kPairs; q0 < pairs; q0 += kPairs) {
     const int64_t np = std::min(kPairs, pairs - q0);
     const bool whole_pairs = 2 * (q0 + np) <= k;
     for (int64_t j = 0; j < ns; ++j) {

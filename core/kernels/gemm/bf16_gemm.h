@@ -28,6 +28,11 @@ void bf16_gemm_ex(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t ld
 // bf16_gemm_ex on the same values.
 int64_t bf16_packed_b_size(int64_t n, int64_t k);
 void bf16_pack_b(int64_t n, int64_t k, const uint16_t* b, int64_t ldb, bool trans_b, uint16_t* bp);
+// bf16_pack_b in parts (for threads): op(B)'s depth is packed in bf16_pack_b_blocks(k) blocks,
+// and bf16_pack_b_part packs blocks [first, last) into the very places bf16_pack_b would.
+int64_t bf16_pack_b_blocks(int64_t k);
+void bf16_pack_b_part(int64_t n, int64_t k, const uint16_t* b, int64_t ldb, bool trans_b, uint16_t* bp,
+                      int64_t first, int64_t last);
 void bf16_gemm_packed_b(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda,
                         bool trans_a, const uint16_t* bp, float* c, bool accumulate);
 // The same product forced onto the widening path (tests compare the two).

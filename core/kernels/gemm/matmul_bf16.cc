@@ -20,19 +20,27 @@ namespace {
 // changes how a row is tiled; at least kMinRows, so each block amortises packing op(B).
 constexpr int64_t kTileRows = 12, kMinRows = 96, kMaxBlocks = 4;
 
-int64_t block_rows(int64_t m) {
+// With `threads` threads, the blocks are made a multiple of the thread count where there are
+// micro-tiles enough, so that no thread idles while another runs a last block (a product
+// of a few hundred rows and a deep K: the weight gradients). Which rows share a block changes
+// no bit (below), so the blocks may follow the thread count.
+int64_t block_rows(int64_t m, int threads) {
   const int64_t per = std::max(kMinRows, (m + kMaxBlocks - 1) / kMaxBlocks);
-  return (per + kTileRows - 1) / kTileRows * kTileRows;
+  const int64_t rows = (per + kTileRows - 1) / kTileRows * kTileRows;
+  const int64_t tiles = (m + kTileRows - 1) / kTileRows, blocks = (m + rows - 1) / rows;
+  if (threads <= 1 || blocks % threads == 0 || blocks >= 2 * threads * kMaxBlocks) return rows;
+  const int64_t even = std::min(tiles, (blocks + threads - 1) / threads * threads);
+  return (tiles + even - 1) / even * kTileRows;
 }
 
 // Under a step deadline: blocks of about kDeadlineFlops (whole micro-tiles), so that the
 // deadline is asked at a bounded interval however large the product. A row's arithmetic does
 // not depend on its block, so the bits are those of block_rows' blocks.
 constexpr int64_t kDeadlineFlops = int64_t{1} << 28;
-int64_t deadline_block_rows(int64_t m, int64_t n, int64_t k) {
+int64_t deadline_block_rows(int64_t m, int64_t n, int64_t k, int threads) {
   const int64_t per_row = std::max<int64_t>(1, 2 * n * k);
   const int64_t rows = std::max<int64_t>(kTileRows, kDeadlineFlops / per_row / kTileRows * kTileRows);
-  return std::min(block_rows(m), rows);
+  return std::min(block_rows(m, threads), rows);
 }
 
 float widen(uint16_t x) {
@@ -51,7 +59,8 @@ void bf16_kernel(const Instr& in, const Frame& f) {
   float* c = in.output<float>(f);
   // Past the step's deadline the blocks left are skipped (core/base/step_deadline.h).
   const int64_t deadline = thread_step_deadline();
-  const int64_t rows = deadline != 0 ? deadline_block_rows(m, n, k) : block_rows(m);
+  const int want = intra_op_threads();
+  const int64_t rows = deadline != 0 ? deadline_block_rows(m, n, k, want) : block_rows(m, want);
   const int64_t blocks = (m + rows - 1) / rows;
   const int64_t items = batch * blocks;
   // AVX512_BF16: each batch entry's op(B) packed once (a transposed B read in place), then
@@ -71,8 +80,11 @@ void bf16_kernel(const Instr& in, const Frame& f) {
     b32_buf.resize(batch * bsz);
     b32 = b32_buf.data();
   }
-  auto pack = [&](int64_t i) {
-    if (native) bf16_pack_b(n, k, b + i * sb, TB ? k : n, TB, bp + i * bsz);
+  // Packing op(B) in pieces (an entry's depth blocks, native), shared by the threads.
+  const int64_t pack_blocks = native ? bf16_pack_b_blocks(k) : 1, pieces = batch * pack_blocks;
+  auto pack = [&](int64_t piece) {
+    const int64_t i = piece / pack_blocks, q = piece % pack_blocks;
+    if (native) bf16_pack_b_part(n, k, b + i * sb, TB ? k : n, TB, bp + i * bsz, q, q + 1);
     else std::transform(b + i * sb, b + i * sb + k * n, b32 + i * bsz, widen);
   };
   auto run = [&](int64_t item) {
@@ -100,18 +112,18 @@ void bf16_kernel(const Instr& in, const Frame& f) {
     }
     packed_sgemm(active_isa(), TA, TB, mr, n, k, a32.data(), b32 + i * bsz, ci, false, 1);
   };
-  const int threads = static_cast<int>(std::min<int64_t>(items, intra_op_threads()));
+  const int threads = static_cast<int>(std::min<int64_t>(items, want));
   if (threads > 1 && 2 * batch * m * n * k >= (int64_t{1} << 21)) {
 #pragma omp parallel num_threads(threads)
     {
 #pragma omp for schedule(static)
-      for (int64_t i = 0; i < batch; ++i) pack(i);
+      for (int64_t i = 0; i < pieces; ++i) pack(i);
 #pragma omp for schedule(static)
       for (int64_t item = 0; item < items; ++item) run(item);
       fpe::collect_worker_flags();
     }
   } else {
-    for (int64_t i = 0; i < batch; ++i) pack(i);
+    for (int64_t i = 0; i < pieces; ++i) pack(i);
     for (int64_t item = 0; item < items; ++item) run(item);
   }
 }

@@ -81,9 +81,19 @@ Plan make_plan(Isa isa, bool ta, bool tb, int64_t m, int64_t n, int64_t k, int t
   pl.row_units = (pl.ms + pl.uk->unit_slivers - 1) / pl.uk->unit_slivers;
   pl.unit_slivers = (pl.ms + pl.row_units - 1) / pl.row_units;
   pl.row_units = (pl.ms + pl.unit_slivers - 1) / pl.unit_slivers;
-  // With few row units, split the columns as well so that every thread has work.
+  // With threads, a multiple of the thread count of row units where there are slivers enough,
+  // so that the static schedule gives every thread as many rows.
+  if (threads > 1 && pl.row_units % threads != 0 && pl.ms >= threads) {
+    const int64_t units = std::min(pl.ms, (pl.row_units + threads - 1) / threads * threads);
+    pl.unit_slivers = (pl.ms + units - 1) / units;
+    pl.row_units = (pl.ms + pl.unit_slivers - 1) / pl.unit_slivers;
+  }
+  // With few row units, split the columns as well so that every thread has work; but not a
+  // transposed A whose row units already share out evenly (a weight gradient A^T B with a
+  // deep K): each column unit would pack the same strided rows of A again.
   pl.col_units = 1;
-  if (threads > 1 && pl.row_units < 4 * threads)
+  const bool even_rows = pl.row_units % threads == 0;
+  if (threads > 1 && pl.row_units < 4 * threads && !(ta && even_rows))
     pl.col_units = std::min(pl.ns, (4 * threads + pl.row_units - 1) / pl.row_units);
   pl.col_slivers = (pl.ns + pl.col_units - 1) / pl.col_units;
   pl.col_units = (pl.ns + pl.col_slivers - 1) / pl.col_slivers;

@@ -6,7 +6,10 @@
 //   random_bits  element i is word i % 4 of block (lo32(i / 4), hi32(i / 4), domain, 0), with
 //                domain 0 for bits and 1 for split (attrs.index)
 //   fold_in      words 0 and 1 of block (data, 0, 2, 0)
+#include <algorithm>
+
 #include "core/kernels/random/philox.h"
+#include "core/kernels/split_work.h"
 #include "core/kernels/structural/structural.h"
 
 namespace fjit::kernels::st {
@@ -18,13 +21,19 @@ void random_bits_kernel(const Instr& in, const Frame& f) {
   uint32_t* out = in.output<uint32_t>(f);
   const int64_t n = in.p[0];
   const uint32_t domain = static_cast<uint32_t>(in.p[1]);
-  for (int64_t i = 0; i < n; i += 4) {
-    const uint64_t block = static_cast<uint64_t>(i / 4);
-    const auto c = philox4x32_10(
-        {static_cast<uint32_t>(block), static_cast<uint32_t>(block >> 32), domain, 0},
-        {key[0], key[1]});
-    for (int64_t k = 0; k < 4 && i + k < n; ++k) out[i + k] = c[k];
-  }
+  // Each block of 4 words is its counter's philox value alone, so pieces of kPiece words
+  // split over the intra-op threads give the same bits on any thread count. Ten rounds per
+  // block: counted as kRoundsWork element-passes of a memory-bound kernel.
+  constexpr int64_t kPiece = 4096, kRoundsWork = 16;
+  split_work((n + kPiece - 1) / kPiece, n * kRoundsWork, [&](int64_t lo, int64_t hi) {
+    for (int64_t i = lo * kPiece, end = std::min(n, hi * kPiece); i < end; i += 4) {
+      const uint64_t block = static_cast<uint64_t>(i / 4);
+      const auto c = philox4x32_10(
+          {static_cast<uint32_t>(block), static_cast<uint32_t>(block >> 32), domain, 0},
+          {key[0], key[1]});
+      for (int64_t k = 0; k < 4 && i + k < end; ++k) out[i + k] = c[k];
+    }
+  });
 }
 
 void fold_in_kernel(const Instr& in, const Frame& f) {

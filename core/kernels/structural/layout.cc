@@ -14,21 +14,29 @@
 #include <cassert>
 #include <stdexcept>
 
+#include "core/kernels/split_work.h"
 #include "core/kernels/structural/structural.h"
 
 namespace fjit::kernels::st {
 namespace {
 
 // Walks the odometer described by v = [n, ext[n], in strides[n], out strides[n]] starting
-// at in offset p[0]; p[1] = number of positions. Calls body(in offset, out offset).
-template <class Body> inline void walk(const Instr& in, Body&& body) {
+// at in offset p[0]; p[1] = number of positions. Calls body(in offset, out offset) for
+// positions [c0, c1), in order.
+template <class Body> inline void walk(const Instr& in, int64_t c0, int64_t c1, Body&& body) {
   const int n = static_cast<int>(in.v[0]);
   const int64_t* ext = in.v.data() + 1;
   const int64_t* is = ext + n;
   const int64_t* os = is + n;
   int64_t idx[kMaxKernelRank] = {};
   int64_t io = in.p[0], oo = 0;
-  for (int64_t c = 0, count = in.p[1]; c < count; ++c) {
+  for (int64_t d = n - 1, rest = c0; d >= 0; --d) {  // position c0's index
+    idx[d] = rest % ext[d];
+    rest /= ext[d];
+    io += idx[d] * is[d];
+    oo += idx[d] * os[d];
+  }
+  for (int64_t c = c0; c < c1; ++c) {
     body(io, oo);
     for (int d = n - 1; d >= 0; --d) {
       io += is[d];
@@ -41,13 +49,19 @@ template <class Body> inline void walk(const Instr& in, Body&& body) {
   }
 }
 
+// Every position writes its own part of the output, so the positions split over the intra-op
+// threads (core/kernels/split_work.h) when the copy moves `per` elements at each of them.
+template <class Body> inline void walk_split(const Instr& in, int64_t per, Body&& body) {
+  split_work(in.p[1], in.p[1] * per * 2, [&](int64_t c0, int64_t c1) { walk(in, c0, c1, body); });
+}
+
 // p[2] = run length; p[3] = input stride along the run.
 template <class W> struct Runs {
   static void run(const Instr& in, const Frame& f) {
     const W* x = in.in<W>(f, 0);
     W* out = in.output<W>(f);
     const int64_t len = in.p[2];
-    walk(in, [&](int64_t io, int64_t oo) { std::memcpy(out + oo, x + io, len * sizeof(W)); });
+    walk_split(in, len, [&](int64_t io, int64_t oo) { std::memcpy(out + oo, x + io, len * sizeof(W)); });
   }
 };
 template <class W> struct Fills {
@@ -55,7 +69,7 @@ template <class W> struct Fills {
     const W* x = in.in<W>(f, 0);
     W* out = in.output<W>(f);
     const int64_t len = in.p[2];
-    walk(in, [&](int64_t io, int64_t oo) { std::fill_n(out + oo, len, x[io]); });
+    walk_split(in, len, [&](int64_t io, int64_t oo) { std::fill_n(out + oo, len, x[io]); });
   }
 };
 template <class W> struct Strided {
@@ -63,7 +77,7 @@ template <class W> struct Strided {
     const W* x = in.in<W>(f, 0);
     W* out = in.output<W>(f);
     const int64_t len = in.p[2], s = in.p[3];
-    walk(in, [&](int64_t io, int64_t oo) {
+    walk_split(in, len, [&](int64_t io, int64_t oo) {
       for (int64_t j = 0; j < len; ++j) out[oo + j] = x[io + j * s];
     });
   }
@@ -103,7 +117,16 @@ template <class W> struct Tiles {
     const W* x = in.in<W>(f, 0);
     W* out = in.output<W>(f);
     const int64_t rows = in.p[2], ors = in.p[3], cols = in.p[4], ics = in.p[5];
-    walk(in, [=](int64_t io, int64_t oo) { transpose_2d(x + io, out + oo, rows, ors, cols, ics); });
+    if (in.p[1] > 1) {
+      walk_split(in, rows * cols, [=](int64_t io, int64_t oo) { transpose_2d(x + io, out + oo, rows, ors, cols, ics); });
+      return;
+    }
+    // One 2-D transpose: bands of kBand rows of the output.
+    constexpr int64_t kBand = 64;
+    split_work((rows + kBand - 1) / kBand, 2 * rows * cols, [=](int64_t b0, int64_t b1) {
+      const int64_t i0 = b0 * kBand, i1 = std::min(rows, b1 * kBand);
+      transpose_2d(x + in.p[0] + i0, out + i0 * ors, i1 - i0, ors, cols, ics);
+    });
   }
 };
 
@@ -120,17 +143,21 @@ void offset_copy_kernel(const Instr& in, const Frame& f) {
 void noop_kernel(const Instr&, const Frame&) {}
 
 // v = chunk bytes per input; p[0] = outer, p[1] = output row bytes.
+// Output rows split over the intra-op threads (each is its own copies).
 void concat_kernel(const Instr& in, const Frame& f) {
-  char* dst = in.output<char>(f);
   const size_t k = in.v.size();
-  for (int64_t o = 0; o < in.p[0]; ++o) {
-    for (size_t i = 0; i < k; ++i) {
-      const int64_t chunk = in.v[i];
-      if (chunk == 0) continue;
-      std::memcpy(dst, in.in<char>(f, static_cast<int>(i)) + o * chunk, chunk);
-      dst += chunk;
+  const int64_t outer = in.p[0], row = in.p[1];
+  split_work(outer, outer * row / 2, [&](int64_t o0, int64_t o1) {  // elements of 4 bytes, in and out
+    char* dst = in.output<char>(f) + o0 * row;
+    for (int64_t o = o0; o < o1; ++o) {
+      for (size_t i = 0; i < k; ++i) {
+        const int64_t chunk = in.v[i];
+        if (chunk == 0) continue;
+        std::memcpy(dst, in.in<char>(f, static_cast<int>(i)) + o * chunk, chunk);
+        dst += chunk;
+      }
     }
-  }
+  });
 }
 
 // Fills instr for the view out[i] = in[base + sum i_k * istr_k] over `ext`.

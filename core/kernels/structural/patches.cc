@@ -11,6 +11,7 @@
 #include <cstring>
 
 #include "core/ir/convert.h"
+#include "core/kernels/split_work.h"
 #include "core/kernels/structural/structural.h"
 
 namespace fjit::kernels::st {
@@ -41,11 +42,15 @@ struct Geometry {
     return hits(oh, kh, sh, top, h) == h && hits(ow, kw, sw, left, w) == w;
   }
 
-  // Calls tap(row_offset, image_offset or -1) for every (pixel, tap) in order, the offsets
-  // in elements of the patches buffer and of the image.
-  template <class Tap> void for_each_tap(Tap&& tap) const {
-    int64_t row = 0;
-    for (int64_t b = 0; b < n; ++b)
+  // Elements of one image and of its patches.
+  int64_t image_elems() const { return h * w * c; }
+  int64_t patches_elems() const { return oh * ow * kh * kw * c; }
+
+  // Calls tap(row_offset, image_offset or -1) for every (pixel, tap) of images [b0, b1) in
+  // order, the offsets in elements of the patches buffer and of the image.
+  template <class Tap> void for_each_tap(int64_t b0, int64_t b1, Tap&& tap) const {
+    int64_t row = b0 * patches_elems();
+    for (int64_t b = b0; b < b1; ++b)
       for (int64_t y = 0; y < oh; ++y)
         for (int64_t x = 0; x < ow; ++x)
           for (int64_t i = 0; i < kh; ++i) {
@@ -59,19 +64,36 @@ struct Geometry {
   }
 };
 
-template <class T> void patches_kernel(const Instr& in, const Frame& f) {
-  const Geometry g(in);
-  const T* x = in.in<T>(f, 0);
-  T* out = in.output<T>(f);
-  T pad;
-  std::memcpy(&pad, &in.p[6], sizeof(T));
-  if (g.c == 1) {  // a first layer's grey image: one element per tap, no memcpy calls
-    g.for_each_tap([&](int64_t row, int64_t src) { out[row] = src >= 0 ? x[src] : pad; });
-    return;
-  }
+// Images are independent (a patches row reads one image; an image's pixels sum only its own
+// rows' taps, in the same order), so both kernels split whole images over the intra-op
+// threads and give the same bits on any thread count.
+// A first layer's grey image (one channel): one element per tap, written in for_each_tap's
+// order by loops that test the window row once per row and keep no call per tap.
+template <class T> void grey_patches(const Geometry& g, const T* x, T* out, T pad, int64_t b0, int64_t b1) {
+  T* o = out + b0 * g.patches_elems();
+  for (int64_t b = b0; b < b1; ++b)
+    for (int64_t y = 0; y < g.oh; ++y)
+      for (int64_t ox = 0; ox < g.ow; ++ox)
+        for (int64_t i = 0; i < g.kh; ++i, o += g.kw) {
+          const int64_t iy = y * g.sh - g.top + i * g.dh;
+          if (iy < 0 || iy >= g.h) {
+            std::fill_n(o, g.kw, pad);
+            continue;
+          }
+          const T* row = x + (b * g.h + iy) * g.w;
+          const int64_t ix0 = ox * g.sw - g.left;
+          for (int64_t j = 0; j < g.kw; ++j) {
+            const int64_t ix = ix0 + j * g.dw;
+            o[j] = ix >= 0 && ix < g.w ? row[ix] : pad;
+          }
+        }
+}
+
+template <class T> void patches_images(const Geometry& g, const T* x, T* out, T pad, int64_t b0, int64_t b1) {
+  if (g.c == 1) return grey_patches(g, x, out, pad, b0, b1);
   const size_t run = g.c * sizeof(T);
   if (run % 32 == 0) {  // whole 32-byte pieces: inline vector copies, not a memcpy call per tap
-    g.for_each_tap([&](int64_t row, int64_t src) {
+    g.for_each_tap(b0, b1, [&](int64_t row, int64_t src) {
       if (src < 0) {
         std::fill_n(out + row, g.c, pad);
         return;
@@ -82,19 +104,28 @@ template <class T> void patches_kernel(const Instr& in, const Frame& f) {
     });
     return;
   }
-  g.for_each_tap([&](int64_t row, int64_t src) {
+  g.for_each_tap(b0, b1, [&](int64_t row, int64_t src) {
     if (src >= 0) std::memcpy(out + row, x + src, g.c * sizeof(T));
     else std::fill_n(out + row, g.c, pad);
   });
 }
 
-template <class T> void patches_adjoint_kernel(const Instr& in, const Frame& f) {
+template <class T> void patches_kernel(const Instr& in, const Frame& f) {
   const Geometry g(in);
-  const T* cols = in.in<T>(f, 0);
-  T* img = in.output<T>(f);
+  const T* x = in.in<T>(f, 0);
+  T* out = in.output<T>(f);
+  T pad;
+  std::memcpy(&pad, &in.p[6], sizeof(T));
+  split_work(g.n, g.n * (g.image_elems() + g.patches_elems()),
+             [&](int64_t b0, int64_t b1) { patches_images(g, x, out, pad, b0, b1); });
+}
+
+template <class T> void adjoint_images(const Geometry& g, const T* cols, T* img, int64_t b0, int64_t b1) {
+  T* const first = img + b0 * g.image_elems();
+  const int64_t elems = (b1 - b0) * g.image_elems();
   if (g.disjoint()) {  // one tap at most per pixel (pooling windows): T(0) + run, no read of img
-    if (!g.covers_image()) std::fill_n(img, g.n * g.h * g.w * g.c, T(0));
-    g.for_each_tap([&](int64_t row, int64_t dst) {
+    if (!g.covers_image()) std::fill_n(first, elems, T(0));
+    g.for_each_tap(b0, b1, [&](int64_t row, int64_t dst) {
       if (dst < 0) return;
       const T* __restrict s = cols + row;
       T* __restrict d = img + dst;
@@ -102,13 +133,21 @@ template <class T> void patches_adjoint_kernel(const Instr& in, const Frame& f) 
     });
     return;
   }
-  std::fill_n(img, g.n * g.h * g.w * g.c, T(0));
-  g.for_each_tap([&](int64_t row, int64_t dst) {
+  std::fill_n(first, elems, T(0));
+  g.for_each_tap(b0, b1, [&](int64_t row, int64_t dst) {
     if (dst < 0) return;
     const T* __restrict s = cols + row;
     T* __restrict d = img + dst;
     for (int64_t k = 0; k < g.c; ++k) d[k] += s[k];
   });
+}
+
+template <class T> void patches_adjoint_kernel(const Instr& in, const Frame& f) {
+  const Geometry g(in);
+  const T* cols = in.in<T>(f, 0);
+  T* img = in.output<T>(f);
+  split_work(g.n, g.n * (g.image_elems() + g.patches_elems()),
+             [&](int64_t b0, int64_t b1) { adjoint_images(g, cols, img, b0, b1); });
 }
 
 void noop_kernel(const Instr&, const Frame&) {}

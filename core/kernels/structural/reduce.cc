@@ -20,6 +20,7 @@
 #include <type_traits>
 
 #include "core/base/step_deadline.h"
+#include "core/kernels/split_work.h"
 #include "core/kernels/structural/structural.h"
 
 namespace fjit::kernels::st {
@@ -128,10 +129,13 @@ template <class T, class R> void rows_kernel(const Instr& in, const Frame& f) {
   T* out = in.output<T>(f);
   const int64_t rows = in.p[0], len = in.p[1];
   const int64_t deadline = thread_step_deadline(), every = rows_per_poll(len);
-  for (int64_t r = 0; r < rows; ++r) {
-    if (r % every == 0 && deadline_passed(deadline)) [[unlikely]] return;
-    out[r] = R::span(x + r * len, len);
-  }
+  // Rows are independent: they split over the intra-op threads with the same bits.
+  split_work(rows, rows * len, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      if ((r - r0) % every == 0 && deadline_passed(deadline)) [[unlikely]] return;
+      out[r] = R::span(x + r * len, len);
+    }
+  });
 }
 
 // Rows shorter than kShortRow (class logits): a scalar fold beats a redux call per row.
@@ -141,12 +145,15 @@ template <class T, class R> void short_rows_kernel(const Instr& in, const Frame&
   T* out = in.output<T>(f);
   const int64_t rows = in.p[0], len = in.p[1];
   const int64_t deadline = thread_step_deadline(), every = rows_per_poll(len);
-  for (int64_t r = 0; r < rows; ++r, x += len) {
-    if (r % every == 0 && deadline_passed(deadline)) [[unlikely]] return;
-    T acc = x[0];
-    for (int64_t i = 1; i < len; ++i) acc = R::combine(acc, x[i]);
-    out[r] = acc;
-  }
+  split_work(rows, rows * len, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      if ((r - r0) % every == 0 && deadline_passed(deadline)) [[unlikely]] return;
+      const T* row = x + r * len;
+      T acc = row[0];
+      for (int64_t i = 1; i < len; ++i) acc = R::combine(acc, row[i]);
+      out[r] = acc;
+    }
+  });
 }
 
 // p[0] = outer, p[1] = reduced (>= 1), p[2] = inner
@@ -156,14 +163,19 @@ template <class T, class R> void columns_kernel(const Instr& in, const Frame& f)
   T* out = in.output<T>(f);
   const int64_t outer = in.p[0], red = in.p[1], inner = in.p[2];
   const int64_t deadline = thread_step_deadline();
-  for (int64_t o = 0; o < outer; ++o) {
-    const T* src = x + o * red * inner;
-    T* dst = out + o * inner;
-    for (int64_t j0 = 0; j0 < inner; j0 += kTile) {
-      if (deadline_passed(deadline)) [[unlikely]] return;  // a tile: red * kTile elements
-      const int64_t w = std::min(kTile, inner - j0);
-      T* __restrict d = dst + j0;
-      const T* s = src + j0;
+  // Each output element is its own fold over the reduced rows, whichever columns share its
+  // tile, so the (outer group, column tile) pairs split over the intra-op threads with the same
+  // bits on any thread count. Tiles of up to kTile columns: not narrower, as threads reading
+  // every row's share of its columns would pull lines the producer's threads wrote by rows.
+  const int64_t tile = std::min(inner, kTile);
+  const int64_t tiles = (inner + tile - 1) / tile;
+  split_work(outer * tiles, outer * red * inner, [&](int64_t u0, int64_t u1) {
+    for (int64_t u = u0; u < u1; ++u) {
+      if (deadline_passed(deadline)) [[unlikely]] return;  // a tile: red * tile elements
+      const int64_t o = u / tiles, j0 = (u % tiles) * tile;
+      const int64_t w = std::min(tile, inner - j0);
+      T* __restrict d = out + o * inner + j0;
+      const T* s = x + o * red * inner + j0;
       std::memcpy(d, s, w * sizeof(T));
       int64_t r = 1;
       for (; r + 4 <= red; r += 4) {  // four rows per pass over the accumulator
@@ -176,7 +188,7 @@ template <class T, class R> void columns_kernel(const Instr& in, const Frame& f)
       }
       for (; r < red; ++r) combine_row<T, R>(d, s + r * inner, w);
     }
-  }
+  });
 }
 
 // v = [g, extents[g], out strides[g]] over merged groups (out stride 0 = reduced group).
