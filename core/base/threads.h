@@ -1,7 +1,9 @@
 // Intra-op threads: how many threads the kernels of one plan run may use.
 //
-// The multi-threaded kernels (GEMMs on fjit's driver or BLIS, batched products, large fused
-// elementwise passes) use OpenMP, which keeps its worker threads alive between parallel
+// The multi-threaded kernels (GEMMs on fjit's driver or BLIS, batched and bf16 products, fused
+// attention, large fused elementwise passes, and the memory-bound kernels that
+// core/kernels/split_work.h splits: patches, elementwise, casts, layout copies, reductions,
+// random bits) use OpenMP, which keeps its worker threads alive between parallel
 // regions (no per-call thread start-up), and split only work large enough to pay for it, so
 // small ones always run on the calling thread. Threads only ever take whole output blocks
 // fixed by the shapes, so no result depends on the thread count (README: reproducibility).
