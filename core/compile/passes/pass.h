@@ -33,6 +33,9 @@ std::unique_ptr<Pass> make_algebraic_simplification();
 // Casts moved before the reshapes (and narrowing casts before the transposes) they read, so
 // that fusion can make them in the pass that computes their operand (cast_hoisting.cc).
 std::unique_ptr<Pass> make_cast_hoisting();
+// Adds of zero-padded values in disjoint ranges of one axis (slice adjoints) made one concat
+// (padded_sums.cc).
+std::unique_ptr<Pass> make_padded_sums();
 // Automatic checks (core/compile/passes/automatic_checks.h): adds check nodes to the graph
 // and their sites to *sites, which must outlive the pass.
 std::unique_ptr<Pass> make_automatic_checks(std::vector<CheckSite>* sites);

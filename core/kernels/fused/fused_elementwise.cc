@@ -9,6 +9,7 @@
 // and in each block an operand is a pointer base + row*s0 + col*s1 with a shape that the
 // step kernels broadcast from: [R,n] or [L] (full), [n] (row vector), [R,1] (column), [].
 // Each step has two prepared kernels, one for full blocks and one for the last, shorter block.
+// The plan (collapsing, blocks, registers, the steps' kernels) is made in fused_plan.cc.
 #include <algorithm>
 #include <cstring>
 #include <numeric>
@@ -18,6 +19,7 @@
 #include "core/kernels/elementwise/elementwise_common.h"
 #include "core/kernels/fused/fused.h"
 #include "core/kernels/fused/fused_compiled.h"
+#include "core/kernels/fused/fused_plan.h"
 #include "core/kernels/fused/fused_streams.h"
 #include "core/base/fpe_flags.h"
 #include "core/base/step_deadline.h"
@@ -29,43 +31,7 @@ namespace {
 using fused_streams::BlockAt;
 using fused_streams::Streams;
 
-constexpr int64_t kBlockElems = 1024;        // target elements per block
-constexpr int64_t kScratchBytes = 64 << 10;  // registers for intermediates, on the stack
-constexpr int64_t kSumLeaf = 2048;           // = blocked_sum's leaf in reduce.cc
-constexpr int64_t kShortRow = 16;            // = reduce.cc's: shorter rows are folded, not reduxed
-constexpr int64_t kPhase = 16;               // elements in a 64-byte vector of f32
-constexpr int kMaxExternal = 32;
-// Element-steps (elements x program steps) from which a fused pass is split among the
-// intra-op threads: a few hundred microseconds of work, well above a parallel region's start.
-constexpr int64_t kParallelWork = int64_t{1} << 20;
-constexpr int kMaxScratch = 16;
-constexpr int kMaxRegs = kMaxExternal + kMaxScratch + 1;
-
-struct FusedPlan {
-  int num_ext = 0;
-  int num_scratch = 0;
-  int64_t reg_bytes = 0;
-  bool rows_mode = true;
-  int64_t rows = 1, n = 1;  // collapsed output: rows x n
-  int64_t block = 1;        // rows per block (rows mode) or elements per block (chunk mode)
-  int64_t tail = 0;         // size of the last, shorter block (0: none)
-  std::vector<int64_t> s0, s1, esize;  // per external operand, s0/s1 in elements
-  int64_t out_esize = 0;
-  // Further results: per extra, its own register (no other step writes it), its element size
-  // and the external operands read by later steps. When its buffer overlaps none of those,
-  // the register is the buffer itself and the step writes the result in place; otherwise it
-  // is scratch, copied out once every step of a block has run.
-  std::vector<int> extra_reg;
-  std::vector<int64_t> extra_esize;
-  std::vector<std::vector<int>> extra_later_reads;
-  std::vector<Instr> full, last;  // per step; in_bufs / out_buf index the register table
-  // Row sum (select_fused_row_sum): the last step writes scratch register sum_reg, and each
-  // run of sum_len elements of it (a whole number of rows) is summed into the output (f32 or
-  // f64 by out_esize).
-  bool row_sum = false;
-  int sum_reg = -1;
-  int64_t sum_len = 0;
-};
+using namespace fused_plan;  // FusedPlan, make_plan, the block and register limits
 
 // The sums of the `rows` rows of n elements at `leaf` into out[first row...], as the unfused
 // row reduction computes each (reduce.cc, rows_kernel: one Eigen redux per row of at most
@@ -201,174 +167,6 @@ void run_fused_sum(const Instr& in, const Frame& f) {
   for (int s = 0; s < P.num_scratch; ++s) regs[P.num_ext + s] = scratch + s * P.reg_bytes;
   regs[P.num_ext + P.num_scratch] = leaf;
   *in.output<T>(f) = fused_sum<T>(P, in, f, regs, leaf, 0, P.n);
-}
-
-// The shape an external operand has inside a block of `block_rows` rows (rows mode) or
-// `len` elements (chunk mode).
-Shape operand_view(const FusedPlan& P, int k, int64_t extent) {
-  const bool along_row = P.s1[k] == 1, along_rows = P.s0[k] != 0 || P.rows == 1;
-  if (P.rows_mode) {
-    if (along_row) return along_rows ? Shape{extent, P.n} : Shape{P.n};
-    return along_rows ? Shape{extent, 1} : Shape{};
-  }
-  return along_row ? Shape{extent} : Shape{};
-}
-
-// Builds the per-step kernels for blocks of `extent` rows / elements; false if one is missing.
-bool build_steps(FusedPlan& P, const std::vector<ValueType>& ins,
-                 const std::vector<FusedOp>& program, const std::vector<int>& reg_of,
-                 int64_t extent, std::vector<Instr>& steps) {
-  const Shape block_shape = P.rows_mode ? Shape{extent, P.n} : Shape{extent};
-  for (size_t i = 0; i < program.size(); ++i) {
-    const FusedOp& op = program[i];
-    Instr s;
-    s.op = op.op;
-    s.node = op.node;
-    s.attrs = op.attrs;
-    s.out = {op.dtype, block_shape};
-    s.out_buf = reg_of[i];
-    for (int a : op.args) {
-      if (a >= 0) {
-        s.ins.push_back({program[a].dtype, block_shape});
-        s.in_bufs.push_back(reg_of[a]);
-      } else {
-        const int k = -1 - a;
-        s.ins.push_back({ins[k].dtype, operand_view(P, k, extent)});
-        s.in_bufs.push_back(k);
-      }
-    }
-    try {
-      select_kernel(s);
-    } catch (const std::logic_error&) {
-      return false;
-    }
-    if (!s.fn) return false;
-    steps.push_back(std::move(s));
-  }
-  return true;
-}
-
-// The plan of `program` computing a value of type `value` from external operands `ins`; null
-// when it cannot run fused. sum_leaf > 0: blocks of exactly sum_leaf elements along a single
-// row (what the fused sum needs), with the last step writing a scratch leaf, not the output.
-// extras: program steps (before the last) whose values are written too.
-// row_len > 0: a row sum (select_fused_row_sum), in rows mode over rows of row_len elements.
-std::shared_ptr<FusedPlan> make_plan(const ValueType& value, const std::vector<ValueType>& ins,
-                                     const std::vector<FusedOp>& program, int64_t sum_leaf,
-                                     const std::vector<int>& extras = {}, int64_t row_len = 0) {
-  const int num_ext = static_cast<int>(ins.size());
-  if (program.empty() || num_ext > kMaxExternal || value.size() == 0) return nullptr;
-  if (program.back().dtype != value.dtype) return nullptr;
-  // Collapse the output against the external operands the way the unfused kernels do.
-  Instr probe;
-  probe.out = value;
-  probe.ins = ins;
-  if (probe.ins.empty()) return nullptr;
-  try {
-    kernels::ew::plan_broadcast(probe);
-  } catch (const std::logic_error&) {
-    return nullptr;
-  }
-  auto P = std::make_shared<FusedPlan>();
-  P->num_ext = num_ext;
-  const int r = static_cast<int>(probe.p[0]);
-  if (r > 2) return nullptr;
-  P->rows = r == 2 ? probe.v[0] : 1;
-  P->n = probe.v[r - 1];
-  for (int k = 0; k < num_ext; ++k) {
-    const int64_t s1 = probe.v[r + k * r + r - 1];
-    const int64_t s0 = r == 2 ? probe.v[r + k * r] : 0;
-    if (s1 == 1 ? (s0 != 0 && s0 != P->n) : (s0 != 0 && s0 != 1)) return nullptr;
-    P->s0.push_back(s0);
-    P->s1.push_back(s1);
-    P->esize.push_back(dtype_size(ins[k].dtype));
-  }
-  if (row_len > 0) {  // walk whole runs being summed: a collapsed rank 1 splits into them
-    if (r == 1) {
-      if (P->n % row_len != 0) return nullptr;
-      P->rows = P->n / row_len;
-      P->n = row_len;
-      for (int k = 0; k < num_ext; ++k) P->s0[k] = P->s1[k] == 1 ? row_len : 0;
-    } else if (row_len % P->n != 0) {
-      return nullptr;
-    }
-    P->row_sum = true;
-    P->sum_len = row_len;
-  }
-  P->out_esize = dtype_size(value.dtype);
-  // Registers: the last step writes the output; the others get a scratch register, reused
-  // once every reader has run (never shared with a live operand, so no step runs in place).
-  const int steps = static_cast<int>(program.size());
-  std::vector<int> last_read(steps, -1);
-  for (int i = 0; i < steps; ++i)
-    for (int a : program[i].args) {
-      if (a >= i) return nullptr;
-      if (a >= 0) last_read[a] = i;
-    }
-  for (int e : extras) {
-    if (e < 0 || e >= steps - 1) return nullptr;
-    last_read[e] = steps;  // held to the end of the block, then copied out
-  }
-  std::vector<int> reg_of(steps, -1), free_regs;
-  for (int i = 0; i < steps; ++i) {
-    for (int j = 0; j < i; ++j)  // registers whose last reader was step i - 1 come free
-      if (last_read[j] == i - 1 && j != steps - 1 && reg_of[j] >= num_ext)
-        free_regs.push_back(reg_of[j]);
-    const bool extra = std::find(extras.begin(), extras.end(), i) != extras.end();
-    if (i == steps - 1 && !P->row_sum) {
-      reg_of[i] = -2;  // the output, fixed below
-    } else if (!free_regs.empty() && !extra) {  // an extra's register may become its buffer
-      reg_of[i] = free_regs.back();
-      free_regs.pop_back();
-    } else {
-      reg_of[i] = num_ext + P->num_scratch++;
-    }
-  }
-  if (P->num_scratch > kMaxScratch) return nullptr;
-  if (P->row_sum) P->sum_reg = reg_of[steps - 1];
-  else reg_of[steps - 1] = num_ext + P->num_scratch;
-  for (int e : extras) {
-    P->extra_reg.push_back(reg_of[e]);
-    P->extra_esize.push_back(dtype_size(program[e].dtype));
-    std::vector<int> later;
-    for (int i = e + 1; i < steps; ++i)
-      for (int a : program[i].args)
-        if (a < 0) later.push_back(-1 - a);
-    P->extra_later_reads.push_back(std::move(later));
-  }
-  // Block size: about kBlockElems, within the scratch area. Every block starts at a flat
-  // output index that is a multiple of kPhase, as the unfused kernels' spans do (rows or the
-  // whole buffer from a 64-byte aligned start): Eigen computes the unaligned ends of a span
-  // with scalar code, whose transcendental functions can differ from the vector ones in the
-  // last bit, so equal phases are what make fused results bit-identical to unfused ones.
-  int64_t max_esize = 1;
-  for (const FusedOp& op : program) max_esize = std::max<int64_t>(max_esize, dtype_size(op.dtype));
-  const int64_t cap =
-      P->num_scratch > 0 ? kScratchBytes / (P->num_scratch * max_esize) : int64_t{1} << 40;
-  const int64_t target = std::min(kBlockElems, cap / kPhase * kPhase);
-  if (target < kPhase) return nullptr;
-  // Rows that start out of phase are walked in groups of rows that end in phase.
-  P->rows_mode = P->n < target || (P->rows > 1 && P->n % kPhase != 0) || P->row_sum;
-  if (sum_leaf > 0) {
-    if (P->rows != 1 || sum_leaf > cap) return nullptr;
-    P->rows_mode = false;
-    P->block = sum_leaf;
-    P->tail = P->n % sum_leaf;
-  } else if (P->rows_mode) {
-    int64_t unit = kPhase / std::gcd(P->n, kPhase);  // rows per aligned unit
-    if (P->row_sum) unit = std::lcm(unit, P->sum_len / P->n);  // and whole summed runs
-    P->block = std::max(unit, target / P->n / unit * unit);
-    if (P->block >= P->rows) P->block = P->rows;
-    if (P->block * P->n > cap) return nullptr;
-    P->tail = P->rows % P->block;
-  } else {
-    P->block = target;
-    P->tail = P->n % P->block;
-  }
-  P->reg_bytes = ((P->rows_mode ? P->block * P->n : P->block) * max_esize + 63) / 64 * 64;
-  if (!build_steps(*P, ins, program, reg_of, P->block, P->full)) return nullptr;
-  if (P->tail && !build_steps(*P, ins, program, reg_of, P->tail, P->last)) return nullptr;
-  return P;
 }
 
 }  // namespace

@@ -16,6 +16,7 @@
 // no bit depends on the intra-op thread count.
 #include "core/base/eigen.h"
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -102,6 +103,13 @@ struct Scratch {
   // The backward's dO and Q blocks as op(B) of dV += P^T dO and dK += dS^T Q, per query block:
   // packed once per (batch, head), not once per key block.
   std::vector<BlockOperand> dout_blocks, q_blocks;
+  // The forward's K^T and V key blocks as op(B) of S = Q K^T and P V, kept from one task to
+  // the next of the same (batch, head) of the same call, and packed again only when a query
+  // block needs a key block with another number of keys (the causal diagonal's).
+  std::vector<BlockOperand> key_blocks, value_blocks;
+  std::vector<int64_t> key_cols;  // per key block: the keys packed (0: none)
+  uint64_t forward_call = 0;
+  int64_t forward_bh = -1;
   std::vector<float> tmp;
   std::vector<uint16_t> dout16;
   alignas(64) float s[kBq * kBk];
@@ -114,10 +122,24 @@ Scratch& scratch() {
   return s;
 }
 
-void forward_task(const Instr& in, const Frame& f, const AttentionGeometry& g, int64_t task) {
+// Numbers the kernel's calls, so that a thread's key blocks are never taken for another
+// call's (whose operands may lie at the same addresses).
+std::atomic<uint64_t> forward_calls{0};
+
+void forward_task(const Instr& in, const Frame& f, const AttentionGeometry& g, int64_t task, uint64_t call) {
   const auto [q, k, v, out, bh, b, i0, rows, length] = g.forward_task<uint16_t, float>(in, f, task, kBq);
   const int64_t pw = g.dv + 1;
   Scratch& sc = scratch();
+  if (sc.forward_call != call || sc.forward_bh != bh) {
+    const int64_t key_blocks = (g.tk + kBk - 1) / kBk;
+    if (static_cast<int64_t>(sc.key_blocks.size()) < key_blocks) {
+      sc.key_blocks.resize(key_blocks);
+      sc.value_blocks.resize(key_blocks);
+    }
+    sc.key_cols.assign(key_blocks, 0);
+    sc.forward_call = call;
+    sc.forward_bh = bh;
+  }
   sc.tmp.resize(kBq * g.dv);
   float m[kBq], l[kBq];
   int64_t lens[kBq];
@@ -132,8 +154,13 @@ void forward_task(const Instr& in, const Frame& f, const AttentionGeometry& g, i
   const float scale = static_cast<float>(in.attrs.scalar);
   for (int64_t j0 = 0; j0 < max_len; j0 += kBk) {
     const int64_t cols = std::min(kBk, max_len - j0);
-    sc.b1.set(cols, g.dh, k + j0 * g.dh, g.dh, true);
-    sc.b1.multiply(rows, q, g.dh, false, sc.s, false);
+    const int64_t jb = j0 / kBk;
+    if (sc.key_cols[jb] != cols) {
+      sc.key_blocks[jb].set(cols, g.dh, k + j0 * g.dh, g.dh, true);
+      sc.value_blocks[jb].set(g.dv, cols, v + j0 * g.dv, g.dv, false);
+      sc.key_cols[jb] = cols;
+    }
+    sc.key_blocks[jb].multiply(rows, q, g.dh, false, sc.s, false);
     for (int64_t r = 0; r < rows; ++r) {
       float* row = sc.s + r * cols;
       uint16_t* p16 = sc.p16 + r * cols;
@@ -156,8 +183,7 @@ void forward_task(const Instr& in, const Frame& f, const AttentionGeometry& g, i
       if (alpha != 1.f)
         for (int64_t c = 0; c < g.dv; ++c) out[r * pw + c] *= alpha;
     }
-    sc.b2.set(g.dv, cols, v + j0 * g.dv, g.dv, false);
-    sc.b2.multiply(rows, sc.p16, cols, false, sc.tmp.data(), false);
+    sc.value_blocks[jb].multiply(rows, sc.p16, cols, false, sc.tmp.data(), false);
     for (int64_t r = 0; r < rows; ++r)
       for (int64_t c = 0; c < g.dv; ++c) out[r * pw + c] += sc.tmp[r * g.dv + c];
   }
@@ -243,8 +269,9 @@ void backward_task(const Instr& in, const Frame& f, const AttentionGeometry& g, 
 
 void attention_bf16_kernel(const Instr& in, const Frame& f) {
   const AttentionGeometry g(in);
+  const uint64_t call = in.op == Op::Attention ? ++forward_calls : 0;
   run_attention_tasks(
-      in, g, kBq, [&](int64_t t) { forward_task(in, f, g, t); },
+      in, g, kBq, [&](int64_t t) { forward_task(in, f, g, t, call); },
       [&](int64_t bh, int64_t deadline) { backward_task(in, f, g, bh, deadline); });
 }
 
