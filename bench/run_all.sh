@@ -118,6 +118,7 @@ run jax_step_2_cores_bf16 "$PYTHON" "$ROOT/bench/jax_step.py" --build "$BUILD" -
 # bf16 policy's accuracy against f32 (the CNN's test accuracy, the LM's validation loss; trained on
 # two intra-op threads to save time: the bits do not depend on the thread count).
 run bf16_speedup_1_core "$PYTHON" "$ROOT/bench/bf16_speedup.py" --build "$BUILD" --threads 1
+run bf16_speedup_2_cores "$PYTHON" "$ROOT/bench/bf16_speedup.py" --build "$BUILD" --threads 2
 run bf16_accuracy env FJIT_INTRA_OP_THREADS=2 OMP_NUM_THREADS=2 bash "$ROOT/bench/bf16_accuracy.sh" "$BUILD"
 
 load_after=$(load)
