@@ -57,10 +57,7 @@ class CastHoisting : public Pass {
     // Readers of each node (an output counts as one). A layout op that something else reads
     // too stays where it is, with the cast after it: moving the cast would keep the value
     // under it live past the layout op, which then copies instead of reusing that storage.
-    std::vector<int> readers(g.size(), 0);
-    for (int id = 0; id < g.size(); ++id)
-      for (int in : g.node(id).inputs) ++readers[in];
-    for (int o : g.outputs) ++readers[o];
+    const std::vector<int> readers = reader_counts(g);
     return rewrite(g, [&](Graph& out, int old_id, Node n) {
       if (n.op != Op::Cast) return out.add(std::move(n));
       int depth = 0;

@@ -104,10 +104,7 @@ class PaddedSums : public Pass {
   const char* name() const override { return "padded-sums"; }
 
   Graph run(const Graph& g) const override {
-    std::vector<int> readers(g.size(), 0);
-    for (int id = 0; id < g.size(); ++id)
-      for (int in : g.node(id).inputs) ++readers[in];
-    for (int o : g.outputs) ++readers[o];
+    const std::vector<int> readers = reader_counts(g);
     return rewrite(g, [&](Graph& out, int old_id, Node n) {
       if (n.op == Op::Add) {
         const auto& ins = g.node(old_id).inputs;

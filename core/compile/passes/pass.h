@@ -42,5 +42,7 @@ std::unique_ptr<Pass> make_automatic_checks(std::vector<CheckSite>* sites);
 
 // Node ids that feed the outputs or an effect.
 std::vector<bool> live_nodes(const Graph& g);
+// How many times each node is read: once per input slot that names it, and once per output.
+std::vector<int> reader_counts(const Graph& g);
 
 }  // namespace fjit

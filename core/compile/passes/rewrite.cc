@@ -31,6 +31,14 @@ std::vector<bool> live_nodes(const Graph& g) {
   return live;
 }
 
+std::vector<int> reader_counts(const Graph& g) {
+  std::vector<int> readers(g.size(), 0);
+  for (int id = 0; id < g.size(); ++id)
+    for (int in : g.node(id).inputs) ++readers[in];
+  for (int o : g.outputs) ++readers[o];
+  return readers;
+}
+
 namespace {
 class DeadCodeElimination : public Pass {
  public:
