@@ -10,6 +10,8 @@
 #include "core/base/eigen.h"  // first: it silences the intrinsics headers' false positives
 #include <unsupported/Eigen/SpecialFunctions>
 
+#include "core/base/isa.h"
+#include "core/kernels/elementwise/cast_bf16.h"
 #include "core/kernels/elementwise/elementwise_common.h"
 #include "core/kernels/elementwise/elementwise_sqrt.h"
 #include "core/kernels/elementwise/elementwise_scalar.h"
@@ -108,26 +110,28 @@ void copy_kernel(const Instr& in, const Frame& f) {
   std::memmove(f.bufs[in.out_buf], f.bufs[in.in_bufs[0]], static_cast<size_t>(in.p[1]));
 }
 
-// f32 -> bf16 (the mixed-precision policy's casts): convert_element's rounding (to nearest,
-// ties to even; a NaN to the quiet NaN of its sign), written without branches so that the loop
-// vectorizes.
+// f32 -> bf16 (the mixed-precision policy's casts): cast_bf16.h's rounding, in a loop without
+// branches that vectorizes, or with VCVTNEPS2BF16 where the CPU has it (the same bits).
 void cast_f32_to_bf16_kernel(const Instr& in, const Frame& f) {
   const auto* x = in.in<uint32_t>(f, 0);
   auto* o = in.output<uint16_t>(f);
   const int64_t n = in.p[0];
   for_each_piece(n, 2 * n, [=](int64_t a, int64_t b) {
-    for (int64_t i = a; i < b; ++i) {
-      const uint32_t u = x[i];
-      const uint32_t nearest = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-      const uint32_t nan = ((u >> 16) & 0x8000u) | 0x7fc0u;
-      o[i] = static_cast<uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? nan : nearest);
-    }
+    for (int64_t i = a; i < b; ++i) o[i] = round_f32_to_bf16(x[i]);
   });
+}
+
+void cast_f32_to_bf16_avx512_kernel(const Instr& in, const Frame& f) {
+  const auto* x = in.in<uint32_t>(f, 0);
+  auto* o = in.output<uint16_t>(f);
+  const int64_t n = in.p[0];
+  for_each_piece(n, 2 * n, [=](int64_t a, int64_t b) { round_f32_to_bf16_avx512(x + a, o + a, b - a); });
 }
 
 KernelFn cast_kernel(DType from, DType to) {
   if (from == to) return &copy_kernel;
-  if (from == DType::f32 && to == DType::bf16) return &cast_f32_to_bf16_kernel;
+  if (from == DType::f32 && to == DType::bf16)
+    return active_avx512_bf16() ? &cast_f32_to_bf16_avx512_kernel : &cast_f32_to_bf16_kernel;
   return visit_dtype(from, [to](auto from_tag) {
     return visit_dtype(to, [](auto to_tag) -> KernelFn {
       using From = decltype(from_tag);

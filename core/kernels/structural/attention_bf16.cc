@@ -26,6 +26,7 @@
 #include "core/base/isa.h"
 #include "core/base/step_deadline.h"
 #include "core/base/threads.h"
+#include "core/kernels/elementwise/cast_bf16.h"
 #include "core/kernels/gemm/bf16_gemm.h"
 #include "core/kernels/gemm/packed_gemm.h"
 #include "core/kernels/structural/attention_geometry.h"
@@ -46,8 +47,7 @@ float widen(uint16_t x) {
 uint16_t round_bf16(float x) {
   uint32_t u;
   std::memcpy(&u, &x, sizeof u);
-  const uint32_t nearest = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16, nan = ((u >> 16) & 0x8000u) | 0x7fc0u;
-  return static_cast<uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? nan : nearest);
+  return ew::round_f32_to_bf16(u);
 }
 
 // op(B) [k, n] made ready for products op(A) op(B): packed for the bf16 tiles, or widened to a
