@@ -21,13 +21,13 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) void round_f32_t
     const __mmask16 special = _mm512_mask_cmplt_epu32_mask(_mm512_test_epi32_mask(a, a), a, min_normal) |
                               _mm512_cmpgt_epu32_mask(a, inf);
     if (special) [[unlikely]] {
-      for (int64_t k = i; k < i + 16; ++k) o[k] = round_f32_to_bf16(x[k]);
+      round_f32_to_bf16_portable(x + i, o + i, 16);
       continue;
     }
     const __m256bh r = _mm512_cvtneps_pbh(_mm512_castsi512_ps(u));
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + i), (__m256i)r);
   }
-  for (; i < n; ++i) o[i] = round_f32_to_bf16(x[i]);
+  round_f32_to_bf16_portable(x + i, o + i, n - i);
 }
 
 }  // namespace fjit::kernels::ew

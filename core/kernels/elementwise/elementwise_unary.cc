@@ -110,28 +110,21 @@ void copy_kernel(const Instr& in, const Frame& f) {
   std::memmove(f.bufs[in.out_buf], f.bufs[in.in_bufs[0]], static_cast<size_t>(in.p[1]));
 }
 
-// f32 -> bf16 (the mixed-precision policy's casts): cast_bf16.h's rounding, in a loop without
-// branches that vectorizes, or with VCVTNEPS2BF16 where the CPU has it (the same bits).
+// f32 -> bf16 (the mixed-precision policy's casts): cast_bf16.h's rounding, portable or with
+// VCVTNEPS2BF16 where the CPU has it (the same bits), in pieces over the intra-op threads.
+template <void (*Round)(const uint32_t*, uint16_t*, int64_t)>
 void cast_f32_to_bf16_kernel(const Instr& in, const Frame& f) {
   const auto* x = in.in<uint32_t>(f, 0);
   auto* o = in.output<uint16_t>(f);
   const int64_t n = in.p[0];
-  for_each_piece(n, 2 * n, [=](int64_t a, int64_t b) {
-    for (int64_t i = a; i < b; ++i) o[i] = round_f32_to_bf16(x[i]);
-  });
-}
-
-void cast_f32_to_bf16_avx512_kernel(const Instr& in, const Frame& f) {
-  const auto* x = in.in<uint32_t>(f, 0);
-  auto* o = in.output<uint16_t>(f);
-  const int64_t n = in.p[0];
-  for_each_piece(n, 2 * n, [=](int64_t a, int64_t b) { round_f32_to_bf16_avx512(x + a, o + a, b - a); });
+  for_each_piece(n, 2 * n, [=](int64_t a, int64_t b) { Round(x + a, o + a, b - a); });
 }
 
 KernelFn cast_kernel(DType from, DType to) {
   if (from == to) return &copy_kernel;
   if (from == DType::f32 && to == DType::bf16)
-    return active_avx512_bf16() ? &cast_f32_to_bf16_avx512_kernel : &cast_f32_to_bf16_kernel;
+    return active_avx512_bf16() ? &cast_f32_to_bf16_kernel<round_f32_to_bf16_avx512>
+                                : &cast_f32_to_bf16_kernel<round_f32_to_bf16_portable>;
   return visit_dtype(from, [to](auto from_tag) {
     return visit_dtype(to, [](auto to_tag) -> KernelFn {
       using From = decltype(from_tag);
