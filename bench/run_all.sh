@@ -92,6 +92,9 @@ run optimizer_bench env FJIT_INTRA_OP_THREADS=1 taskset -c 0 "$B/optimizer_bench
 # The GEMM options side by side and one core's FMA peak (issue 18), pinned to one core so the
 # peak and the products share it; OpenBLAS, BLIS, oneDNN only if they were found at configure.
 run gemm_options taskset -c 0 "$B/gemm_options" --rounds 7 --ms 20
+# The bf16 products of the steps on each path (AMX tiles, AVX512_BF16, widened) against the
+# peaks of their instructions on this core.
+run bf16_products taskset -c 0 "$B/bf16_products" --rounds 5 --ms 30
 if [ -x "$B/scaling_bench" ]; then
   run scaling_bench_threads "$B/scaling_bench"
   run scaling_bench_mpi "${MPIEXEC[@]}" "$B/scaling_bench"

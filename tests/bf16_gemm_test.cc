@@ -1,5 +1,7 @@
-// bf16 x bf16 -> f32 products (core/kernels/gemm/bf16_gemm.h): the active path (AVX512_BF16
-// dot products where the CPU has them) and the widening fallback, against a double loop.
+// bf16 x bf16 -> f32 products (core/kernels/gemm/bf16_gemm.h): the active path (AMX tiles or
+// AVX512_BF16 dot products where the CPU has them) and the widening fallback, against a double
+// loop; the AMX path's edges (rows, columns and depths off its 32 x 32 blocks and 16-pair
+// tiles, transposed A) and its bits per row whatever block a row falls in.
 #include "core/kernels/gemm/bf16_gemm.h"
 
 #include <gtest/gtest.h>
@@ -118,13 +120,71 @@ TEST(Bf16Gemm, TransposedAMatchesADoubleLoop) {
   }
 }
 
+// The AMX path (where this CPU has it) and the AVX512_BF16 one on the same inputs, each within
+// f32 accumulation error of a double loop, on shapes off every block and tile edge.
+TEST(Bf16Gemm, TheAmxPathMatchesADoubleLoopOnEveryEdge) {
+  if (!cpu_has_amx_bf16()) GTEST_SKIP() << "this CPU has no AMX-BF16 the process may use";
+  struct Case { int64_t m, n, k; };
+  for (const Case& cs : {Case{1, 1, 1}, Case{31, 17, 31}, Case{32, 32, 32}, Case{33, 33, 33},
+                         Case{64, 64, 256}, Case{130, 70, 257}, Case{45, 96, 300}, Case{200, 40, 513}}) {
+    const auto a = random_bf16(cs.m * cs.k, 21), b = random_bf16(cs.k * cs.n, 22);
+    std::vector<uint16_t> at(cs.k * cs.m);  // A stored [k, m]
+    for (int64_t i = 0; i < cs.m; ++i)
+      for (int64_t p = 0; p < cs.k; ++p) at[p * cs.m + i] = a[i * cs.k + p];
+    for (bool amx : {true, false})
+      for (bool trans_a : {false, true})
+        for (bool acc : {false, true}) {
+          set_amx_allowed(amx);
+          std::vector<float> c(cs.m * cs.n, 0.25f);
+          bf16_gemm_ex(cs.m, cs.n, cs.k, trans_a ? at.data() : a.data(), trans_a ? cs.m : cs.k, trans_a,
+                       b.data(), c.data(), acc);
+          set_amx_allowed(true);
+          double worst = 0;
+          for (int64_t i = 0; i < cs.m; ++i)
+            for (int64_t j = 0; j < cs.n; ++j) {
+              double s = acc ? 0.25 : 0.0;
+              for (int64_t p = 0; p < cs.k; ++p) s += wide(a[i * cs.k + p]) * wide(b[p * cs.n + j]);
+              worst = std::max(worst, std::fabs(s - c[i * cs.n + j]));
+            }
+          EXPECT_LE(worst, 1e-6 * cs.k + 1e-6) << cs.m << "x" << cs.n << "x" << cs.k << (amx ? " amx" : " avx512_bf16")
+                                               << " trans_a=" << trans_a << " accumulate=" << acc;
+        }
+  }
+}
+
+// On the AMX path a row's bits do not depend on the block of rows it is computed in (the
+// matmul op's row blocks follow the thread count): rows [r0, r1) computed alone, at offsets
+// off the 32-row blocks, give the bits of the same rows of the whole product.
+TEST(Bf16Gemm, TheAmxPathsRowsHaveTheSameBitsInAnyBlock) {
+  if (!cpu_has_amx_bf16()) GTEST_SKIP() << "this CPU has no AMX-BF16 the process may use";
+  const int64_t m = 150, n = 70, k = 300;
+  const auto a = random_bf16(m * k, 31), b = random_bf16(k * n, 32);
+  std::vector<uint16_t> at(k * m);
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t p = 0; p < k; ++p) at[p * m + i] = a[i * k + p];
+  for (bool trans_a : {false, true}) {
+    std::vector<float> whole(m * n);
+    bf16_gemm_ex(m, n, k, trans_a ? at.data() : a.data(), trans_a ? m : k, trans_a, b.data(), whole.data(), false);
+    for (auto [r0, r1] : {std::pair<int64_t, int64_t>{0, 12}, {5, 43}, {37, 150}, {96, 97}}) {
+      std::vector<float> part((r1 - r0) * n);
+      const uint16_t* a0 = trans_a ? at.data() + r0 : a.data() + r0 * k;
+      bf16_gemm_ex(r1 - r0, n, k, a0, trans_a ? m : k, trans_a, b.data(), part.data(), false);
+      EXPECT_EQ(0, std::memcmp(part.data(), whole.data() + r0 * n, part.size() * sizeof(float)))
+          << "rows " << r0 << ".." << r1 << " trans_a=" << trans_a;
+    }
+  }
+}
+
 // The matmul op on bf16 operands (core/kernels/gemm/matmul_bf16.h: row blocks, op(B) packed or
 // widened once per batch entry, transposed operands read in place) gives, for every entry, the
 // bits of bf16_gemm on the row-major op(A) and op(B): on the AVX512_BF16 path and, under
-// FJIT_ISA=avx2, on the widening one. Rows past one block (and edge tiles) included.
+// FJIT_ISA=avx2, on the widening one. Rows past one block (and edge tiles) included, and on
+// the AMX tiles the weight gradients computed as (g^T x)^T (a transposed A with fewer columns
+// than rows and a deeper K: the cases 3x37x20x65, 2x100x48x300 and 1x96x40x700).
 TEST(Bf16Gemm, TheMatmulOpGivesBf16GemmsBitsForEveryTransposeAndBatch) {
   struct Case { int64_t batch, m, n, k; };
-  for (const Case& cs : {Case{1, 13, 33, 7}, Case{3, 37, 20, 65}, Case{1, 250, 70, 129}, Case{2, 100, 48, 300}}) {
+  for (const Case& cs : {Case{1, 13, 33, 7}, Case{3, 37, 20, 65}, Case{1, 250, 70, 129}, Case{2, 100, 48, 300},
+                         Case{1, 96, 40, 700}}) {
     for (int t = 0; t < 4; ++t) {
       const bool ta = t & 1, tb = t & 2;
       const int64_t B = cs.batch, m = cs.m, n = cs.n, k = cs.k;

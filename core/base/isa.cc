@@ -4,6 +4,8 @@
 #include "core/base/isa.h"
 
 #include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -20,8 +22,19 @@ uint64_t xcr0() {
 }
 
 struct Detected {
-  bool avx2 = false, avx512 = false, bf16 = false;
+  bool avx2 = false, avx512 = false, bf16 = false, amx = false;
 };
+
+// Linux gives a process the AMX tile data state only on request (arch_prctl
+// ARCH_REQ_XCOMP_PERM for XFEATURE_XTILEDATA); a refusal (an older kernel) leaves AMX unused.
+bool request_amx_state() {
+#if defined(__linux__) && defined(SYS_arch_prctl)
+  constexpr long kReqXcompPerm = 0x1023, kXtileData = 18;
+  return syscall(SYS_arch_prctl, kReqXcompPerm, kXtileData) == 0;
+#else
+  return false;
+#endif
+}
 
 Detected detect() {
   Detected d;
@@ -39,6 +52,11 @@ Detected detect() {
   d.avx512 = d.avx2 && zmm_state && f && dq && bw && vl;
   unsigned a1 = 0, b1 = 0, c1 = 0, d1 = 0;
   if (d.avx512 && a >= 1 && __get_cpuid_count(7, 1, &a1, &b1, &c1, &d1)) d.bf16 = a1 & (1u << 5);
+  // AMX-BF16 (EDX bit 22) and AMX-TILE (bit 24) of leaf 7; XCR0 bits 17 and 18: the OS saves
+  // the tile configuration and data.
+  const bool amx_cpu = (dx & (1u << 22)) && (dx & (1u << 24));
+  const bool tile_state = (xcr & (uint64_t{3} << 17)) == (uint64_t{3} << 17);
+  d.amx = d.bf16 && amx_cpu && tile_state && request_amx_state();
   return d;
 }
 
@@ -48,6 +66,7 @@ const Detected& detected() {
 }
 
 std::atomic<int> g_limit{static_cast<int>(Isa::avx512)};
+std::atomic<bool> g_amx_allowed{true};
 
 }  // namespace
 
@@ -63,12 +82,19 @@ Isa active_isa() {
 
 bool active_avx512_bf16() { return active_isa() == Isa::avx512 && cpu_has_avx512_bf16(); }
 
+bool cpu_has_amx_bf16() { return detected().amx; }
+void set_amx_allowed(bool allowed) { g_amx_allowed.store(allowed, std::memory_order_relaxed); }
+bool active_amx_bf16() {
+  return active_avx512_bf16() && cpu_has_amx_bf16() && g_amx_allowed.load(std::memory_order_relaxed);
+}
+
 const char* isa_name(Isa isa) { return isa == Isa::avx512 ? "avx512" : "avx2"; }
 
 const char* isa_description() {
   thread_local std::string s;
-  s = std::string(isa_name(active_isa())) + " (this CPU: avx2" +
-      (detected().avx512 ? " avx512" : "") + (detected().bf16 ? " avx512_bf16" : "") + ")";
+  s = std::string(isa_name(active_isa())) + (active_amx_bf16() ? " + amx_bf16" : "") +
+      " (this CPU: avx2" + (detected().avx512 ? " avx512" : "") +
+      (detected().bf16 ? " avx512_bf16" : "") + (detected().amx ? " amx_bf16" : "") + ")";
   return s.c_str();
 }
 

@@ -7,9 +7,12 @@
 // detects that once and says which set those kernels use:
 //   avx2    AVX2 + FMA: every CPU that runs fjit;
 //   avx512  AVX-512 F, BW, VL and DQ (and the OS saves the zmm state).
-// AVX512_BF16 is reported on its own (bf16 dot products), and only counts with avx512.
+// AVX512_BF16 is reported on its own (bf16 dot products), and only counts with avx512. So is
+// AMX (AMX-TILE and AMX-BF16 tile products, the OS saving the tile state and granting this
+// process its use: arch_prctl, asked once): it counts with avx512 and AVX512_BF16, and is used
+// for the bf16 products unless FJIT_ISA narrows the choice to avx512 or avx2.
 //
-// FJIT_ISA (core/base/config.def: auto, avx2, avx512) can only narrow the choice: asking for
+// FJIT_ISA (core/base/config.def: auto, avx2, avx512, amx) can only narrow the choice: asking for
 // avx512 on a CPU without it keeps avx2. On a given CPU and ISA every kernel's results depend on
 // the shapes and data only (never on the thread count). Kernels of different sets may differ in
 // the last bits unless they say otherwise (the GEMM's do not differ: ukernel.h; README: "What
@@ -32,10 +35,18 @@ void set_isa_limit(Isa limit);
 Isa active_isa();
 // Whether bf16 dot-product kernels may run: active_isa() is avx512 and the CPU has AVX512_BF16.
 bool active_avx512_bf16();
+// Whether this CPU has AMX-BF16 that this process may use (and AVX512_BF16 is detected).
+bool cpu_has_amx_bf16();
+// Process-wide, like set_isa_limit: whether the bf16 products may take the AMX tiles (the
+// default: yes). FJIT_ISA=avx512 and avx2 say no.
+void set_amx_allowed(bool allowed);
+// Whether the bf16 products run on the AMX tiles: active_avx512_bf16(), cpu_has_amx_bf16() and
+// set_amx_allowed's yes.
+bool active_amx_bf16();
 
 // "avx2", "avx512".
 const char* isa_name(Isa isa);
-// One line for reports: "avx512 (this CPU: avx2 avx512 avx512_bf16)".
+// One line for reports: "avx512 + amx_bf16 (this CPU: avx2 avx512 avx512_bf16 amx_bf16)".
 const char* isa_description();
 
 }  // namespace fjit

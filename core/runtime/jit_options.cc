@@ -80,8 +80,9 @@ void apply_process_environment() {
                         : gemm == choice_value(Id::gemm, "fjit") ? PackedGemmUse::always
                                                                  : PackedGemmUse::without_library);
     const int isa = config::isa();
-    if (isa == choice_value(Id::isa, "avx2")) set_isa_limit(Isa::avx2);
-    else set_isa_limit(Isa::avx512);  // auto or avx512: whatever the CPU has
+    // auto or amx: whatever the CPU has; avx512: that without the AMX tiles.
+    set_isa_limit(isa == choice_value(Id::isa, "avx2") ? Isa::avx2 : Isa::avx512);
+    set_amx_allowed(isa == choice_value(Id::isa, "auto") || isa == choice_value(Id::isa, "amx"));
     if (const std::string path = config::timeline(); !path.empty()) {
       const int steps = static_cast<int>(config::timeline_steps());
       timeline::start(path, steps);

@@ -1,6 +1,8 @@
-// bf16_gemm.h's driver: depth blocks of kPairs pairs, op(B) packed once (bf16_pack_b) as
-// slivers of 32 columns of bf16 pairs per depth block, A per sliver of 12 rows as 32-bit pairs; edge tiles through a
-// temporary tile, as the packed f32 GEMM does.
+// bf16_gemm.h's drivers. op(B) is packed once (bf16_pack_b) in depth blocks of kPairs pairs,
+// each block's pairs rounded up to a multiple of 16 with zeros, as slivers of 32 columns of bf16
+// pairs. AVX512_BF16: A per sliver of 12 rows as 32-bit pairs, edge tiles through a temporary
+// tile, as the packed f32 GEMM does. AMX: 32 x 32 blocks over the whole depth, A's rows read in
+// place or packed (zero-padded) per block of 32 rows.
 #include "core/kernels/gemm/bf16_gemm.h"
 
 #include <algorithm>
@@ -14,7 +16,9 @@
 namespace fjit {
 namespace {
 
-constexpr int64_t kMr = 12, kNr = 32, kPairs = 128;
+constexpr int64_t kMr = 12, kNr = 32, kPairs = 128, kChunk = 16;
+
+int64_t round16(int64_t pairs) { return (pairs + kChunk - 1) / kChunk * kChunk; }
 
 float widen(uint16_t x) {
   const uint32_t bits = uint32_t{x} << 16;
@@ -35,7 +39,7 @@ void bf16_gemm_on_packed(int64_t m, int64_t n, int64_t k, const uint16_t* a, int
   const gemm::Bf16PackATFn pack_at = gemm::bf16_pack_a_trans_avx512();
   const int64_t pairs = (k + 1) / 2, ns = (n + kNr - 1) / kNr, ms = (m + kMr - 1) / kMr;
   thread_local std::vector<uint32_t> ap_buf;
-  ap_buf.resize(kPairs * kMr);
+  grow_scratch(ap_buf, kPairs * kMr);
   uint32_t* ap = ap_buf.data();
   const auto* ap16 = reinterpret_cast<const uint16_t*>(ap);
   alignas(64) float tmp[kMr * kNr];
@@ -68,7 +72,7 @@ void bf16_gemm_on_packed(int64_t m, int64_t n, int64_t k, const uint16_t* a, int
       }
       for (int64_t j = 0; j < ns; ++j) {
         const int64_t col0 = j * kNr, cols = std::min(kNr, n - col0);
-        const uint16_t* bs = bq + j * np * kNr * 2;
+        const uint16_t* bs = bq + j * round16(np) * kNr * 2;
         float* ct = c + row0 * n + col0;
         if (rows == kMr && cols == kNr) {
           tile(np, as, a_row, a_pair, bs, ct, n, add);
@@ -83,19 +87,63 @@ void bf16_gemm_on_packed(int64_t m, int64_t n, int64_t k, const uint16_t* a, int
   }
 }
 
+// AMX: per block of 32 rows, its op(A) rows read in place (row-major, a whole block, a depth
+// that fills whole tiles) or packed zero-padded, then per sliver of 32 columns the block over the
+// whole depth, into C directly or through tmp. The block's A stays in L1/L2 across the slivers.
+void amx_gemm_on_packed(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda,
+                        bool trans_a, const uint16_t* bp, float* c, bool accumulate) {
+  constexpr int64_t kBlock = 32;
+  const int64_t pairs16 = round16((k + 1) / 2), width = 2 * pairs16, ns = (n + kNr - 1) / kNr;
+  const bool in_place = !trans_a && k == width;
+  thread_local std::vector<uint16_t> ap_buf;
+  alignas(64) float tmp[kBlock * kBlock];
+  gemm::amx_begin();
+  for (int64_t row0 = 0; row0 < m; row0 += kBlock) {
+    const int64_t rows = std::min(kBlock, m - row0);
+    const uint16_t* ar = a + row0 * lda;
+    int64_t ld = lda;
+    if (!in_place || rows < kBlock) {
+      grow_scratch(ap_buf, kBlock * width);
+      uint16_t* ap = ap_buf.data();
+      if (trans_a) {
+        gemm::amx_pack_a_trans(rows, k, pairs16, a + row0, lda, ap, width);
+      } else {
+        std::fill(ap, ap + kBlock * width, uint16_t{0});
+        for (int64_t r = 0; r < rows; ++r) std::copy(ar + r * lda, ar + r * lda + k, ap + r * width);
+      }
+      ar = ap;
+      ld = width;
+    }
+    for (int64_t j = 0; j < ns; ++j) {
+      const int64_t col0 = j * kNr, cols = std::min(kNr, n - col0);
+      float* cb = c + row0 * n + col0;
+      if (!accumulate && rows == kBlock && cols == kNr) {
+        gemm::amx_block_32x32(pairs16, kPairs, ar, ld, bp, ns, j, cb, n);
+        continue;
+      }
+      gemm::amx_block_32x32(pairs16, kPairs, ar, ld, bp, ns, j, tmp, kBlock);
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t col = 0; col < cols; ++col)
+          cb[r * n + col] = accumulate ? cb[r * n + col] + tmp[r * kBlock + col] : tmp[r * kBlock + col];
+    }
+  }
+  gemm::amx_end();
+}
+
 void bf16_gemm_native(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda, bool trans_a,
                       const uint16_t* b, float* c, bool accumulate) {
   thread_local std::vector<uint16_t> bp_buf;
-  bp_buf.resize(bf16_packed_b_size(n, k) + 32);
+  grow_scratch(bp_buf, bf16_packed_b_size(n, k) + 32);
   uint16_t* bp = aligned64(bp_buf);
   bf16_pack_b(n, k, b, n, false, bp);
-  bf16_gemm_on_packed(m, n, k, a, lda, trans_a, bp, c, accumulate);
+  if (active_amx_bf16()) amx_gemm_on_packed(m, n, k, a, lda, trans_a, bp, c, accumulate);
+  else bf16_gemm_on_packed(m, n, k, a, lda, trans_a, bp, c, accumulate);
 }
 
 }  // namespace
 
 int64_t bf16_packed_b_size(int64_t n, int64_t k) {
-  return ((k + 1) / 2) * ((n + kNr - 1) / kNr) * kNr * 2;
+  return round16((k + 1) / 2) * ((n + kNr - 1) / kNr) * kNr * 2;
 }
 
 int64_t bf16_pack_b_blocks(int64_t k) { return ((k + 1) / 2 + kPairs - 1) / kPairs; }
@@ -116,7 +164,8 @@ void bf16_pack_b_part(int64_t n, int64_t k, const uint16_t* b, int64_t ldb, bool
     const int64_t np = std::min(kPairs, pairs - q0);
     const bool whole_pairs = 2 * (q0 + np) <= k;
     for (int64_t j = 0; j < ns; ++j) {
-      uint16_t* d = bp + q0 * ns * kNr * 2 + j * np * kNr * 2;
+      uint16_t* d = bp + q0 * ns * kNr * 2 + j * round16(np) * kNr * 2;
+      std::memset(d + np * kNr * 2, 0, (round16(np) - np) * kNr * 2 * sizeof(uint16_t));
       const bool whole = (j + 1) * kNr <= n && whole_pairs;
       if (whole && !trans_b) {  // two rows of B interleaved
         for (int64_t q = 0; q < np; ++q) {
@@ -152,7 +201,8 @@ void bf16_gemm_packed_b(int64_t m, int64_t n, int64_t k, const uint16_t* a, int6
     if (!accumulate) std::fill(c, c + m * n, 0.f);
     return;
   }
-  bf16_gemm_on_packed(m, n, k, a, lda, trans_a, bp, c, accumulate);
+  if (active_amx_bf16()) amx_gemm_on_packed(m, n, k, a, lda, trans_a, bp, c, accumulate);
+  else bf16_gemm_on_packed(m, n, k, a, lda, trans_a, bp, c, accumulate);
 }
 
 void bf16_gemm_widened(int64_t m, int64_t n, int64_t k, const uint16_t* a, const uint16_t* b,

@@ -1,18 +1,32 @@
 // bf16 x bf16 -> f32 products: C [m, n] (row-major) = (accumulate ? C : 0) + A B with A [m, k]
-// and B [k, n] row-major bf16 (the upper 16 bits of an f32), accumulated in f32.
-//   AVX512_BF16 (active_avx512_bf16(), core/base/isa.h): a 12 x 32 micro-kernel on
-//            _mm512_dpbf16_ps, which multiplies pairs along K and adds both products to the
-//            f32 accumulator in one step (the hardware's rounding of that pair sum);
+// and B [k, n] row-major bf16 (the upper 16 bits of an f32), accumulated in f32. Three paths,
+// chosen by the instruction sets in use (core/base/isa.h):
+//   AMX (active_amx_bf16()): 32 x 32 blocks of tile products, each 16 depth pairs one
+//            TDPBF16PS (products exact, the hardware's f32 sums, subnormal inputs and results
+//            as zero), the whole depth in one accumulator and then added to C;
+//   AVX512_BF16 (active_avx512_bf16()): a 12 x 32 micro-kernel on _mm512_dpbf16_ps, which
+//            multiplies pairs along K and adds both products to the f32 accumulator in one step
+//            (the hardware's rounding of that pair sum), per depth block of 128 pairs;
 //   otherwise: each operand widened to f32 (exact: every bf16 is an f32) and fjit's packed
 //            f32 GEMM (packed_gemm.h): every product exact, each added with one rounding.
-// The two agree to f32 accumulation error, not bit for bit (the dot-product instruction also
-// treats subnormal inputs and results as zero). One thread (the matmul op, core/kernels/gemm/matmul_bf16.h, splits the rows). Depth blocks are fixed by K, and
-// one call runs on the calling thread: bits depend on the shapes, the data and the path only.
+// The paths agree to f32 accumulation error, not bit for bit (the dot-product instructions also
+// treat subnormal inputs and results as zero). One thread (the matmul op, core/kernels/gemm/matmul_bf16.h, splits the rows). Each element's
+// arithmetic depends on K and its path only, never on its place in a tile or block: bits
+// depend on the shapes, the data and the path only.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <vector>
 
 namespace fjit {
+
+// Grows a kept (thread_local) scratch buffer to at least n elements and never shrinks it: one
+// that shrank for a smaller product would zero its regrown part on every larger one.
+template <class T>
+void grow_scratch(std::vector<T>& v, int64_t n) {
+  if (static_cast<int64_t>(v.size()) < n) v.resize(static_cast<size_t>(n));
+}
 
 void bf16_gemm(int64_t m, int64_t n, int64_t k, const uint16_t* a, const uint16_t* b, float* c,
                bool accumulate);
@@ -21,8 +35,8 @@ void bf16_gemm(int64_t m, int64_t n, int64_t k, const uint16_t* a, const uint16_
 // Bits as bf16_gemm's on the same values.
 void bf16_gemm_ex(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda, bool trans_a,
                   const uint16_t* b, float* c, bool accumulate);
-// op(B) [k, n] packed once for several products on it (the AVX512_BF16 path only: callers
-// check active_avx512_bf16()): B row-major [k, n] with row stride ldb, or with trans_b B stored
+// op(B) [k, n] packed once for several products on it (the AVX512_BF16 and AMX paths only:
+// callers check active_avx512_bf16()): B row-major [k, n] with row stride ldb, or with trans_b B stored
 // [n, k] with row stride ldb. bp holds bf16_packed_b_size(n, k) elements, 64-byte aligned.
 // bf16_gemm_packed_b then multiplies op(A) (as bf16_gemm_ex) by it: the same bits as
 // bf16_gemm_ex on the same values.

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <string>
 
+#include "core/base/isa.h"
 #include "core/base/step_deadline.h"
 #include "core/base/threads.h"
 
@@ -117,9 +118,23 @@ bool gemm_library_has_kernels() {
 #endif
 }
 
+bool gemm_library_kernels_avx512() {
+#ifdef FJIT_HAVE_BLIS
+  static const bool wide = [] {
+    if (!gemm_library_has_kernels()) return false;
+    const arch_t id = bli_arch_query_id();
+    return id == BLIS_ARCH_SKX || id == BLIS_ARCH_KNL;
+  }();
+  return wide;
+#else
+  return false;
+#endif
+}
+
 bool gemm_library_enabled() {
 #ifdef FJIT_HAVE_BLIS
-  return g_allowed.load(std::memory_order_relaxed) && gemm_library_has_kernels();
+  return g_allowed.load(std::memory_order_relaxed) && gemm_library_has_kernels() &&
+         (active_isa() != Isa::avx512 || gemm_library_kernels_avx512());
 #else
   return false;
 #endif
@@ -127,11 +142,14 @@ bool gemm_library_enabled() {
 
 const char* gemm_library_name() {
 #ifdef FJIT_HAVE_BLIS
-  static const std::string name = [] {
+  static const std::string base = [] {
     const bool tuned = gemm_library_has_kernels();  // initializes BLIS
     return std::string("BLIS ") + bli_info_get_version_str() + " (" + bli_arch_string(bli_arch_query_id()) +
-           (tuned ? ")" : ": no kernels for this CPU, not used)");
+           (tuned ? "" : ": no kernels for this CPU, not used");
   }();
+  thread_local std::string name;
+  const bool narrower = gemm_library_has_kernels() && active_isa() == Isa::avx512 && !gemm_library_kernels_avx512();
+  name = base + (narrower ? ": AVX2 kernels, not used beside fjit's AVX-512 ones)" : ")");
   return name.c_str();
 #else
   return "none";

@@ -6,7 +6,8 @@
 // 2 or more intra-op threads (tests/determinism_test.cc checks every path). fjit's own driver
 // (gemm_update.cc) still runs the GEMM updates with fused epilogues, the narrow and batched
 // products, i32, and everything when BLIS is absent, has no kernels for this CPU (its generic
-// configuration), or FJIT_GEMM=eigen.
+// configuration) or only narrower ones than fjit's (AVX2 kernels where fjit runs AVX-512), or
+// FJIT_GEMM=eigen.
 //
 // Under a step deadline (core/base/step_deadline.h) a long product on BLIS's native path runs
 // in column panels and asks the deadline before each; a deadline that is not reached changes
@@ -28,10 +29,16 @@ void set_gemm_library_allowed(bool allowed);
 // and on a CPU its build does not know it falls back to its generic reference kernels, which
 // are several times slower than fjit's driver (bench/RESULTS.md, issue 27).
 bool gemm_library_has_kernels();
-// Whether plain products go to the library: built with it, allowed, and with kernels for this CPU.
+// Whether those kernels use AVX-512 (BLIS's skx and knl configurations). Where they do not and
+// fjit's kernels are AVX-512 ones (core/base/isa.h), fjit's packed GEMM is faster (BLIS's
+// haswell kernels on an AVX-512 CPU: bench/RESULTS.md, issue 29), so the library is left out.
+bool gemm_library_kernels_avx512();
+// Whether plain products go to the library: built with it, allowed, with kernels for this CPU,
+// and those kernels no narrower than fjit's (above).
 bool gemm_library_enabled();
 
-// "BLIS 0.9.0 (zen3)", "BLIS 0.9.0 (generic: no kernels for this CPU, not used)" or "none".
+// "BLIS 0.9.0 (zen3)", "BLIS 0.9.0 (generic: no kernels for this CPU, not used)",
+// "BLIS 0.9.0 (haswell: AVX2 kernels, not used beside fjit's AVX-512 ones)" or "none".
 const char* gemm_library_name();
 
 // Prepares out[m, n] = op(A) op(B) (instr.ins = {A, B}; the attrs' trans_a / trans_b; A may be

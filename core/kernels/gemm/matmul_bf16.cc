@@ -16,21 +16,24 @@
 namespace fjit::kernels::st {
 namespace {
 
-// Rows per block: a multiple of bf16_gemm's 12-row micro-tile, so a block boundary never
-// changes how a row is tiled; at least kMinRows, so each block amortises packing op(B).
-constexpr int64_t kTileRows = 12, kMinRows = 96, kMaxBlocks = 4;
+// Rows per block: a multiple of bf16_gemm's micro-tile (12 rows; 32 on the AMX tiles), so a
+// block boundary never changes how a row is tiled; at least kMinRows, so each block amortises
+// packing op(B).
+constexpr int64_t kMinRows = 96, kMaxBlocks = 4;
+int64_t tile_rows() { return active_amx_bf16() ? 32 : 12; }
 
 // With `threads` threads, the blocks are made a multiple of the thread count where there are
 // micro-tiles enough, so that no thread idles while another runs a last block (a product
 // of a few hundred rows and a deep K: the weight gradients). Which rows share a block changes
 // no bit (below), so the blocks may follow the thread count.
 int64_t block_rows(int64_t m, int threads) {
+  const int64_t tile = tile_rows();
   const int64_t per = std::max(kMinRows, (m + kMaxBlocks - 1) / kMaxBlocks);
-  const int64_t rows = (per + kTileRows - 1) / kTileRows * kTileRows;
-  const int64_t tiles = (m + kTileRows - 1) / kTileRows, blocks = (m + rows - 1) / rows;
+  const int64_t rows = (per + tile - 1) / tile * tile;
+  const int64_t tiles = (m + tile - 1) / tile, blocks = (m + rows - 1) / rows;
   if (threads <= 1 || blocks % threads == 0 || blocks >= 2 * threads * kMaxBlocks) return rows;
   const int64_t even = std::min(tiles, (blocks + threads - 1) / threads * threads);
-  return (tiles + even - 1) / even * kTileRows;
+  return (tiles + even - 1) / even * tile;
 }
 
 // Under a step deadline: blocks of about kDeadlineFlops (whole micro-tiles), so that the
@@ -38,8 +41,9 @@ int64_t block_rows(int64_t m, int threads) {
 // not depend on its block, so the bits are those of block_rows' blocks.
 constexpr int64_t kDeadlineFlops = int64_t{1} << 28;
 int64_t deadline_block_rows(int64_t m, int64_t n, int64_t k, int threads) {
+  const int64_t tile = tile_rows();
   const int64_t per_row = std::max<int64_t>(1, 2 * n * k);
-  const int64_t rows = std::max<int64_t>(kTileRows, kDeadlineFlops / per_row / kTileRows * kTileRows);
+  const int64_t rows = std::max<int64_t>(tile, kDeadlineFlops / per_row / tile * tile);
   return std::min(block_rows(m, threads), rows);
 }
 
@@ -50,67 +54,40 @@ float widen(uint16_t x) {
   return f;
 }
 
-// p: [0]=M [1]=K [2]=N [3]=batch [4]=a batch stride [5]=b batch stride (matmul.cc's plan).
-template <bool TA, bool TB>
-void bf16_kernel(const Instr& in, const Frame& f) {
-  const int64_t m = in.p[0], k = in.p[1], n = in.p[2], batch = in.p[3], sa = in.p[4], sb = in.p[5];
-  const auto* a = in.in<uint16_t>(f, 0);
-  const auto* b = in.in<uint16_t>(f, 1);
-  float* c = in.output<float>(f);
-  // Past the step's deadline the blocks left are skipped (core/base/step_deadline.h).
-  const int64_t deadline = thread_step_deadline();
-  const int want = intra_op_threads();
+// One native (AMX or AVX512_BF16) batched product: out [batch, m, n] = op(A) op(B) per entry,
+// op(A) from A row-major with row stride lda (or with ta, stored [k, m]), op(B) from B
+// row-major with row stride ldb (or with tb, stored [n, k]); entries sa and sb apart.
+struct Operands {
+  const uint16_t* a;
+  int64_t sa, lda;
+  bool ta;
+  const uint16_t* b;
+  int64_t sb, ldb;
+  bool tb;
+  int64_t m, n, k, batch;
+};
+
+// Each entry's op(B) packed once, in pieces (its depth blocks) shared by the threads, then
+// shared by its row blocks, whose rows of op(A) are read in place.
+void native_products(const Operands& o, float* out, int64_t deadline, int want) {
+  const int64_t m = o.m, n = o.n, k = o.k, batch = o.batch;
   const int64_t rows = deadline != 0 ? deadline_block_rows(m, n, k, want) : block_rows(m, want);
-  const int64_t blocks = (m + rows - 1) / rows;
-  const int64_t items = batch * blocks;
-  // AVX512_BF16: each batch entry's op(B) packed once (a transposed B read in place), then
-  // shared by its row blocks. Otherwise (the widening path, bf16_gemm.h) each entry's B is
-  // widened to f32 once, as stored, and each block's rows of op(A) are widened and multiplied
-  // on the packed f32 GEMM: bf16_gemm_widened_ex's arithmetic on the same values.
-  const bool native = active_avx512_bf16() && k > 0;
+  const int64_t blocks = (m + rows - 1) / rows, items = batch * blocks;
   thread_local std::vector<uint16_t> bp_buf;
-  thread_local std::vector<float> b32_buf;
-  const int64_t bsz = native ? bf16_packed_b_size(n, k) : k * n;  // native: a multiple of 32 elements
-  uint16_t* bp = nullptr;
-  float* b32 = nullptr;
-  if (native) {
-    bp_buf.resize(batch * bsz + 32);
-    bp = bp_buf.data() + ((64 - reinterpret_cast<uintptr_t>(bp_buf.data()) % 64) % 64) / 2;
-  } else {
-    b32_buf.resize(batch * bsz);
-    b32 = b32_buf.data();
-  }
-  // Packing op(B) in pieces (an entry's depth blocks, native), shared by the threads.
-  const int64_t pack_blocks = native ? bf16_pack_b_blocks(k) : 1, pieces = batch * pack_blocks;
+  const int64_t bsz = bf16_packed_b_size(n, k);  // a multiple of 32 elements
+  grow_scratch(bp_buf, batch * bsz + 32);
+  uint16_t* bp = bp_buf.data() + ((64 - reinterpret_cast<uintptr_t>(bp_buf.data()) % 64) % 64) / 2;
+  const int64_t pack_blocks = bf16_pack_b_blocks(k), pieces = batch * pack_blocks;
   auto pack = [&](int64_t piece) {
     const int64_t i = piece / pack_blocks, q = piece % pack_blocks;
-    if (native) bf16_pack_b_part(n, k, b + i * sb, TB ? k : n, TB, bp + i * bsz, q, q + 1);
-    else std::transform(b + i * sb, b + i * sb + k * n, b32 + i * bsz, widen);
+    bf16_pack_b_part(n, k, o.b + i * o.sb, o.ldb, o.tb, bp + i * bsz, q, q + 1);
   };
   auto run = [&](int64_t item) {
     if (deadline_passed(deadline)) return;
     const int64_t i = item / blocks, r0 = (item % blocks) * rows, mr = std::min(rows, m - r0);
-    float* ci = c + i * m * n + r0 * n;
-    if (native) {
-      // Rows r0..r0+mr of op(A): of A [M, K], or columns of A stored [K, M] (read in place).
-      const uint16_t* ai = a + i * sa + (TA ? r0 : r0 * k);
-      bf16_gemm_packed_b(mr, n, k, ai, TA ? m : k, TA, bp + i * bsz, ci, false);
-      return;
-    }
-    if (k == 0) {
-      std::fill(ci, ci + mr * n, 0.f);
-      return;
-    }
-    thread_local std::vector<float> a32;
-    a32.resize(mr * k);
-    const uint16_t* ai = a + i * sa;
-    if (TA) {  // A stored [K, M]: its columns r0..r0+mr, kept [K, mr]
-      for (int64_t p = 0; p < k; ++p)
-        for (int64_t r = 0; r < mr; ++r) a32[p * mr + r] = widen(ai[p * m + r0 + r]);
-    } else {
-      std::transform(ai + r0 * k, ai + (r0 + mr) * k, a32.begin(), widen);
-    }
-    packed_sgemm(active_isa(), TA, TB, mr, n, k, a32.data(), b32 + i * bsz, ci, false, 1);
+    // Rows r0..r0+mr of op(A): of A [M, K], or columns of A stored [K, M] (read in place).
+    const uint16_t* ai = o.a + i * o.sa + (o.ta ? r0 : r0 * o.lda);
+    bf16_gemm_packed_b(mr, n, k, ai, o.lda, o.ta, bp + i * bsz, out + i * m * n + r0 * n, false);
   };
   const int threads = static_cast<int>(std::min<int64_t>(items, want));
   if (threads > 1 && 2 * batch * m * n * k >= (int64_t{1} << 21)) {
@@ -124,6 +101,78 @@ void bf16_kernel(const Instr& in, const Frame& f) {
     }
   } else {
     for (int64_t i = 0; i < pieces; ++i) pack(i);
+    for (int64_t item = 0; item < items; ++item) run(item);
+  }
+}
+
+// p: [0]=M [1]=K [2]=N [3]=batch [4]=a batch stride [5]=b batch stride (matmul.cc's plan).
+template <bool TA, bool TB>
+void bf16_kernel(const Instr& in, const Frame& f) {
+  const int64_t m = in.p[0], k = in.p[1], n = in.p[2], batch = in.p[3], sa = in.p[4], sb = in.p[5];
+  const auto* a = in.in<uint16_t>(f, 0);
+  const auto* b = in.in<uint16_t>(f, 1);
+  float* c = in.output<float>(f);
+  // Past the step's deadline the blocks left are skipped (core/base/step_deadline.h).
+  const int64_t deadline = thread_step_deadline();
+  const int want = intra_op_threads();
+  if (active_avx512_bf16() && k > 0) {
+    // A weight gradient x^T g with fewer columns than rows (a convolution's: the patches'
+    // width against the channels) on the AMX tiles: computed as (g^T x)^T, which transposes
+    // the narrow g for the tiles' A instead of the wide x, and packs x as B by interleaving
+    // row pairs. The tiles sum each element's products in the order of the depth whichever
+    // operand is which, so the bits are the same (tests/bf16_gemm_test.cc).
+    if (TA && !TB && active_amx_bf16() && n < m && k >= m) {
+      thread_local std::vector<float> ct;
+      grow_scratch(ct, batch * m * n);
+      native_products({b, sb, n, true, a, sa, m, false, n, m, k, batch}, ct.data(), deadline, want);
+      for (int64_t i = 0; i < batch; ++i)
+        for (int64_t r = 0; r < m; ++r)
+          for (int64_t col = 0; col < n; ++col) c[(i * m + r) * n + col] = ct[(i * n + col) * m + r];
+      return;
+    }
+    native_products({a, sa, TA ? m : k, TA, b, sb, TB ? k : n, TB, m, n, k, batch}, c, deadline, want);
+    return;
+  }
+  // The widening path (bf16_gemm.h): each entry's B widened to f32 once, as stored, and each
+  // block's rows of op(A) widened and multiplied on the packed f32 GEMM: bf16_gemm_widened_ex's
+  // arithmetic on the same values.
+  const int64_t rows = deadline != 0 ? deadline_block_rows(m, n, k, want) : block_rows(m, want);
+  const int64_t blocks = (m + rows - 1) / rows, items = batch * blocks;
+  thread_local std::vector<float> b32_buf;
+  grow_scratch(b32_buf, batch * k * n);
+  float* b32 = b32_buf.data();
+  auto widen_b = [&](int64_t i) { std::transform(b + i * sb, b + i * sb + k * n, b32 + i * k * n, widen); };
+  auto run = [&](int64_t item) {
+    if (deadline_passed(deadline)) return;
+    const int64_t i = item / blocks, r0 = (item % blocks) * rows, mr = std::min(rows, m - r0);
+    float* ci = c + i * m * n + r0 * n;
+    if (k == 0) {
+      std::fill(ci, ci + mr * n, 0.f);
+      return;
+    }
+    thread_local std::vector<float> a32;
+    grow_scratch(a32, mr * k);
+    const uint16_t* ai = a + i * sa;
+    if (TA) {  // A stored [K, M]: its columns r0..r0+mr, kept [K, mr]
+      for (int64_t p = 0; p < k; ++p)
+        for (int64_t r = 0; r < mr; ++r) a32[p * mr + r] = widen(ai[p * m + r0 + r]);
+    } else {
+      std::transform(ai + r0 * k, ai + (r0 + mr) * k, a32.begin(), widen);
+    }
+    packed_sgemm(active_isa(), TA, TB, mr, n, k, a32.data(), b32 + i * k * n, ci, false, 1);
+  };
+  const int threads = static_cast<int>(std::min<int64_t>(items, want));
+  if (threads > 1 && 2 * batch * m * n * k >= (int64_t{1} << 21)) {
+#pragma omp parallel num_threads(threads)
+    {
+#pragma omp for schedule(static)
+      for (int64_t i = 0; i < batch; ++i) widen_b(i);
+#pragma omp for schedule(static)
+      for (int64_t item = 0; item < items; ++item) run(item);
+      fpe::collect_worker_flags();
+    }
+  } else {
+    for (int64_t i = 0; i < batch; ++i) widen_b(i);
     for (int64_t item = 0; item < items; ++item) run(item);
   }
 }

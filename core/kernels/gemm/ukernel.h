@@ -46,6 +46,26 @@ Bf16TileFn bf16_tile_avx512();
 using Bf16PackATFn = void (*)(int64_t pairs, const uint16_t* a, int64_t lda, uint32_t* ap);
 Bf16PackATFn bf16_pack_a_trans_avx512();
 
+// The AMX bf16 kernels (bf16_gemm.h's AMX path; call only where active_amx_bf16()).
+// amx_begin loads the calling thread's tile configuration (eight 16 x 64-byte tiles) and
+// amx_end releases it; the block kernel runs between them, on the same thread.
+void amx_begin();
+void amx_end();
+// A 32 x 32 f32 block, out[i * ldo + j] (ldo in floats) = the sum over pairs q < pairs16 (a
+// multiple of 16) of op(A)[i, q] . op(B)[q, j], each 16 pairs one tile product (the hardware's
+// sum: products exact, f32 accumulation, subnormal inputs and results as zero).
+//   a: op(A)'s 32 rows, row i at a + i * lda (bf16 units), pairs along the row, 2 * pairs16
+//      values each (zero past the depth);
+//   bp: op(B) packed by bf16_pack_b with ns 32-column slivers: the block reads sliver j, whose
+//      depth block at pair q0 (of kBf16BlockPairs) holds pairs16(block) rows of 32 x 2 bf16.
+void amx_block_32x32(int64_t pairs16, int64_t block_pairs, const uint16_t* a, int64_t lda,
+                     const uint16_t* bp, int64_t ns, int64_t j, float* out, int64_t ldo);
+// op(A) rows packed for amx_block_32x32 from a transposed A (A stored [k, m]: op(A)'s rows are
+// columns of the storage): ap[i * ldp + p] = a[p * lda + i] for i < rows (at most 32) and
+// p < k, zero for p up to 2 * pairs16 and for rows up to 32.
+void amx_pack_a_trans(int64_t rows, int64_t k, int64_t pairs16, const uint16_t* a, int64_t lda,
+                      uint16_t* ap, int64_t ldp);
+
 // f32 kernels: AVX2 + FMA (every CPU fjit runs on), AVX-512 F/BW/VL/DQ.
 const UKernel& ukernel_avx2();
 const UKernel& ukernel_avx512();

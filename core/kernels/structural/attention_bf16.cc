@@ -60,12 +60,12 @@ class BlockOperand {
     k_ = k;
     native_ = active_avx512_bf16();
     if (native_) {
-      packed_.resize(bf16_packed_b_size(n, k) + 32);
+      grow_scratch(packed_, bf16_packed_b_size(n, k) + 32);
       bp_ = packed_.data() + ((64 - reinterpret_cast<uintptr_t>(packed_.data()) % 64) % 64) / 2;
       bf16_pack_b(n, k, b, ldb, trans_b, bp_);
       return;
     }
-    wide_.resize(n * k);
+    grow_scratch(wide_, n * k);
     for (int64_t p = 0; p < k; ++p)
       for (int64_t c = 0; c < n; ++c) wide_[p * n + c] = widen(trans_b ? b[c * ldb + p] : b[p * ldb + c]);
   }
@@ -82,7 +82,7 @@ class BlockOperand {
       return;
     }
     const int64_t ra = trans_a ? k_ : m, ca = trans_a ? m : k_;
-    a_wide_.resize(m * k_);
+    grow_scratch(a_wide_, m * k_);
     for (int64_t r = 0; r < ra; ++r)
       for (int64_t col = 0; col < ca; ++col) a_wide_[r * ca + col] = widen(a[r * lda + col]);
     packed_sgemm_strided(active_isa(), trans_a, false, m, n_, k_, a_wide_.data(), ca, wide_.data(), n_, c,
