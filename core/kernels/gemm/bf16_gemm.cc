@@ -1,8 +1,6 @@
-// bf16_gemm.h's drivers. op(B) is packed once (bf16_pack_b) in depth blocks of kPairs pairs,
-// each block's pairs rounded up to a multiple of 16 with zeros, as slivers of 32 columns of bf16
-// pairs. AVX512_BF16: A per sliver of 12 rows as 32-bit pairs, edge tiles through a temporary
-// tile, as the packed f32 GEMM does. AMX: 32 x 32 blocks over the whole depth, A's rows read in
-// place or packed (zero-padded) per block of 32 rows.
+// bf16_gemm.h's packing of op(B) (bf16_layout.h), its AVX512_BF16 driver and the choice of
+// path. AVX512_BF16: A per sliver of 12 rows as 32-bit pairs, edge tiles through a temporary
+// tile, as the packed f32 GEMM does. AMX: bf16_gemm_amx.cc.
 #include "core/kernels/gemm/bf16_gemm.h"
 
 #include <algorithm>
@@ -10,15 +8,14 @@
 #include <vector>
 
 #include "core/base/isa.h"
+#include "core/kernels/gemm/bf16_layout.h"
 #include "core/kernels/gemm/packed_gemm.h"
 #include "core/kernels/gemm/ukernel.h"
 
 namespace fjit {
 namespace {
 
-constexpr int64_t kMr = 12, kNr = 32, kPairs = 128, kChunk = 16;
-
-int64_t round16(int64_t pairs) { return (pairs + kChunk - 1) / kChunk * kChunk; }
+constexpr int64_t kMr = 12;
 
 float widen(uint16_t x) {
   const uint32_t bits = uint32_t{x} << 16;
@@ -85,49 +82,6 @@ void bf16_gemm_on_packed(int64_t m, int64_t n, int64_t k, const uint16_t* a, int
       }
     }
   }
-}
-
-// AMX: per block of 32 rows, its op(A) rows read in place (row-major, a whole block, a depth
-// that fills whole tiles) or packed zero-padded, then per sliver of 32 columns the block over the
-// whole depth, into C directly or through tmp. The block's A stays in L1/L2 across the slivers.
-void amx_gemm_on_packed(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda,
-                        bool trans_a, const uint16_t* bp, float* c, bool accumulate) {
-  constexpr int64_t kBlock = 32;
-  const int64_t pairs16 = round16((k + 1) / 2), width = 2 * pairs16, ns = (n + kNr - 1) / kNr;
-  const bool in_place = !trans_a && k == width;
-  thread_local std::vector<uint16_t> ap_buf;
-  alignas(64) float tmp[kBlock * kBlock];
-  gemm::amx_begin();
-  for (int64_t row0 = 0; row0 < m; row0 += kBlock) {
-    const int64_t rows = std::min(kBlock, m - row0);
-    const uint16_t* ar = a + row0 * lda;
-    int64_t ld = lda;
-    if (!in_place || rows < kBlock) {
-      grow_scratch(ap_buf, kBlock * width);
-      uint16_t* ap = ap_buf.data();
-      if (trans_a) {
-        gemm::amx_pack_a_trans(rows, k, pairs16, a + row0, lda, ap, width);
-      } else {
-        std::fill(ap, ap + kBlock * width, uint16_t{0});
-        for (int64_t r = 0; r < rows; ++r) std::copy(ar + r * lda, ar + r * lda + k, ap + r * width);
-      }
-      ar = ap;
-      ld = width;
-    }
-    for (int64_t j = 0; j < ns; ++j) {
-      const int64_t col0 = j * kNr, cols = std::min(kNr, n - col0);
-      float* cb = c + row0 * n + col0;
-      if (!accumulate && rows == kBlock && cols == kNr) {
-        gemm::amx_block_32x32(pairs16, kPairs, ar, ld, bp, ns, j, cb, n);
-        continue;
-      }
-      gemm::amx_block_32x32(pairs16, kPairs, ar, ld, bp, ns, j, tmp, kBlock);
-      for (int64_t r = 0; r < rows; ++r)
-        for (int64_t col = 0; col < cols; ++col)
-          cb[r * n + col] = accumulate ? cb[r * n + col] + tmp[r * kBlock + col] : tmp[r * kBlock + col];
-    }
-  }
-  gemm::amx_end();
 }
 
 void bf16_gemm_native(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda, bool trans_a,

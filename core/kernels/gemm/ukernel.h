@@ -51,15 +51,18 @@ Bf16PackATFn bf16_pack_a_trans_avx512();
 // amx_end releases it; the block kernel runs between them, on the same thread.
 void amx_begin();
 void amx_end();
-// A 32 x 32 f32 block, out[i * ldo + j] (ldo in floats) = the sum over pairs q < pairs16 (a
-// multiple of 16) of op(A)[i, q] . op(B)[q, j], each 16 pairs one tile product (the hardware's
-// sum: products exact, f32 accumulation, subnormal inputs and results as zero).
+// A 32 x 32 f32 block over pairs [q_begin, q_end) of the depth (q_begin a multiple of
+// block_pairs, q_end a multiple of 16 or pairs16): out[i * ldo + j] (ldo in floats) = init[i *
+// 32 + j] (0 when init is null) + the sum over those pairs q of op(A)[i, q] . op(B)[q, j], each
+// 16 pairs one tile product (the hardware's sum: products exact, f32 accumulation, subnormal
+// inputs and results as zero) added in order.
 //   a: op(A)'s 32 rows, row i at a + i * lda (bf16 units), pairs along the row, 2 * pairs16
 //      values each (zero past the depth);
-//   bp: op(B) packed by bf16_pack_b with ns 32-column slivers: the block reads sliver j, whose
-//      depth block at pair q0 (of kBf16BlockPairs) holds pairs16(block) rows of 32 x 2 bf16.
-void amx_block_32x32(int64_t pairs16, int64_t block_pairs, const uint16_t* a, int64_t lda,
-                     const uint16_t* bp, int64_t ns, int64_t j, float* out, int64_t ldo);
+//   bp: op(B) packed by bf16_pack_b (bf16_layout.h: depth blocks of block_pairs pairs, pairs16
+//      in all, ns slivers of 32 columns); the block reads sliver j.
+void amx_block_32x32(int64_t q_begin, int64_t q_end, int64_t pairs16, int64_t block_pairs, const uint16_t* a,
+                     int64_t lda, const uint16_t* bp, int64_t ns, int64_t j, const float* init, float* out,
+                     int64_t ldo);
 // op(A) rows packed for amx_block_32x32 from a transposed A (A stored [k, m]: op(A)'s rows are
 // columns of the storage): ap[i * ldp + p] = a[p * lda + i] for i < rows (at most 32) and
 // p < k, zero for p up to 2 * pairs16 and for rows up to 32.

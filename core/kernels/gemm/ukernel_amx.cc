@@ -63,18 +63,27 @@ FJIT_AMX void amx_end() { _tile_release(); }
 
 // Tiles 0-3: C (rows 0-15 x cols 0-15, 0-15 x 16-31, 16-31 x 0-15, 16-31 x 16-31);
 // 4, 5: A rows 0-15, 16-31; 6, 7: B cols 0-15, 16-31.
-FJIT_AMX void amx_block_32x32(int64_t pairs16, int64_t block_pairs, const uint16_t* a, int64_t lda,
-                              const uint16_t* bp, int64_t ns, int64_t j, float* out, int64_t ldo) {
-  _tile_zero(0);
-  _tile_zero(1);
-  _tile_zero(2);
-  _tile_zero(3);
+FJIT_AMX void amx_block_32x32(int64_t q_begin, int64_t q_end, int64_t pairs16, int64_t block_pairs,
+                              const uint16_t* a, int64_t lda, const uint16_t* bp, int64_t ns, int64_t j,
+                              const float* init, float* out, int64_t ldo) {
+  if (init != nullptr) {
+    _tile_loadd(0, init, 128);
+    _tile_loadd(1, init + 16, 128);
+    _tile_loadd(2, init + 16 * 32, 128);
+    _tile_loadd(3, init + 16 * 32 + 16, 128);
+  } else {
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+  }
   const int64_t a_bytes = lda * 2;
   const uint16_t* a_hi = a + 16 * lda;
-  for (int64_t q0 = 0; q0 < pairs16; q0 += block_pairs) {
+  for (int64_t q0 = q_begin; q0 < q_end; q0 += block_pairs) {
     const int64_t np = pairs16 - q0 < block_pairs ? pairs16 - q0 : block_pairs;
+    const int64_t stop = q_end - q0 < np ? q_end - q0 : np;
     const uint16_t* bs = bp + q0 * ns * 64 + j * np * 64;
-    for (int64_t q = 0; q < np; q += 16) {
+    for (int64_t q = 0; q < stop; q += 16) {
       const uint16_t* b = bs + q * 64;
       _tile_loadd(4, a + 2 * (q0 + q), a_bytes);
       _tile_loadd(6, b, 128);

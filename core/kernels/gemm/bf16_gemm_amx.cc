@@ -1,0 +1,84 @@
+// The AMX path of bf16_gemm.h: 32 x 32 blocks of C, each the sum over the whole depth of tile
+// products (gemm::amx_block_32x32, ukernel.h), in one f32 accumulator chain per element.
+//
+// op(A)'s rows per block of 32 are read in place (row-major, a whole block, a depth that fills
+// whole tiles) or packed zero-padded, all blocks first. A product no deeper than kDepthPanel
+// pairs runs per block of rows, every sliver of op(B) over the whole depth (the block's A stays
+// in L1). A deeper one runs in depth panels of kDepthPanel pairs, every block and sliver per
+// panel, so that a panel's A block stays in L1 and its op(B) in L2; between panels each block's
+// accumulators go to memory and come back exactly (an f32 store and load), so every element's
+// chain, and its bits, are those of one pass over the depth.
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "core/kernels/gemm/bf16_gemm.h"
+#include "core/kernels/gemm/bf16_layout.h"
+#include "core/kernels/gemm/ukernel.h"
+
+namespace fjit {
+
+namespace {
+constexpr int64_t kBlock = 32, kDepthPanel = 2 * kPairs;
+}  // namespace
+
+void amx_gemm_on_packed(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda, bool trans_a,
+                        const uint16_t* bp, float* c, bool accumulate) {
+  const int64_t pairs16 = round16((k + 1) / 2), width = 2 * pairs16, ns = (n + kNr - 1) / kNr;
+  const int64_t blocks = (m + kBlock - 1) / kBlock;
+  const bool in_place = !trans_a && k == width;
+  // The blocks of op(A) that are packed: all of them, or (in place) a last partial one.
+  const int64_t first_packed = in_place ? m / kBlock : 0;
+  thread_local std::vector<uint16_t> ap_buf;
+  grow_scratch(ap_buf, (blocks - first_packed) * kBlock * width);
+  for (int64_t b = first_packed; b < blocks; ++b) {
+    const int64_t row0 = b * kBlock, rows = std::min(kBlock, m - row0);
+    uint16_t* ap = ap_buf.data() + (b - first_packed) * kBlock * width;
+    if (trans_a) {
+      gemm::amx_pack_a_trans(rows, k, pairs16, a + row0, lda, ap, width);
+      continue;
+    }
+    std::fill(ap, ap + kBlock * width, uint16_t{0});
+    for (int64_t r = 0; r < rows; ++r) std::copy(a + (row0 + r) * lda, a + (row0 + r) * lda + k, ap + r * width);
+  }
+  auto rows_of = [&](int64_t b) {
+    return b < first_packed ? a + b * kBlock * lda : ap_buf.data() + (b - first_packed) * kBlock * width;
+  };
+  auto stride_of = [&](int64_t b) { return b < first_packed ? lda : width; };
+  // Accumulators kept between depth panels, per block and sliver (32 x 32, row stride 32).
+  thread_local std::vector<float> part_buf;
+  const bool panels = pairs16 > kDepthPanel;
+  if (panels) grow_scratch(part_buf, blocks * ns * kBlock * kBlock);
+  alignas(64) float tmp[kBlock * kBlock];
+  gemm::amx_begin();
+  for (int64_t q0 = 0; q0 < pairs16; q0 += kDepthPanel) {
+    const int64_t q1 = std::min(q0 + kDepthPanel, pairs16);
+    const bool last = q1 == pairs16;
+    for (int64_t b = 0; b < blocks; ++b) {
+      const int64_t row0 = b * kBlock, rows = std::min(kBlock, m - row0);
+      const uint16_t* ar = rows_of(b);
+      const int64_t ld = stride_of(b);
+      for (int64_t j = 0; j < ns; ++j) {
+        const int64_t col0 = j * kNr, cols = std::min(kNr, n - col0);
+        float* part = panels ? part_buf.data() + (b * ns + j) * kBlock * kBlock : nullptr;
+        const float* init = q0 == 0 ? nullptr : part;
+        float* cb = c + row0 * n + col0;
+        if (!last) {
+          gemm::amx_block_32x32(q0, q1, pairs16, kPairs, ar, ld, bp, ns, j, init, part, kBlock);
+          continue;
+        }
+        if (!accumulate && rows == kBlock && cols == kNr) {
+          gemm::amx_block_32x32(q0, q1, pairs16, kPairs, ar, ld, bp, ns, j, init, cb, n);
+          continue;
+        }
+        gemm::amx_block_32x32(q0, q1, pairs16, kPairs, ar, ld, bp, ns, j, init, tmp, kBlock);
+        for (int64_t r = 0; r < rows; ++r)
+          for (int64_t col = 0; col < cols; ++col)
+            cb[r * n + col] = accumulate ? cb[r * n + col] + tmp[r * kBlock + col] : tmp[r * kBlock + col];
+      }
+    }
+  }
+  gemm::amx_end();
+}
+
+}  // namespace fjit
