@@ -124,6 +124,7 @@ TEST(Bf16Gemm, TransposedAMatchesADoubleLoop) {
 // f32 accumulation error of a double loop, on shapes off every block and tile edge.
 TEST(Bf16Gemm, TheAmxPathMatchesADoubleLoopOnEveryEdge) {
   if (!cpu_has_amx_bf16()) GTEST_SKIP() << "this CPU has no AMX-BF16 the process may use";
+  const bool amx_before = active_amx_bf16();
   struct Case { int64_t m, n, k; };
   for (const Case& cs : {Case{1, 1, 1}, Case{31, 17, 31}, Case{32, 32, 32}, Case{33, 33, 33},
                          Case{64, 64, 256}, Case{130, 70, 257}, Case{45, 96, 300}, Case{200, 40, 513}}) {
@@ -138,7 +139,7 @@ TEST(Bf16Gemm, TheAmxPathMatchesADoubleLoopOnEveryEdge) {
           std::vector<float> c(cs.m * cs.n, 0.25f);
           bf16_gemm_ex(cs.m, cs.n, cs.k, trans_a ? at.data() : a.data(), trans_a ? cs.m : cs.k, trans_a,
                        b.data(), c.data(), acc);
-          set_amx_allowed(true);
+          set_amx_allowed(amx_before);
           double worst = 0;
           for (int64_t i = 0; i < cs.m; ++i)
             for (int64_t j = 0; j < cs.n; ++j) {

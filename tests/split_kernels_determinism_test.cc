@@ -135,12 +135,19 @@ TEST(SplitKernelsDeterminism, RandomBits) {
 
 // bf16 products whose row blocks follow the thread count and whose op(B) is packed by all
 // threads in depth blocks (core/kernels/gemm/matmul_bf16.cc): weight gradients A^T B of a few
-// hundred rows and a deep K, on the AVX512_BF16 kernels and on the AVX2 widening path.
+// hundred rows and a deep K, and products of fewer row blocks than threads, whose columns are
+// split too (64 x 288; on the AMX tiles also 288 x 64, computed transposed); on the AMX tiles
+// (where the CPU has them), the AVX512_BF16 kernels and the AVX2 widening path.
 TEST(SplitKernelsDeterminism, Bf16ProductsWhoseBlocksFollowTheThreads) {
   const Isa before = active_isa();
-  for (Isa isa : {Isa::avx2, Isa::avx512}) {
-    set_isa_limit(isa);
-    for (const auto& [m, k, n, tb] : {std::array<int64_t, 4>{288, 3000, 64, 0}, {300, 2001, 40, 1}, {9, 4000, 32, 0}}) {
+  const bool amx_before = active_amx_bf16();
+  struct Path { Isa isa; bool amx; };
+  for (const Path path : {Path{Isa::avx2, false}, Path{Isa::avx512, false}, Path{Isa::avx512, true}}) {
+    set_isa_limit(path.isa);
+    set_amx_allowed(path.amx);
+    if (path.amx && !active_amx_bf16()) continue;
+    for (const auto& [m, k, n, tb] : {std::array<int64_t, 4>{288, 3000, 64, 0}, {300, 2001, 40, 1}, {9, 4000, 32, 0},
+                                      {64, 2000, 288, 0}}) {
       const Shape bs = tb ? Shape{n, k} : Shape{k, n};
       sweep::Case c = make_case(Op::MatMul, {DType::f32, {m, n}}, {{DType::bf16, {k, m}}, {DType::bf16, bs}});
       c.attrs.trans_a = true;
@@ -152,12 +159,14 @@ TEST(SplitKernelsDeterminism, Bf16ProductsWhoseBlocksFollowTheThreads) {
       for (int threads : {2, 3, 4}) {
         set_intra_op_threads(threads);
         EXPECT_TRUE(sweep::run_case(c).bit_equal(one))
-            << isa_name(active_isa()) << " M,K,N=" << m << "," << k << "," << n << ": " << threads << " threads differ from 1";
+            << isa_name(active_isa()) << (active_amx_bf16() ? " amx" : "") << " M,K,N=" << m << "," << k << ","
+            << n << ": " << threads << " threads differ from 1";
       }
       set_intra_op_threads(saved);
     }
   }
   set_isa_limit(before);
+  set_amx_allowed(amx_before);
 }
 
 TEST(SplitKernelsDeterminism, LayoutCopies) {

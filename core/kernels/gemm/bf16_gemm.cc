@@ -31,7 +31,7 @@ uint16_t* aligned64(std::vector<uint16_t>& buf) {
 // op(A) [m, k]: A row-major with row stride lda, or with trans_a A^T for A stored [k, m] with
 // row stride lda; bp: op(B) packed by bf16_pack_b.
 void bf16_gemm_on_packed(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda,
-                         bool trans_a, const uint16_t* bp, float* c, bool accumulate) {
+                         bool trans_a, const uint16_t* bp, float* c, bool accumulate, int64_t j0, int64_t j1) {
   const gemm::Bf16TileFn tile = gemm::bf16_tile_avx512();
   const gemm::Bf16PackATFn pack_at = gemm::bf16_pack_a_trans_avx512();
   const int64_t pairs = (k + 1) / 2, ns = (n + kNr - 1) / kNr, ms = (m + kMr - 1) / kMr;
@@ -67,7 +67,7 @@ void bf16_gemm_on_packed(int64_t m, int64_t n, int64_t k, const uint16_t* a, int
             ap[q * kMr + i] = uint32_t{a_at(row0 + i, p)} | (uint32_t{a_at(row0 + i, p + 1)} << 16);
           }
       }
-      for (int64_t j = 0; j < ns; ++j) {
+      for (int64_t j = j0; j < j1; ++j) {
         const int64_t col0 = j * kNr, cols = std::min(kNr, n - col0);
         const uint16_t* bs = bq + j * round16(np) * kNr * 2;
         float* ct = c + row0 * n + col0;
@@ -90,8 +90,9 @@ void bf16_gemm_native(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_
   grow_scratch(bp_buf, bf16_packed_b_size(n, k) + 32);
   uint16_t* bp = aligned64(bp_buf);
   bf16_pack_b(n, k, b, n, false, bp);
-  if (active_amx_bf16()) amx_gemm_on_packed(m, n, k, a, lda, trans_a, bp, c, accumulate);
-  else bf16_gemm_on_packed(m, n, k, a, lda, trans_a, bp, c, accumulate);
+  const int64_t ns = (n + kNr - 1) / kNr;
+  if (active_amx_bf16()) amx_gemm_on_packed(m, n, k, a, lda, trans_a, bp, c, accumulate, 0, ns);
+  else bf16_gemm_on_packed(m, n, k, a, lda, trans_a, bp, c, accumulate, 0, ns);
 }
 
 }  // namespace
@@ -150,13 +151,21 @@ void bf16_pack_b_part(int64_t n, int64_t k, const uint16_t* b, int64_t ldb, bool
 
 void bf16_gemm_packed_b(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda,
                         bool trans_a, const uint16_t* bp, float* c, bool accumulate) {
-  if (m <= 0 || n <= 0) return;
+  bf16_gemm_packed_b_columns(m, n, k, a, lda, trans_a, bp, c, accumulate, 0, n);
+}
+
+void bf16_gemm_packed_b_columns(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda, bool trans_a,
+                                const uint16_t* bp, float* c, bool accumulate, int64_t col_begin, int64_t col_end) {
+  col_end = std::min(col_end, n);
+  if (m <= 0 || col_end <= col_begin) return;
   if (k <= 0) {
-    if (!accumulate) std::fill(c, c + m * n, 0.f);
+    if (!accumulate)
+      for (int64_t r = 0; r < m; ++r) std::fill(c + r * n + col_begin, c + r * n + col_end, 0.f);
     return;
   }
-  if (active_amx_bf16()) amx_gemm_on_packed(m, n, k, a, lda, trans_a, bp, c, accumulate);
-  else bf16_gemm_on_packed(m, n, k, a, lda, trans_a, bp, c, accumulate);
+  const int64_t j0 = col_begin / kNr, j1 = (col_end + kNr - 1) / kNr;
+  if (active_amx_bf16()) amx_gemm_on_packed(m, n, k, a, lda, trans_a, bp, c, accumulate, j0, j1);
+  else bf16_gemm_on_packed(m, n, k, a, lda, trans_a, bp, c, accumulate, j0, j1);
 }
 
 void bf16_gemm_widened(int64_t m, int64_t n, int64_t k, const uint16_t* a, const uint16_t* b,

@@ -49,6 +49,11 @@ void bf16_pack_b_part(int64_t n, int64_t k, const uint16_t* b, int64_t ldb, bool
                       int64_t first, int64_t last);
 void bf16_gemm_packed_b(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda,
                         bool trans_a, const uint16_t* bp, float* c, bool accumulate);
+// The same for C's columns [col_begin, col_end) alone (both multiples of 32, or col_end n; C's row
+// stride stays n), so that threads may split a product's columns: the same bits as those
+// columns of bf16_gemm_packed_b.
+void bf16_gemm_packed_b_columns(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda, bool trans_a,
+                                const uint16_t* bp, float* c, bool accumulate, int64_t col_begin, int64_t col_end);
 // The same product forced onto the widening path (tests compare the two).
 void bf16_gemm_widened(int64_t m, int64_t n, int64_t k, const uint16_t* a, const uint16_t* b,
                        float* c, bool accumulate);

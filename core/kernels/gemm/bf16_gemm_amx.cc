@@ -23,7 +23,7 @@ constexpr int64_t kBlock = 32, kDepthPanel = 2 * kPairs;
 }  // namespace
 
 void amx_gemm_on_packed(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda, bool trans_a,
-                        const uint16_t* bp, float* c, bool accumulate) {
+                        const uint16_t* bp, float* c, bool accumulate, int64_t j0, int64_t j1) {
   const int64_t pairs16 = round16((k + 1) / 2), width = 2 * pairs16, ns = (n + kNr - 1) / kNr;
   const int64_t blocks = (m + kBlock - 1) / kBlock;
   const bool in_place = !trans_a && k == width;
@@ -48,7 +48,7 @@ void amx_gemm_on_packed(int64_t m, int64_t n, int64_t k, const uint16_t* a, int6
   // Accumulators kept between depth panels, per block and sliver (32 x 32, row stride 32).
   thread_local std::vector<float> part_buf;
   const bool panels = pairs16 > kDepthPanel;
-  if (panels) grow_scratch(part_buf, blocks * ns * kBlock * kBlock);
+  if (panels) grow_scratch(part_buf, blocks * (j1 - j0) * kBlock * kBlock);
   alignas(64) float tmp[kBlock * kBlock];
   gemm::amx_begin();
   for (int64_t q0 = 0; q0 < pairs16; q0 += kDepthPanel) {
@@ -58,9 +58,9 @@ void amx_gemm_on_packed(int64_t m, int64_t n, int64_t k, const uint16_t* a, int6
       const int64_t row0 = b * kBlock, rows = std::min(kBlock, m - row0);
       const uint16_t* ar = rows_of(b);
       const int64_t ld = stride_of(b);
-      for (int64_t j = 0; j < ns; ++j) {
+      for (int64_t j = j0; j < j1; ++j) {
         const int64_t col0 = j * kNr, cols = std::min(kNr, n - col0);
-        float* part = panels ? part_buf.data() + (b * ns + j) * kBlock * kBlock : nullptr;
+        float* part = panels ? part_buf.data() + (b * (j1 - j0) + j - j0) * kBlock * kBlock : nullptr;
         const float* init = q0 == 0 ? nullptr : part;
         float* cb = c + row0 * n + col0;
         if (!last) {

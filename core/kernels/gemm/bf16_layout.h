@@ -14,8 +14,9 @@ constexpr int64_t kNr = 32, kPairs = 128, kChunk = 16;
 constexpr int64_t round16(int64_t pairs) { return (pairs + kChunk - 1) / kChunk * kChunk; }
 
 // The AMX path of bf16_gemm.h (bf16_gemm_amx.cc) on op(B) packed so: C [m, n] = (accumulate ? C
-// : 0) + op(A) op(B), op(A) from A row-major with row stride lda or, with trans_a, stored [k, m].
+// : 0) + op(A) op(B), op(A) from A row-major with row stride lda or, with trans_a, stored [k, m];
+// only C's slivers [j0, j1) of kNr columns (C's row stride stays n).
 void amx_gemm_on_packed(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda, bool trans_a,
-                        const uint16_t* bp, float* c, bool accumulate);
+                        const uint16_t* bp, float* c, bool accumulate, int64_t j0, int64_t j1);
 
 }  // namespace fjit

@@ -68,11 +68,18 @@ struct Operands {
 };
 
 // Each entry's op(B) packed once, in pieces (its depth blocks) shared by the threads, then
-// shared by its row blocks, whose rows of op(A) are read in place.
+// shared by its row blocks, whose rows of op(A) are read in place. Where there are fewer row
+// blocks than threads (a product of few rows: a weight gradient computed transposed), each
+// block's columns are split into groups of 32-column slivers too. A row's and a column's
+// arithmetic do not depend on their block or group, so neither changes a bit.
 void native_products(const Operands& o, float* out, int64_t deadline, int want) {
   const int64_t m = o.m, n = o.n, k = o.k, batch = o.batch;
   const int64_t rows = deadline != 0 ? deadline_block_rows(m, n, k, want) : block_rows(m, want);
-  const int64_t blocks = (m + rows - 1) / rows, items = batch * blocks;
+  const int64_t blocks = (m + rows - 1) / rows, row_items = batch * blocks;
+  const int64_t slivers = (n + 31) / 32;
+  const int64_t wanted_groups = row_items < want ? std::min(slivers, (want + row_items - 1) / row_items) : 1;
+  const int64_t per_group = (slivers + wanted_groups - 1) / wanted_groups;
+  const int64_t groups = (slivers + per_group - 1) / per_group, items = row_items * groups;
   thread_local std::vector<uint16_t> bp_buf;
   const int64_t bsz = bf16_packed_b_size(n, k);  // a multiple of 32 elements
   grow_scratch(bp_buf, batch * bsz + 32);
@@ -84,10 +91,12 @@ void native_products(const Operands& o, float* out, int64_t deadline, int want) 
   };
   auto run = [&](int64_t item) {
     if (deadline_passed(deadline)) return;
-    const int64_t i = item / blocks, r0 = (item % blocks) * rows, mr = std::min(rows, m - r0);
+    const int64_t row_item = item / groups, g = item % groups;
+    const int64_t i = row_item / blocks, r0 = (row_item % blocks) * rows, mr = std::min(rows, m - r0);
     // Rows r0..r0+mr of op(A): of A [M, K], or columns of A stored [K, M] (read in place).
     const uint16_t* ai = o.a + i * o.sa + (o.ta ? r0 : r0 * o.lda);
-    bf16_gemm_packed_b(mr, n, k, ai, o.lda, o.ta, bp + i * bsz, out + i * m * n + r0 * n, false);
+    bf16_gemm_packed_b_columns(mr, n, k, ai, o.lda, o.ta, bp + i * bsz, out + i * m * n + r0 * n, false,
+                               g * per_group * 32, (g + 1) * per_group * 32);
   };
   const int threads = static_cast<int>(std::min<int64_t>(items, want));
   if (threads > 1 && 2 * batch * m * n * k >= (int64_t{1} << 21)) {
