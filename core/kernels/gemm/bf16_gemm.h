@@ -54,6 +54,17 @@ void bf16_gemm_packed_b(int64_t m, int64_t n, int64_t k, const uint16_t* a, int6
 // columns of bf16_gemm_packed_b.
 void bf16_gemm_packed_b_columns(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda, bool trans_a,
                                 const uint16_t* bp, float* c, bool accumulate, int64_t col_begin, int64_t col_end);
+// On the AMX path only (callers check active_amx_bf16()): C's columns [col_begin, col_end) (both
+// multiples of 32, or col_end n; C's row stride stays n) = op(A) op(B), with op(B) read as stored
+// (B row-major [k, n] with row stride ldb, or with trans_b stored [n, k]) and packed one depth
+// panel at a time into a buffer that stays in cache: the same bits as bf16_gemm_packed_b_columns
+// on the whole packed op(B).
+void bf16_gemm_amx_streamed(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda, bool trans_a,
+                            const uint16_t* b, int64_t ldb, bool trans_b, float* c, int64_t col_begin,
+                            int64_t col_end);
+// Whether bf16_gemm_amx_streamed runs more than one depth panel for depth k (below that it
+// packs op(B) whole, as bf16_pack_b does, and gains nothing).
+bool bf16_amx_streams(int64_t k);
 // The same product forced onto the widening path (tests compare the two).
 void bf16_gemm_widened(int64_t m, int64_t n, int64_t k, const uint16_t* a, const uint16_t* b,
                        float* c, bool accumulate);

@@ -80,6 +80,30 @@ void native_products(const Operands& o, float* out, int64_t deadline, int want) 
   const int64_t wanted_groups = row_items < want ? std::min(slivers, (want + row_items - 1) / row_items) : 1;
   const int64_t per_group = (slivers + wanted_groups - 1) / wanted_groups;
   const int64_t groups = (slivers + per_group - 1) / per_group, items = row_items * groups;
+  // On the AMX tiles a product deeper than one depth panel packs op(B) a panel at a time as it
+  // goes (bf16_gemm_amx_streamed), each group of columns on its own thread with all the rows;
+  // not under a deadline, which the row blocks below ask between blocks.
+  if (active_amx_bf16() && deadline == 0 && bf16_amx_streams(k)) {
+    const int64_t col_groups = std::min<int64_t>(slivers, want), per = (slivers + col_groups - 1) / col_groups;
+    const int64_t groups_n = (slivers + per - 1) / per, work = batch * groups_n;
+    auto streamed = [&](int64_t item) {
+      const int64_t i = item / groups_n, g = item % groups_n;
+      bf16_gemm_amx_streamed(m, n, k, o.a + i * o.sa, o.lda, o.ta, o.b + i * o.sb, o.ldb, o.tb, out + i * m * n,
+                             g * per * 32, (g + 1) * per * 32);
+    };
+    const int th = static_cast<int>(std::min<int64_t>(work, want));
+    if (th > 1) {
+#pragma omp parallel num_threads(th)
+      {
+#pragma omp for schedule(static)
+        for (int64_t item = 0; item < work; ++item) streamed(item);
+        fpe::collect_worker_flags();
+      }
+    } else {
+      for (int64_t item = 0; item < work; ++item) streamed(item);
+    }
+    return;
+  }
   thread_local std::vector<uint16_t> bp_buf;
   const int64_t bsz = bf16_packed_b_size(n, k);  // a multiple of 32 elements
   grow_scratch(bp_buf, batch * bsz + 32);
