@@ -123,5 +123,22 @@ TEST(GemmLibraryPanels, ALongProductOnTheSmallMatrixPathGoesToADriverThatPolls) 
   set_library_panels(0, 0);
 }
 
+// Which kernels take the plain products (gemm_library.h): BLIS's AVX2 kernels are left out
+// while fjit's kernels are AVX-512 ones, and the name says why; under the AVX2 limit, or where
+// BLIS's kernels are AVX-512 ones, BLIS takes them.
+TEST(GemmLibraryChoice, AvxTwoKernelsAreLeftOutBesideFjitsAvxFiveTwelveOnes) {
+  if (!gemm_library_has_kernels()) GTEST_SKIP() << "BLIS has no kernels here: " << gemm_library_name();
+  const Isa before = active_isa();
+  set_gemm_library_allowed(true);
+  set_isa_limit(Isa::avx512);
+  const bool narrower = active_isa() == Isa::avx512 && !gemm_library_kernels_avx512();
+  EXPECT_EQ(gemm_library_enabled(), !narrower) << gemm_library_name();
+  EXPECT_EQ(has(gemm_library_name(), "not used beside fjit's AVX-512 ones"), narrower) << gemm_library_name();
+  set_isa_limit(Isa::avx2);
+  EXPECT_TRUE(gemm_library_enabled()) << gemm_library_name();
+  EXPECT_FALSE(has(gemm_library_name(), "not used")) << gemm_library_name();
+  set_isa_limit(before);
+}
+
 }  // namespace
 }  // namespace fjit
