@@ -54,6 +54,25 @@ float widen(uint16_t x) {
   return f;
 }
 
+// prepare(0 .. pieces), then work(0 .. items): with threads > 1 on that many threads (a static
+// share each, the workers' floating-point flags collected), else on the calling thread.
+template <class Prepare, class Work>
+void in_two_phases(int threads, int64_t pieces, Prepare&& prepare, int64_t items, Work&& work) {
+  if (threads > 1) {
+#pragma omp parallel num_threads(threads)
+    {
+#pragma omp for schedule(static)
+      for (int64_t i = 0; i < pieces; ++i) prepare(i);
+#pragma omp for schedule(static)
+      for (int64_t i = 0; i < items; ++i) work(i);
+      fpe::collect_worker_flags();
+    }
+    return;
+  }
+  for (int64_t i = 0; i < pieces; ++i) prepare(i);
+  for (int64_t i = 0; i < items; ++i) work(i);
+}
+
 // One native (AMX or AVX512_BF16) batched product: out [batch, m, n] = op(A) op(B) per entry,
 // op(A) from A row-major with row stride lda (or with ta, stored [k, m]), op(B) from B
 // row-major with row stride ldb (or with tb, stored [n, k]); entries sa and sb apart.
@@ -91,17 +110,7 @@ void native_products(const Operands& o, float* out, int64_t deadline, int want) 
       bf16_gemm_amx_streamed(m, n, k, o.a + i * o.sa, o.lda, o.ta, o.b + i * o.sb, o.ldb, o.tb, out + i * m * n,
                              g * per * 32, (g + 1) * per * 32);
     };
-    const int th = static_cast<int>(std::min<int64_t>(work, want));
-    if (th > 1) {
-#pragma omp parallel num_threads(th)
-      {
-#pragma omp for schedule(static)
-        for (int64_t item = 0; item < work; ++item) streamed(item);
-        fpe::collect_worker_flags();
-      }
-    } else {
-      for (int64_t item = 0; item < work; ++item) streamed(item);
-    }
+    in_two_phases(static_cast<int>(std::min<int64_t>(work, want)), 0, [](int64_t) {}, work, streamed);
     return;
   }
   thread_local std::vector<uint16_t> bp_buf;
@@ -123,19 +132,7 @@ void native_products(const Operands& o, float* out, int64_t deadline, int want) 
                                g * per_group * 32, (g + 1) * per_group * 32);
   };
   const int threads = static_cast<int>(std::min<int64_t>(items, want));
-  if (threads > 1 && 2 * batch * m * n * k >= (int64_t{1} << 21)) {
-#pragma omp parallel num_threads(threads)
-    {
-#pragma omp for schedule(static)
-      for (int64_t i = 0; i < pieces; ++i) pack(i);
-#pragma omp for schedule(static)
-      for (int64_t item = 0; item < items; ++item) run(item);
-      fpe::collect_worker_flags();
-    }
-  } else {
-    for (int64_t i = 0; i < pieces; ++i) pack(i);
-    for (int64_t item = 0; item < items; ++item) run(item);
-  }
+  in_two_phases(2 * batch * m * n * k >= (int64_t{1} << 21) ? threads : 1, pieces, pack, items, run);
 }
 
 // p: [0]=M [1]=K [2]=N [3]=batch [4]=a batch stride [5]=b batch stride (matmul.cc's plan).
@@ -195,19 +192,7 @@ void bf16_kernel(const Instr& in, const Frame& f) {
     packed_sgemm(active_isa(), TA, TB, mr, n, k, a32.data(), b32 + i * k * n, ci, false, 1);
   };
   const int threads = static_cast<int>(std::min<int64_t>(items, want));
-  if (threads > 1 && 2 * batch * m * n * k >= (int64_t{1} << 21)) {
-#pragma omp parallel num_threads(threads)
-    {
-#pragma omp for schedule(static)
-      for (int64_t i = 0; i < batch; ++i) widen_b(i);
-#pragma omp for schedule(static)
-      for (int64_t item = 0; item < items; ++item) run(item);
-      fpe::collect_worker_flags();
-    }
-  } else {
-    for (int64_t i = 0; i < batch; ++i) widen_b(i);
-    for (int64_t item = 0; item < items; ++item) run(item);
-  }
+  in_two_phases(2 * batch * m * n * k >= (int64_t{1} << 21) ? threads : 1, batch, widen_b, items, run);
 }
 
 }  // namespace
