@@ -38,6 +38,19 @@ double wide(uint16_t x) {
   return f;
 }
 
+// The largest |c - (c0 if accumulate) - A B| over C, A B summed in double (the oracle).
+double worst_against_double_loop(int64_t m, int64_t n, int64_t k, const std::vector<uint16_t>& a,
+                                 const std::vector<uint16_t>& b, const std::vector<float>& c, double c0) {
+  double worst = 0;
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      double s = c0;
+      for (int64_t p = 0; p < k; ++p) s += wide(a[i * k + p]) * wide(b[p * n + j]);
+      worst = std::max(worst, std::fabs(s - c[i * n + j]));
+    }
+  return worst;
+}
+
 TEST(Bf16Gemm, BothPathsMatchADoubleLoop) {
   struct Case { int64_t m, n, k; };
   for (const Case& cs : {Case{1, 1, 1}, Case{12, 32, 2}, Case{13, 33, 7}, Case{50, 70, 300},
@@ -49,13 +62,7 @@ TEST(Bf16Gemm, BothPathsMatchADoubleLoop) {
         std::vector<float> c = c0;
         if (widened) bf16_gemm_widened(cs.m, cs.n, cs.k, a.data(), b.data(), c.data(), acc);
         else bf16_gemm(cs.m, cs.n, cs.k, a.data(), b.data(), c.data(), acc);
-        double worst = 0;
-        for (int64_t i = 0; i < cs.m; ++i)
-          for (int64_t j = 0; j < cs.n; ++j) {
-            double s = acc ? 0.5 : 0.0;
-            for (int64_t p = 0; p < cs.k; ++p) s += wide(a[i * cs.k + p]) * wide(b[p * cs.n + j]);
-            worst = std::max(worst, std::fabs(s - c[i * cs.n + j]));
-          }
+        const double worst = worst_against_double_loop(cs.m, cs.n, cs.k, a, b, c, acc ? 0.5 : 0.0);
         EXPECT_LE(worst, 1e-6 * cs.k + 1e-6)
             << cs.m << "x" << cs.n << "x" << cs.k << (widened ? " widened" : " active path")
             << (active_avx512_bf16() ? " (AVX512_BF16)" : "") << " accumulate=" << acc;
@@ -140,13 +147,7 @@ TEST(Bf16Gemm, TheAmxPathMatchesADoubleLoopOnEveryEdge) {
           bf16_gemm_ex(cs.m, cs.n, cs.k, trans_a ? at.data() : a.data(), trans_a ? cs.m : cs.k, trans_a,
                        b.data(), c.data(), acc);
           set_amx_allowed(amx_before);
-          double worst = 0;
-          for (int64_t i = 0; i < cs.m; ++i)
-            for (int64_t j = 0; j < cs.n; ++j) {
-              double s = acc ? 0.25 : 0.0;
-              for (int64_t p = 0; p < cs.k; ++p) s += wide(a[i * cs.k + p]) * wide(b[p * cs.n + j]);
-              worst = std::max(worst, std::fabs(s - c[i * cs.n + j]));
-            }
+          const double worst = worst_against_double_loop(cs.m, cs.n, cs.k, a, b, c, acc ? 0.25 : 0.0);
           EXPECT_LE(worst, 1e-6 * cs.k + 1e-6) << cs.m << "x" << cs.n << "x" << cs.k << (amx ? " amx" : " avx512_bf16")
                                                << " trans_a=" << trans_a << " accumulate=" << acc;
         }
