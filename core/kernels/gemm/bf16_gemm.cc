@@ -90,9 +90,7 @@ void bf16_gemm_native(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_
   grow_scratch(bp_buf, bf16_packed_b_size(n, k) + 32);
   uint16_t* bp = aligned64(bp_buf);
   bf16_pack_b(n, k, b, n, false, bp);
-  const int64_t ns = (n + kNr - 1) / kNr;
-  if (active_amx_bf16()) amx_gemm_on_packed(m, n, k, a, lda, trans_a, bp, c, accumulate, 0, ns);
-  else bf16_gemm_on_packed(m, n, k, a, lda, trans_a, bp, c, accumulate, 0, ns);
+  bf16_gemm_packed_b(m, n, k, a, lda, trans_a, bp, c, accumulate);
 }
 
 }  // namespace

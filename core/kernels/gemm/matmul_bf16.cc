@@ -93,26 +93,31 @@ struct Operands {
 // arithmetic do not depend on their block or group, so neither changes a bit.
 void native_products(const Operands& o, float* out, int64_t deadline, int want) {
   const int64_t m = o.m, n = o.n, k = o.k, batch = o.batch;
-  const int64_t rows = deadline != 0 ? deadline_block_rows(m, n, k, want) : block_rows(m, want);
-  const int64_t blocks = (m + rows - 1) / rows, row_items = batch * blocks;
+  // C's 32-column slivers in about `wanted` groups: per_group slivers each, `groups` of them.
   const int64_t slivers = (n + 31) / 32;
-  const int64_t wanted_groups = row_items < want ? std::min(slivers, (want + row_items - 1) / row_items) : 1;
-  const int64_t per_group = (slivers + wanted_groups - 1) / wanted_groups;
-  const int64_t groups = (slivers + per_group - 1) / per_group, items = row_items * groups;
+  int64_t per_group = slivers, groups = 1;
+  auto split_columns = [&](int64_t wanted) {
+    per_group = (slivers + wanted - 1) / wanted;
+    groups = (slivers + per_group - 1) / per_group;
+  };
   // On the AMX tiles a product deeper than one depth panel packs op(B) a panel at a time as it
   // goes (bf16_gemm_amx_streamed), each group of columns on its own thread with all the rows;
   // not under a deadline, which the row blocks below ask between blocks.
   if (active_amx_bf16() && deadline == 0 && bf16_amx_streams(k)) {
-    const int64_t col_groups = std::min<int64_t>(slivers, want), per = (slivers + col_groups - 1) / col_groups;
-    const int64_t groups_n = (slivers + per - 1) / per, work = batch * groups_n;
+    split_columns(std::min<int64_t>(slivers, want));
+    const int64_t work = batch * groups;
     auto streamed = [&](int64_t item) {
-      const int64_t i = item / groups_n, g = item % groups_n;
+      const int64_t i = item / groups, g = item % groups;
       bf16_gemm_amx_streamed(m, n, k, o.a + i * o.sa, o.lda, o.ta, o.b + i * o.sb, o.ldb, o.tb, out + i * m * n,
-                             g * per * 32, (g + 1) * per * 32);
+                             g * per_group * 32, (g + 1) * per_group * 32);
     };
     in_two_phases(static_cast<int>(std::min<int64_t>(work, want)), 0, [](int64_t) {}, work, streamed);
     return;
   }
+  const int64_t rows = deadline != 0 ? deadline_block_rows(m, n, k, want) : block_rows(m, want);
+  const int64_t blocks = (m + rows - 1) / rows, row_items = batch * blocks;
+  if (row_items < want) split_columns(std::min(slivers, (want + row_items - 1) / row_items));
+  const int64_t items = row_items * groups;
   thread_local std::vector<uint16_t> bp_buf;
   const int64_t bsz = bf16_packed_b_size(n, k);  // a multiple of 32 elements
   grow_scratch(bp_buf, batch * bsz + 32);
