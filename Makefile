@@ -33,10 +33,11 @@ lm: configure
 	@cmake --build $(BUILD) -j $(JOBS) --target train_lm
 	@$(BUILD)/examples/train_lm --replicas 2 --checkpoint-dir runs/lm
 
-# bench_optional: the benches built only on request (bench/libtorch_step, when CMake was given a
+# The benches are not part of `make build` (bench/CMakeLists.txt); bench_optional: those built only
+# when their optional library is there (bench/libtorch_step, when CMake was given a
 # LibTorch: bench/libtorch.cmake).
 bench: build
-	@cmake --build $(BUILD) -j $(JOBS) --target bench_optional
+	@cmake --build $(BUILD) -j $(JOBS) --target benches bench_optional
 	@bash bench/run_all.sh $(BUILD)
 
 # The suite under ASan + UBSan (build-asan/), then the threaded tests under TSan (build-tsan/).

@@ -17,7 +17,7 @@ namespace fjit::testing {
 inline std::string fixture_dir() {
   if (const char* d = std::getenv("FJIT_TEST_DATA")) return d;
 #ifdef FJIT_SOURCE_DIR
-  return std::string(FJIT_SOURCE_DIR) + "/tests/data";
+  return FJIT_SOURCE_DIR "/tests/data";
 #else
   return "tests/data";
 #endif

@@ -105,7 +105,7 @@ TEST(CompiledFusion, OptimizerUpdatesRunCompiledAndMatchUnfusedOnAnySize) {
         auto [p2, s2] = u.fn(p, g, state);
         ctx.graph.outputs.push_back(p2.at("w").id());
         for (const auto& [name, x] : s2) ctx.graph.outputs.push_back(x.id());
-        SCOPED_TRACE(testing::Message() << u.compiled << " " << dtype_name(t) << " " << s.size()
+        SCOPED_TRACE(::testing::Message() << u.compiled << " " << dtype_name(t) << " " << s.size()
                                         << "-d, " << ins[0].size());
         Compiled c = compile_both(ctx.graph);
         EXPECT_TRUE(runs_compiled(*c.fused, u.compiled)) << c.fused->plan_string();
@@ -252,7 +252,7 @@ TEST(CompiledFusion, BlockPassWithRowsScalarsAndFurtherResultsMatchesUnfused) {
                                     random_array(DType::f32, {s[1]}, rng),
                                     random_array(DType::f32, {s[0], 1}, rng, 0.5, 2.0),
                                     random_array(DType::f32, {}, rng)};
-    SCOPED_TRACE(testing::Message() << s[0] << "x" << s[1]);
+    SCOPED_TRACE(::testing::Message() << s[0] << "x" << s[1]);
     expect_matches_unfused(ctx.graph, ins);
   }
 }

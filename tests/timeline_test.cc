@@ -24,7 +24,7 @@ nlohmann::json load(const std::string& path) {
 }
 
 std::string temp_path(const char* name) {
-  return testing::TempDir() + "/" + name + "_" + std::to_string(::getpid()) + ".json";
+  return ::testing::TempDir() + "/" + name + "_" + std::to_string(::getpid()) + ".json";
 }
 
 TEST(Timeline, TwoReplicasOneTrackEachWithTheLastStepsOnly) {

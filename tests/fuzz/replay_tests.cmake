@@ -8,6 +8,7 @@ foreach(name safetensors checkpoint_json idx command_line)
   add_executable(${target} ${FJIT_FUZZ_DIR}/${name}_fuzzer.cc ${FJIT_FUZZ_DIR}/fuzz_input.cc
                  ${FJIT_FUZZ_DIR}/replay_main.cc)
   target_include_directories(${target} PRIVATE ${PROJECT_SOURCE_DIR})
+  target_compile_options(${target} PRIVATE ${FJIT_TEST_COMPILE_OPTIONS})
   target_link_libraries(${target} PRIVATE fjit)  # the command line's parser is in fjit_train
   add_test(NAME ${target} COMMAND ${target} ${FJIT_FUZZ_DIR}/corpus/${name})
   set_tests_properties(${target} PROPERTIES TIMEOUT 120)

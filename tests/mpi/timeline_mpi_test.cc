@@ -124,7 +124,7 @@ TEST(TimelineMpi, MergedTraceHasOneTrackPerRankAndCollectivesLineUp) {
   const int rank = mesh().first_replica(), n = mesh().size();
   int tag = static_cast<int>(::getpid());
   MPI_Bcast(&tag, 1, MPI_INT, 0, MPI_COMM_WORLD);
-  const std::string base = testing::TempDir() + "/timeline_mpi_" + std::to_string(tag);
+  const std::string base = ::testing::TempDir() + "/timeline_mpi_" + std::to_string(tag);
   const std::string path = base + ".json", merged = base + ".merged.json";
   constexpr int kSteps = 6;
   timeline::start(path, /*max_steps=*/kSteps);

@@ -1,6 +1,6 @@
 # CTest entries that consume fjit as a downstream project does (package/package_test.sh):
 # installed, through find_package and pkg-config; and built from source with FetchContent.
-# The second compiles the libraries again, so it runs alone and has a long timeout.
+# The second compiles the libraries again (unoptimized), so it runs alone and has a long timeout.
 add_test(NAME package_find_package
   COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/package/package_test.sh install ${PROJECT_BINARY_DIR} ${PROJECT_SOURCE_DIR})
 add_test(NAME package_fetchcontent
