@@ -52,8 +52,8 @@ case $kind in
     # get the environment below, and run the same training code as the one-host MPI tests do
     # here (launch_test covers the launcher's own code).
     # Two long runs are left out for time, their code still runs under ASan elsewhere here:
-    # train_lm_smoke (the LM job end to end; its trainer, resume and checkpoint paths run in
-    # lm_test, lm_verify_test, finetune_test and in train_lm_smoke_mpi_np2 below) and
+    # train_lm_smoke (the LM job end to end; its program runs here in finetune_lm_smoke, and
+    # its trainer, resume and checkpoint paths in lm_test, lm_verify_test and finetune_test) and
     # split_kernels_determinism_test (every kernel under every split; the same kernels run in
     # determinism_test, op_sweep_test, packed_gemm_test and bf16_gemm_test).
     locked ctest --test-dir "$build" -j "$jobs" --output-on-failure -LE multihost \
