@@ -224,8 +224,13 @@ inline std::vector<GradCase> cases() {
   cs.push_back({"conv2d groups and dilation", {}, {{{1, 7, 7, 4}}, {{2, 2, 2, 6}}}, [](V x) {
                   return conv2d(x[0], x[1], {{1, 1}, Padding::valid(), {2, 2}, 2});
                 }});
-  cs.push_back({"max_pool SAME", {}, {{{2, 5, 5, 3}}},
+  cs.push_back({"max_pool SAME", {Op::MaxPool}, {{{2, 5, 5, 3}}},
                 [](V x) { return max_pool(x[0], {2, 2}, {2, 2}, Padding::same()); }});
+  cs.push_back({"max_pool overlapping windows", {Op::MaxPool}, {{{1, 6, 5, 2}}},
+                [](V x) { return max_pool(x[0], {3, 3}, {1, 2}, Padding::explicit_pads(1, 0, 0, 1)); }});
+  // Linear in the cotangent; in the image, constant away from ties (random values have none).
+  cs.push_back({"max_pool_grad", {Op::MaxPoolGrad}, {{{2, 3, 3, 2}}, {{2, 5, 5, 2}}},
+                [](V x) { return max_pool_grad(x[0], x[1], Window{{3, 3}, {2, 2}, {1, 1}, Padding::same()}); }});
   cs.push_back({"avg_pool SAME", {}, {{{2, 5, 5, 3}}},
                 [](V x) { return avg_pool(x[0], {3, 3}, {2, 2}, Padding::same()); }});
   cs.push_back({"gelu exact and tanh", {}, {{{2, 3}}},

@@ -1,5 +1,5 @@
 // The kernels that split their work over the intra-op threads (core/kernels/split_work.h:
-// patches and its adjoint, broadcasting elementwise kernels, plain-loop unary kernels and
+// patches and its adjoint, max pooling and its gradient, broadcasting elementwise kernels, plain-loop unary kernels and
 // casts, row and column reductions, random bits, layout copies and concat) and the bf16 products whose
 // row blocks follow the thread count give the same bits with 1, 2, 3 and 4 threads, and each
 // matches its reference kernel (the op sweep harness). Every case is large enough to be split.
@@ -52,7 +52,7 @@ Window window(const Shape& img, int64_t k, int64_t stride, int64_t pad_lo, int64
   return {{k, k, stride, stride, 1, 1, pad_lo, pad_hi, pad_lo, pad_hi}, {img[0], oh, ow, k * k * img[3]}};
 }
 
-TEST(SplitKernelsDeterminism, PatchesAndAdjoint) {
+TEST(SplitKernelsDeterminism, WindowOps) {
   struct G {
     const char* what;
     Shape img;
@@ -77,6 +77,22 @@ TEST(SplitKernelsDeterminism, PatchesAndAdjoint) {
     sweep::Case a = make_case(Op::PatchesAdjoint, {g.t, g.img}, {{g.t, w.cols}});
     a.attrs.window = w.attr;
     expect_bits_independent_of_threads(a, std::string("patches_adjoint, ") + g.what);
+  }
+  const G pools[] = {
+      {"2x2 pooling", {16, 28, 28, 32}, 2, 2, 0, 0, DType::f32},
+      {"2x2 pooling missing a row and column", {16, 29, 29, 32}, 2, 2, 0, 0, DType::f32},
+      {"3x3 stride-2 windows that overlap", {16, 29, 29, 24}, 3, 2, 1, 1, DType::f32},
+      {"2x2 pooling f64", {12, 28, 28, 32}, 2, 2, 0, 0, DType::f64},
+  };
+  for (const G& g : pools) {
+    const Window w = window(g.img, g.k, g.stride, g.pad_lo, g.pad_hi);
+    const Shape pooled{g.img[0], w.cols[1], w.cols[2], g.img[3]};
+    sweep::Case m = make_case(Op::MaxPool, {g.t, pooled}, {{g.t, g.img}});
+    m.attrs.window = w.attr;
+    expect_bits_independent_of_threads(m, std::string("max_pool, ") + g.what);
+    sweep::Case mg = make_case(Op::MaxPoolGrad, {g.t, g.img}, {{g.t, pooled}, {g.t, g.img}});
+    mg.attrs.window = w.attr;
+    expect_bits_independent_of_threads(mg, std::string("max_pool_grad, ") + g.what);
   }
 }
 

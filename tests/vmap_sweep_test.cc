@@ -279,6 +279,12 @@ std::vector<SweepCase> cases() {
                   w.padding = Padding::same();
                   return grad([w](const Tensor& x) { return sum(square(patches(x, w))); })(v[0]);
                 }, 1e-5});
+  cs.push_back({"max_pool and its grad", {Op::MaxPool, Op::MaxPoolGrad}, {f32({1, 4, 5, 2})},
+                [](const V& v) {
+                  return grad([](const Tensor& x) {
+                    return sum(square(max_pool(x, {2, 2}, {1, 2}, Padding::same())));
+                  })(v[0]);
+                }, 1e-5});
   cs.push_back({"attention and its grad", {Op::Attention, Op::AttentionGrad}, {f32({1, 2, 3, 4}), f32({1, 2, 3, 4}), f32({1, 2, 3, 4})},
                 [](const V& v) {
                   return grad([&](const Tensor& q) { return sum(dot_product_attention(q, v[1], v[2], true)); })(v[0]);

@@ -1,7 +1,6 @@
 // Convolution and pooling layers (see core/nn/conv.h).
 #include "core/nn/conv.h"
 
-#include <limits>
 #include <stdexcept>
 #include <string>
 
@@ -72,8 +71,7 @@ Tensor max_pool(const Tensor& x, std::array<int64_t, 2> window, std::array<int64
                 Padding padding, Loc loc) {
   detail::CompositeScope scope("max_pool", {x});
   detail::require_image("max_pool", x, loc);
-  const Window win{window, strides, {1, 1}, padding};
-  return max(windows(x, win, -std::numeric_limits<double>::infinity(), loc), {3}, false, loc);
+  return max_pool_window(x, Window{window, strides, {1, 1}, padding}, loc);
 }
 
 Tensor avg_pool(const Tensor& x, std::array<int64_t, 2> window, std::array<int64_t, 2> strides,

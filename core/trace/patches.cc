@@ -60,4 +60,19 @@ Tensor patches_adjoint(const Tensor& cols, const Window& window, const Shape& im
                        ValueType{cols.dtype(), image_shape}, &loc);
 }
 
+Tensor max_pool_window(const Tensor& x, const Window& window, Loc loc) {
+  detail::require_image("max_pool", x, loc);
+  Attrs a;
+  a.window = window_attr(window, x.shape()[1], x.shape()[2]);
+  return detail::build("max_pool", Op::MaxPool, {x}, std::move(a), no_hint(), &loc);
+}
+
+Tensor max_pool_grad(const Tensor& ct, const Tensor& x, const Window& window, Loc loc) {
+  detail::require_image("max_pool_grad", x, loc);
+  if (!ct.defined()) detail::fail("max_pool_grad", {x}, "cotangent is an undefined Tensor", &loc);
+  Attrs a;
+  a.window = window_attr(window, x.shape()[1], x.shape()[2]);
+  return detail::build("max_pool_grad", Op::MaxPoolGrad, {ct, x}, std::move(a), no_hint(), &loc);
+}
+
 }  // namespace fjit

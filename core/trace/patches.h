@@ -1,8 +1,9 @@
-// The window ops: patches (im2col) and its adjoint (col2im), over NHWC images.
+// The window ops over NHWC images: patches (im2col) and its adjoint (col2im), and max pooling
+// and its gradient.
 //
-// These two are ops of the table (ir/ops.def) with kernels and VJP rules of their own; the
-// layers built from them (convolution, pooling) are composites in core/nn/conv.h. Images are
-// NHWC ([batch, height, width, channels]).
+// These are ops of the table (ir/ops.def) with kernels and VJP rules of their own; the layers
+// built from them (convolution, pooling) are in core/nn/conv.h. Images are NHWC ([batch,
+// height, width, channels]).
 #pragma once
 
 #include <array>
@@ -43,6 +44,18 @@ Tensor patches(const Tensor& x, const Window& window, double pad_value = 0.0,
 // patch element that read it (col2im). patches_adjoint(patches(x)) counts window overlaps.
 Tensor patches_adjoint(const Tensor& cols, const Window& window, const Shape& image_shape,
                        Loc loc = Loc::current());
+
+// max_pool_window(x [N,H,W,C]) -> [N, OH, OW, C]: the max of each window of patches(x), with
+// padding that never wins (-inf; an integer image's lowest value). A NaN in a window wins; of
+// equal values the first in the window's (kh, kw) order is kept (so -0 or +0, as it comes).
+// The windows are never materialized: one pass reads x and writes the result.
+Tensor max_pool_window(const Tensor& x, const Window& window, Loc loc = Loc::current());
+// Its VJP: the image of x's shape where each element sums, over the windows that hold it and
+// whose max it equals, that window's cotangent divided by the number of elements equal to the
+// max (padding included when the max is -inf). The same values, rounding and summation order
+// as reduce_max's rule over patches followed by patches_adjoint, in one pass over x and ct.
+Tensor max_pool_grad(const Tensor& ct, const Tensor& x, const Window& window,
+                     Loc loc = Loc::current());
 
 namespace detail {
 // Throws the builder's TraceError unless x is a defined rank-4 (NHWC) tensor.

@@ -13,56 +13,10 @@
 #include "core/ir/convert.h"
 #include "core/kernels/split_work.h"
 #include "core/kernels/structural/structural.h"
+#include "core/kernels/structural/window_geometry.h"
 
 namespace fjit::kernels::st {
 namespace {
-
-// p: [0] N, [1] H, [2] W, [3] C, [4] OH, [5] OW;  v: the window attribute (core/ir/node.h).
-struct Geometry {
-  int64_t n, h, w, c, oh, ow, kh, kw, sh, sw, dh, dw, top, left;
-  explicit Geometry(const Instr& in)
-      : n(in.p[0]), h(in.p[1]), w(in.p[2]), c(in.p[3]), oh(in.p[4]), ow(in.p[5]),
-        kh(in.v[0]), kw(in.v[1]), sh(in.v[2]), sw(in.v[3]), dh(in.v[4]), dw(in.v[5]),
-        top(in.v[6]), left(in.v[8]) {}
-
-  // No two taps (of one window or of two) read the same pixel: windows no larger than their
-  // strides, taps adjacent.
-  bool disjoint() const { return dh == 1 && dw == 1 && kh <= sh && kw <= sw; }
-  // With disjoint(): every pixel of the image is read by some tap.
-  bool covers_image() const {
-    auto hits = [](int64_t out, int64_t k, int64_t stride, int64_t before, int64_t extent) {
-      int64_t hit = 0;
-      for (int64_t y = 0; y < out; ++y)
-        for (int64_t i = 0; i < k; ++i) {
-          const int64_t at = y * stride - before + i;
-          hit += at >= 0 && at < extent;
-        }
-      return hit;
-    };
-    return hits(oh, kh, sh, top, h) == h && hits(ow, kw, sw, left, w) == w;
-  }
-
-  // Elements of one image and of its patches.
-  int64_t image_elems() const { return h * w * c; }
-  int64_t patches_elems() const { return oh * ow * kh * kw * c; }
-
-  // Calls tap(row_offset, image_offset or -1) for every (pixel, tap) of images [b0, b1) in
-  // order, the offsets in elements of the patches buffer and of the image.
-  template <class Tap> void for_each_tap(int64_t b0, int64_t b1, Tap&& tap) const {
-    int64_t row = b0 * patches_elems();
-    for (int64_t b = b0; b < b1; ++b)
-      for (int64_t y = 0; y < oh; ++y)
-        for (int64_t x = 0; x < ow; ++x)
-          for (int64_t i = 0; i < kh; ++i) {
-            const int64_t iy = y * sh - top + i * dh;
-            for (int64_t j = 0; j < kw; ++j, row += c) {
-              const int64_t ix = x * sw - left + j * dw;
-              const bool inside = iy >= 0 && iy < h && ix >= 0 && ix < w;
-              tap(row, inside ? ((b * h + iy) * w + ix) * c : int64_t{-1});
-            }
-          }
-  }
-};
 
 // Images are independent (a patches row reads one image; an image's pixels sum only its own
 // rows' taps, in the same order), so both kernels split whole images over the intra-op
@@ -172,10 +126,7 @@ bool select_patches(Instr& instr) {
   const Shape& image = instr.op == Op::Patches ? instr.ins[0].shape : instr.out.shape;
   const Shape& cols = instr.op == Op::Patches ? instr.out.shape : instr.ins[0].shape;
   assert(image.size() == 4 && cols.size() == 4 && instr.attrs.window.size() == 10);
-  for (int d = 0; d < 4; ++d) instr.p[d] = image[d];
-  instr.p[4] = cols[1];
-  instr.p[5] = cols[2];
-  instr.v = instr.attrs.window;
+  store_geometry(instr, image, cols[1], cols[2]);
   if (instr.out.size() == 0) {
     instr.fn = noop_kernel;
     return true;

@@ -12,6 +12,7 @@ bool select_structural(Instr& instr) {
       return instr.op == Op::ArgMax || instr.op == Op::ArgMin ? st::select_argmax(instr)
                                                               : st::select_reduce(instr);
     case OpKind::kLayout:
+      if (instr.op == Op::MaxPool || instr.op == Op::MaxPoolGrad) return st::select_max_pool(instr);
       return instr.op == Op::Patches || instr.op == Op::PatchesAdjoint ? st::select_patches(instr)
                                                                        : st::select_layout(instr);
     case OpKind::kIndex:
@@ -32,7 +33,7 @@ bool reference_structural(Op op, const Attrs& attrs, const ValueType& out,
     case OpKind::kMatMul: case OpKind::kReduce:
       return st::reference_matmul_reduce(op, attrs, out, ins, result);
     case OpKind::kLayout:
-      if (op == Op::Patches || op == Op::PatchesAdjoint)
+      if (op == Op::Patches || op == Op::PatchesAdjoint || op == Op::MaxPool || op == Op::MaxPoolGrad)
         return st::reference_patches(op, attrs, ins, result);
       return st::reference_layout_index(op, attrs, out, ins, ctx, result);
     case OpKind::kIndex:

@@ -25,6 +25,7 @@ bool select_layout(Instr& instr);
 bool select_index(Instr& instr);
 bool select_collective(Instr& instr);
 bool select_patches(Instr& instr);   // patches.cc
+bool select_max_pool(Instr& instr);  // pooling.cc
 bool select_random(Instr& instr);    // random.cc
 bool select_attention(Instr& instr); // attention.cc
 bool select_cumsum(Instr& instr);    // cumsum_top_k.cc
@@ -60,6 +61,7 @@ bool reference_matmul_reduce(Op op, const Attrs& attrs, const ValueType& out,
                              std::span<const Array> ins, Array& result);
 bool reference_layout_index(Op op, const Attrs& attrs, const ValueType& out,
                             std::span<const Array> ins, const RunContext* ctx, Array& result);
+// reference_patches.cc: patches, patches_adjoint, max_pool and max_pool_grad.
 bool reference_patches(Op op, const Attrs& attrs, std::span<const Array> ins, Array& result);
 bool reference_random(Op op, const Attrs& attrs, std::span<const Array> ins, Array& result);
 bool reference_attention(Op op, const Attrs& attrs, std::span<const Array> ins, Array& result);
