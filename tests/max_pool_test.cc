@@ -1,5 +1,6 @@
-// max_pool as one op (core/trace/patches.h: max_pool_window, max_pool_grad) against max
-// pooling composed of patches and reduce_max, whose rules it replaces: through jit, the value,
+// max_pool as one op (core/trace/patches.h: max_pool_window, max_pool_grad), after a ReLU,
+// against max pooling composed of patches and reduce_max, whose rules it replaces (and whose
+// gradient the compiler does not fold ReLU's rule into): through jit, the value,
 // the gradient and the tangent carry the same bits, on random values, many ties, NaN,
 // infinities and signed zeros, for pooling windows, overlapping windows and padding, and on
 // one intra-op thread and three. The op sweep checks both kernels against their references
@@ -78,8 +79,11 @@ TEST(MaxPool, SameBitsAsPatchesAndReduceMax) {
                                  ", " + std::to_string(threads) + " threads";
         const Window w = g.window;
         auto run = [&](bool fused) {
+          // ReLU before the pool: the compiler folds its rule into the op's gradient
+          // (relu_pool_grad.cc); the composite's gradient is patches_adjoint, left alone.
           auto pool = [w, fused](const Tensor& x) {
-            return fused ? max_pool_window(x, w) : composite_max_pool(x, w);
+            const Tensor r = relu(x);
+            return fused ? max_pool_window(r, w) : composite_max_pool(r, w);
           };
           return jit([pool](const Tensor& x, const Tensor& weights, const Tensor& t) {
             auto loss = [&](const Tensor& v) { return sum(pool(v) * weights); };
@@ -100,6 +104,43 @@ TEST(MaxPool, SameBitsAsPatchesAndReduceMax) {
       }
   }
   set_intra_op_threads(saved);
+}
+
+// A convolution block's gradient: ReLU's rule is folded into the pool's gradient op, which the
+// select alone read (the compiled graph has no select or compare left), and without the ReLU
+// nothing is folded.
+TEST(MaxPool, ReluRuleFoldsIntoThePoolsGradient) {
+  for (bool with_relu : {true, false}) {
+    auto step = jit([with_relu](const Tensor& x) {
+      return grad([with_relu](const Tensor& v) {
+        const Tensor h = with_relu ? relu(v) : v;
+        return sum(square(max_pool(h, {2, 2}, {2, 2})));
+      })(x);
+    });
+    const Array x = image({2, 4, 4, 3}, 0, 6);
+    const Array g = step(x);
+    int masked = 0, selects = 0;
+    for (const Node& n : step.core().last_entry()->exe->graph->nodes()) {
+      masked += n.op == Op::MaxPoolGrad && n.attrs.index != 0;
+      selects += n.op == Op::Select;
+    }
+    EXPECT_EQ(masked, with_relu ? 1 : 0);
+    EXPECT_EQ(selects, 0);
+    // d/dx sum(max(relu(x))^2) = 2 max where x is its window's max and > 0, else 0.
+    const float* xv = x.data<float>();
+    for (int64_t i = 0; i < x.size(); ++i) {
+      const int64_t c = i % 3, px = (i / 3) % 4, py = (i / 12) % 4, b = i / 48;
+      float m = -INFINITY;
+      for (int64_t dy = 0; dy < 2; ++dy)
+        for (int64_t dx = 0; dx < 2; ++dx) {
+          const float v = xv[((b * 4 + py / 2 * 2 + dy) * 4 + px / 2 * 2 + dx) * 3 + c];
+          m = std::max(m, with_relu ? std::max(v, 0.0f) : v);
+        }
+      const float v = with_relu ? std::max(xv[i], 0.0f) : xv[i];
+      const bool wins = v == m && (!with_relu || xv[i] > 0);
+      EXPECT_EQ(g.data<float>()[i], wins ? 2 * m : 0.0f) << i;
+    }
+  }
 }
 
 // The one op replaces the composite's passes: the plan of a pooled step holds max_pool and

@@ -36,9 +36,11 @@ Tensor tie_mean(const Tensor& t, const Tensor& x, const std::vector<int64_t>& wi
   return div(sum(mul(mask, windows(t, 0.0)), {3}), sum(mask, {3}));
 }
 
-Tensor grad_op(const Tensor& ct, const Tensor& x, const std::vector<int64_t>& window) {
+// max_pool_grad(ct, x) with the window and ReLU mask of `like`'s attributes.
+Tensor grad_op(const Tensor& ct, const Tensor& x, const Attrs& like) {
   Attrs at;
-  at.window = window;
+  at.window = like.window;
+  at.index = like.index;
   return detail::build("max_pool_grad", Op::MaxPoolGrad, {ct, x}, std::move(at), {x.dtype(), {}},
                        nullptr);
 }
@@ -46,11 +48,17 @@ Tensor grad_op(const Tensor& ct, const Tensor& x, const std::vector<int64_t>& wi
 }  // namespace
 
 std::vector<Tensor> rule_max_pool(const VjpArgs& a) {
-  return {grad_op(a.ct, a.ins[0], a.node.attrs.window)};
+  Attrs at;
+  at.window = a.node.attrs.window;
+  return {grad_op(a.ct, a.ins[0], at)};
 }
 
+// The ReLU mask (attrs.index 1, set by a compiler pass after differentiation) zeroes the
+// cotangent of the masked pixels before it is averaged.
 std::vector<Tensor> rule_max_pool_grad(const VjpArgs& a) {
-  return {tie_mean(a.ct, a.ins[1], a.node.attrs.window), Tensor()};
+  const Tensor& x = a.ins[1];
+  const Tensor ct = a.node.attrs.index != 0 ? where(x > 0.0, a.ct, scalar(x.dtype(), 0.0)) : a.ct;
+  return {tie_mean(ct, x, a.node.attrs.window), Tensor()};
 }
 
 std::vector<Tensor> jvp_max_pool(const JvpArgs& a) {
@@ -59,7 +67,7 @@ std::vector<Tensor> jvp_max_pool(const JvpArgs& a) {
 
 std::vector<Tensor> jvp_max_pool_grad(const JvpArgs& a) {
   if (!a.tans[0].defined()) return {full(a.out.dtype(), a.out.shape(), 0.0)};
-  return {grad_op(a.tans[0], a.ins[1], a.node.attrs.window)};
+  return {grad_op(a.tans[0], a.ins[1], a.node.attrs)};
 }
 
 }  // namespace fjit::autodiff

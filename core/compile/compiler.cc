@@ -66,12 +66,13 @@ Graph optimize(const Graph& traced, bool verify, std::vector<CheckSite>* sites) 
   if (verify) traced.verify();
   // The pipeline, in order: the one place that says which passes run.
   std::vector<std::unique_ptr<Pass>> pipeline;
-  pipeline.reserve(7);  // also keeps GCC 12 from a false use-after-free warning on regrowth
+  pipeline.reserve(8);  // also keeps GCC 12 from a false use-after-free warning on regrowth
   if (sites != nullptr) pipeline.push_back(make_automatic_checks(sites));
   pipeline.push_back(make_algebraic_simplification());
   pipeline.push_back(make_constant_folding());
   pipeline.push_back(make_algebraic_simplification());
   pipeline.push_back(make_padded_sums());
+  pipeline.push_back(make_relu_pool_grad());
   pipeline.push_back(make_cast_hoisting());
   pipeline.push_back(make_dead_code_elimination());
   Graph g = traced;

@@ -59,6 +59,9 @@ std::string Node::to_string(int id) const {
       os << " axis=" << attrs.axis;
       break;
     case Op::TopK: os << " k=" << attrs.index; break;
+    case Op::MaxPoolGrad:
+      if (attrs.index != 0) os << " relu_mask";
+      break;
     case Op::Parameter:
       os << " #" << attrs.index;
       if (!attrs.name.empty()) os << " \"" << attrs.name << "\"";

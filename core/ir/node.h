@@ -51,7 +51,8 @@ struct Attrs {
   int64_t axis = 0;             // concat, gather, argmax, argmin, iota, scatter_add, cumsum,
                                 // top_k (the last axis); check: kind
   int64_t index = 0;            // parameter number, check site id, collective id; top_k: k;
-                                // attention: causal (0 or 1)
+                                // attention: causal (0 or 1); max_pool_grad: 1 = masked to
+                                // the image's pixels > 0 (ReLU's rule, relu_pool_grad.cc)
   double scalar = 0;            // constant without value: every element; check: its bound;
                                 // patches: the padding's value; attention: the score scale
   bool keepdims = false;        // reductions

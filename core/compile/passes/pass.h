@@ -36,6 +36,9 @@ std::unique_ptr<Pass> make_cast_hoisting();
 // Adds of zero-padded values in disjoint ranges of one axis (slice adjoints) made one concat
 // (padded_sums.cc).
 std::unique_ptr<Pass> make_padded_sums();
+// max_pool_grad read only by ReLU's rule (a select on its image > 0) made one masked
+// max_pool_grad (relu_pool_grad.cc).
+std::unique_ptr<Pass> make_relu_pool_grad();
 // Automatic checks (core/compile/passes/automatic_checks.h): adds check nodes to the graph
 // and their sites to *sites, which must outlive the pass.
 std::unique_ptr<Pass> make_automatic_checks(std::vector<CheckSite>* sites);

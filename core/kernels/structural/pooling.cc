@@ -73,13 +73,16 @@ template <class T> void max_pool_kernel(const Instr& in, const Frame& f) {
              [&](int64_t b0, int64_t b1) { max_pool_images(g, x, out, b0, b1); });
 }
 
+// relu_mask: the result is kept only where x > 0, +0 elsewhere (max_pool_grad's attrs.index 1,
+// relu_pool_grad.cc): a select of each pixel's value as it would be stored.
 template <class T>
-void max_pool_grad_images(const Geometry& g, const T* ct, const T* x, T* dx, int64_t b0, int64_t b1) {
+void max_pool_grad_images(const Geometry& g, const T* ct, const T* x, T* dx, bool relu_mask,
+                          int64_t b0, int64_t b1) {
   const bool disjoint = g.disjoint();
   if (!disjoint || !g.covers_image())
     std::fill_n(dx + b0 * g.image_elems(), (b1 - b0) * g.image_elems(), T(0));
   T m[kChannelBlock], q[kChannelBlock];
-  for (int64_t b = b0; b < b1; ++b)
+  for (int64_t b = b0; b < b1; ++b) {
     for (int64_t y = 0; y < g.oh; ++y)
       for (int64_t ox = 0; ox < g.ow; ++ox)
         for (int64_t c0 = 0; c0 < g.c; c0 += kChannelBlock) {
@@ -102,12 +105,21 @@ void max_pool_grad_images(const Geometry& g, const T* ct, const T* x, T* dx, int
           for_each_inside(g, b, y, ox, [&](int64_t dst) {
             const T* __restrict s = x + dst + c0;
             T* __restrict d = dx + dst + c0;
-            if (disjoint)  // T(0) + v: patches_adjoint's sum of one tap, -0 to +0
-              for (int64_t k = 0; k < cn; ++k) d[k] = T(0) + (s[k] == m[k] ? T(1) : T(0)) * q[k];
-            else
+            if (!disjoint)
               for (int64_t k = 0; k < cn; ++k) d[k] += (s[k] == m[k] ? T(1) : T(0)) * q[k];
+            else if (relu_mask)
+              for (int64_t k = 0; k < cn; ++k)
+                d[k] = s[k] > T(0) ? T(0) + (s[k] == m[k] ? T(1) : T(0)) * q[k] : T(0);
+            else  // T(0) + v: patches_adjoint's sum of one tap, -0 to +0
+              for (int64_t k = 0; k < cn; ++k) d[k] = T(0) + (s[k] == m[k] ? T(1) : T(0)) * q[k];
           });
         }
+    if (relu_mask && !disjoint) {  // the image's sums are complete: mask them
+      const T* __restrict s = x + b * g.image_elems();
+      T* __restrict d = dx + b * g.image_elems();
+      for (int64_t i = 0; i < g.image_elems(); ++i) d[i] = s[i] > T(0) ? d[i] : T(0);
+    }
+  }
 }
 
 template <class T> void max_pool_grad_kernel(const Instr& in, const Frame& f) {
@@ -115,8 +127,10 @@ template <class T> void max_pool_grad_kernel(const Instr& in, const Frame& f) {
   const T* ct = in.in<T>(f, 0);
   const T* x = in.in<T>(f, 1);
   T* dx = in.output<T>(f);
-  split_work(g.n, g.n * (2 * g.image_elems() + g.oh * g.ow * g.c),
-             [&](int64_t b0, int64_t b1) { max_pool_grad_images(g, ct, x, dx, b0, b1); });
+  const bool relu_mask = in.p[6] != 0;
+  split_work(g.n, g.n * (2 * g.image_elems() + g.oh * g.ow * g.c), [&](int64_t b0, int64_t b1) {
+    max_pool_grad_images(g, ct, x, dx, relu_mask, b0, b1);
+  });
 }
 
 void noop_kernel(const Instr&, const Frame&) {}
@@ -133,6 +147,7 @@ bool select_max_pool(Instr& instr) {
   const Shape& pooled = instr.op == Op::MaxPool ? instr.out.shape : instr.ins[0].shape;
   assert(image.size() == 4 && pooled.size() == 4 && instr.attrs.window.size() == 10);
   store_geometry(instr, image, pooled[1], pooled[2]);
+  instr.p[6] = instr.op == Op::MaxPoolGrad && instr.attrs.index != 0;
   if (instr.out.size() == 0) {
     instr.fn = noop_kernel;
     return true;

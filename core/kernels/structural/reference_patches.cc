@@ -25,7 +25,8 @@ bool source_of(const std::vector<int64_t>& win, const Shape& img, const std::vec
 
 // max_pool (ct undefined) or max_pool_grad: per window and channel of image x, the max of the
 // window's elements (padding reads -inf; a NaN wins), and for the gradient each element equal
-// to it gets ct / (how many are equal, padding included), summed over windows.
+// to it gets ct / (how many are equal, padding included), summed over windows; with
+// attrs.index 1, only the pixels where x > 0.
 bool reference_max_pool(const Attrs& attrs, const Array& x, const Array* ct, Array& result) {
   const Shape& img = x.shape();
   const int64_t oh = ct ? ct->shape()[1] : result.shape()[1];
@@ -65,7 +66,11 @@ bool reference_max_pool(const Attrs& attrs, const Array& x, const Array* ct, Arr
               acc[ref::ravel(src, img)] += (ref::get(x, ref::ravel(src, img)) == m ? 1.0 : 0.0) * share;
           }
         }
-  for (size_t i = 0; i < acc.size(); ++i) ref::set(result, static_cast<int64_t>(i), acc[i]);
+  const bool relu_mask = attrs.index != 0;  // where x <= 0 (or NaN), +0
+  for (size_t i = 0; i < acc.size(); ++i) {
+    const auto at = static_cast<int64_t>(i);
+    ref::set(result, at, !relu_mask || ref::get(x, at) > 0 ? acc[i] : 0.0);
+  }
   return true;
 }
 
