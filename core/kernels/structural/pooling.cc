@@ -107,9 +107,10 @@ void max_pool_grad_images(const Geometry& g, const T* ct, const T* x, T* dx, boo
             T* __restrict d = dx + dst + c0;
             if (!disjoint)
               for (int64_t k = 0; k < cn; ++k) d[k] += (s[k] == m[k] ? T(1) : T(0)) * q[k];
-            else if (relu_mask)
-              for (int64_t k = 0; k < cn; ++k)
-                d[k] = s[k] > T(0) ? T(0) + (s[k] == m[k] ? T(1) : T(0)) * q[k] : T(0);
+            else if (relu_mask) {  // the value stored, then selected: two loops that vectorize
+              for (int64_t k = 0; k < cn; ++k) d[k] = T(0) + (s[k] == m[k] ? T(1) : T(0)) * q[k];
+              for (int64_t k = 0; k < cn; ++k) d[k] = s[k] > T(0) ? d[k] : T(0);
+            }
             else  // T(0) + v: patches_adjoint's sum of one tap, -0 to +0
               for (int64_t k = 0; k < cn; ++k) d[k] = T(0) + (s[k] == m[k] ? T(1) : T(0)) * q[k];
           });
