@@ -9,8 +9,11 @@
 // patches_adjoint gives. Images are independent, so both split whole images over the intra-op
 // threads and give the same bits on any thread count.
 #include <algorithm>
+#include <bit>
 #include <cassert>
+#include <cstdint>
 #include <limits>
+#include <type_traits>
 
 #include "core/kernels/split_work.h"
 #include "core/kernels/structural/structural.h"
@@ -73,6 +76,40 @@ template <class T> void max_pool_kernel(const Instr& in, const Frame& f) {
              [&](int64_t b0, int64_t b1) { max_pool_images(g, x, out, b0, b1); });
 }
 
+// keep ? d : +0, as a bit mask: GCC vectorizes it, where it leaves `keep ? d : T(0)` beside the
+// arithmetic that makes d as a branch (a float operation it may not execute unconditionally).
+template <class T> inline T keep_if(bool keep, T d) {
+  using Bits = std::conditional_t<sizeof(T) == 4, uint32_t, uint64_t>;
+  return std::bit_cast<T>(static_cast<Bits>(std::bit_cast<Bits>(d) & (keep ? ~Bits{0} : Bits{0})));
+}
+
+// A disjoint 2x2 window wholly inside the image, over channels [0, c): the generic loops'
+// arithmetic (the max in tap order, the count of equal taps, ct / count, T(0) + mask * share,
+// then ReLU's select) in one pass per channel, kept in registers. a, b: the window's top row
+// in x (the two taps' channel runs are c apart), e, f: its bottom row; da, db, de, df the same
+// pixels of dx.
+template <class T>
+void two_by_two_window(const T* __restrict a, const T* __restrict b, const T* __restrict e,
+                       const T* __restrict f, T* __restrict da, T* __restrict db,
+                       T* __restrict de, T* __restrict df, const T* __restrict gr, int64_t c,
+                       bool relu_mask) {
+  const T lo = lowest<T>();
+  for (int64_t k = 0; k < c; ++k) {
+    const T v0 = a[k], v1 = b[k], v2 = e[k], v3 = f[k];
+    const T m = take_max(take_max(take_max(take_max(lo, v0), v1), v2), v3);
+    const T h0 = v0 == m ? T(1) : T(0), h1 = v1 == m ? T(1) : T(0);
+    const T h2 = v2 == m ? T(1) : T(0), h3 = v3 == m ? T(1) : T(0);
+    const T share = gr[k] / (((T(0) + h0) + h1) + h2 + h3);
+    const T d0 = T(0) + h0 * share, d1 = T(0) + h1 * share;
+    const T d2 = T(0) + h2 * share, d3 = T(0) + h3 * share;
+    const bool all = !relu_mask;
+    da[k] = keep_if(all | (v0 > T(0)), d0);
+    db[k] = keep_if(all | (v1 > T(0)), d1);
+    de[k] = keep_if(all | (v2 > T(0)), d2);
+    df[k] = keep_if(all | (v3 > T(0)), d3);
+  }
+}
+
 // relu_mask: the result is kept only where x > 0, +0 elsewhere (max_pool_grad's attrs.index 1,
 // relu_pool_grad.cc): a select of each pixel's value as it would be stored.
 template <class T>
@@ -82,9 +119,20 @@ void max_pool_grad_images(const Geometry& g, const T* ct, const T* x, T* dx, boo
   if (!disjoint || !g.covers_image())
     std::fill_n(dx + b0 * g.image_elems(), (b1 - b0) * g.image_elems(), T(0));
   T m[kChannelBlock], q[kChannelBlock];
+  const bool two_by_two = disjoint && g.kh == 2 && g.kw == 2;
   for (int64_t b = b0; b < b1; ++b) {
     for (int64_t y = 0; y < g.oh; ++y)
-      for (int64_t ox = 0; ox < g.ow; ++ox)
+      for (int64_t ox = 0; ox < g.ow; ++ox) {
+        if (two_by_two) {  // a 2x2 pooling window wholly inside the image
+          const int64_t iy = y * g.sh - g.top, ix = ox * g.sw - g.left;
+          if (iy >= 0 && iy + 1 < g.h && ix >= 0 && ix + 1 < g.w) {
+            const int64_t at = ((b * g.h + iy) * g.w + ix) * g.c, row = g.w * g.c;
+            two_by_two_window(x + at, x + at + g.c, x + at + row, x + at + row + g.c, dx + at,
+                              dx + at + g.c, dx + at + row, dx + at + row + g.c,
+                              ct + ((b * g.oh + y) * g.ow + ox) * g.c, g.c, relu_mask);
+            continue;
+          }
+        }
         for (int64_t c0 = 0; c0 < g.c; c0 += kChannelBlock) {
           const int64_t cn = std::min(kChannelBlock, g.c - c0);
           std::fill_n(m, cn, lowest<T>());
@@ -115,6 +163,7 @@ void max_pool_grad_images(const Geometry& g, const T* ct, const T* x, T* dx, boo
               for (int64_t k = 0; k < cn; ++k) d[k] = T(0) + (s[k] == m[k] ? T(1) : T(0)) * q[k];
           });
         }
+      }
     if (relu_mask && !disjoint) {  // the image's sums are complete: mask them
       const T* __restrict s = x + b * g.image_elems();
       T* __restrict d = dx + b * g.image_elems();
