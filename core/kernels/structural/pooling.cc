@@ -99,7 +99,7 @@ void two_by_two_window(const T* __restrict a, const T* __restrict b, const T* __
     const T m = take_max(take_max(take_max(take_max(lo, v0), v1), v2), v3);
     const T h0 = v0 == m ? T(1) : T(0), h1 = v1 == m ? T(1) : T(0);
     const T h2 = v2 == m ? T(1) : T(0), h3 = v3 == m ? T(1) : T(0);
-    const T share = gr[k] / (((T(0) + h0) + h1) + h2 + h3);
+    const T share = gr[k] / (h0 + h1 + h2 + h3);  // whole numbers: exact in any order
     const T d0 = T(0) + h0 * share, d1 = T(0) + h1 * share;
     const T d2 = T(0) + h2 * share, d3 = T(0) + h3 * share;
     const bool all = !relu_mask;
@@ -120,6 +120,7 @@ void max_pool_grad_images(const Geometry& g, const T* ct, const T* x, T* dx, boo
     std::fill_n(dx + b0 * g.image_elems(), (b1 - b0) * g.image_elems(), T(0));
   T m[kChannelBlock], q[kChannelBlock];
   const bool two_by_two = disjoint && g.kh == 2 && g.kw == 2;
+  const bool all = !relu_mask;  // every pixel's value kept
   for (int64_t b = b0; b < b1; ++b) {
     for (int64_t y = 0; y < g.oh; ++y)
       for (int64_t ox = 0; ox < g.ow; ++ox) {
@@ -155,19 +156,16 @@ void max_pool_grad_images(const Geometry& g, const T* ct, const T* x, T* dx, boo
             T* __restrict d = dx + dst + c0;
             if (!disjoint)
               for (int64_t k = 0; k < cn; ++k) d[k] += (s[k] == m[k] ? T(1) : T(0)) * q[k];
-            else if (relu_mask) {  // the value stored, then selected: two loops that vectorize
-              for (int64_t k = 0; k < cn; ++k) d[k] = T(0) + (s[k] == m[k] ? T(1) : T(0)) * q[k];
-              for (int64_t k = 0; k < cn; ++k) d[k] = s[k] > T(0) ? d[k] : T(0);
-            }
             else  // T(0) + v: patches_adjoint's sum of one tap, -0 to +0
-              for (int64_t k = 0; k < cn; ++k) d[k] = T(0) + (s[k] == m[k] ? T(1) : T(0)) * q[k];
+              for (int64_t k = 0; k < cn; ++k)
+                d[k] = keep_if(all | (s[k] > T(0)), T(0) + (s[k] == m[k] ? T(1) : T(0)) * q[k]);
           });
         }
       }
     if (relu_mask && !disjoint) {  // the image's sums are complete: mask them
       const T* __restrict s = x + b * g.image_elems();
       T* __restrict d = dx + b * g.image_elems();
-      for (int64_t i = 0; i < g.image_elems(); ++i) d[i] = s[i] > T(0) ? d[i] : T(0);
+      for (int64_t i = 0; i < g.image_elems(); ++i) d[i] = keep_if(s[i] > T(0), d[i]);
     }
   }
 }
