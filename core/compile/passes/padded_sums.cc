@@ -17,17 +17,12 @@
 // Only operands that the add alone reads are taken apart (otherwise the padded buffers are
 // made anyway); the operands must be concats along the same axis, or +0 fills.
 #include <algorithm>
-#include <cmath>
 #include <vector>
 
 #include "core/compile/passes/pass.h"
 
 namespace fjit {
 namespace {
-
-bool is_plus_zero_fill(const Node& n) {
-  return n.op == Op::Constant && !n.attrs.value && n.attrs.scalar == 0.0 && !std::signbit(n.attrs.scalar);
-}
 
 // A run of values along the axis: [begin, begin + len) holds `id`.
 struct Piece {

@@ -47,5 +47,7 @@ std::unique_ptr<Pass> make_automatic_checks(std::vector<CheckSite>* sites);
 std::vector<bool> live_nodes(const Graph& g);
 // How many times each node is read: once per input slot that names it, and once per output.
 std::vector<int> reader_counts(const Graph& g);
+// Whether n is a constant fill of +0 (no data, every element +0.0), of any shape.
+bool is_plus_zero_fill(const Node& n);
 
 }  // namespace fjit

@@ -7,17 +7,13 @@
 // only where y' > 0 and +0 elsewhere (core/ir/ops.def). The same bits: the select keeps the
 // value where the compare holds and takes the +0 fill elsewhere, which is what the kernel
 // writes; the image-sized value between them is never stored, nor read back.
-#include <cmath>
-
 #include "core/compile/passes/pass.h"
 
 namespace fjit {
 namespace {
 
-bool is_plus_zero(const Node& n) {
-  return n.op == Op::Constant && !n.attrs.value && n.attrs.scalar == 0.0 &&
-         !std::signbit(n.attrs.scalar) && n.shape.empty();
-}
+// A scalar +0 constant: relu's rule compares with it and selects it.
+bool is_plus_zero(const Node& n) { return is_plus_zero_fill(n) && n.shape.empty(); }
 
 class ReluPoolGrad : public Pass {
  public:

@@ -1,5 +1,7 @@
 #include "core/compile/passes/pass.h"
 
+#include <cmath>
+
 namespace fjit {
 
 Graph rewrite(const Graph& g, const RewriteFn& fn, const std::vector<bool>* keep) {
@@ -37,6 +39,10 @@ std::vector<int> reader_counts(const Graph& g) {
     for (int in : g.node(id).inputs) ++readers[in];
   for (int o : g.outputs) ++readers[o];
   return readers;
+}
+
+bool is_plus_zero_fill(const Node& n) {
+  return n.op == Op::Constant && !n.attrs.value && n.attrs.scalar == 0.0 && !std::signbit(n.attrs.scalar);
 }
 
 namespace {
