@@ -66,13 +66,14 @@ Graph optimize(const Graph& traced, bool verify, std::vector<CheckSite>* sites) 
   if (verify) traced.verify();
   // The pipeline, in order: the one place that says which passes run.
   std::vector<std::unique_ptr<Pass>> pipeline;
-  pipeline.reserve(8);  // also keeps GCC 12 from a false use-after-free warning on regrowth
+  pipeline.reserve(9);  // also keeps GCC 12 from a false use-after-free warning on regrowth
   if (sites != nullptr) pipeline.push_back(make_automatic_checks(sites));
   pipeline.push_back(make_algebraic_simplification());
   pipeline.push_back(make_constant_folding());
   pipeline.push_back(make_algebraic_simplification());
   pipeline.push_back(make_padded_sums());
   pipeline.push_back(make_relu_pool_grad());
+  pipeline.push_back(make_patches_products());
   pipeline.push_back(make_cast_hoisting());
   pipeline.push_back(make_dead_code_elimination());
   Graph g = traced;
@@ -222,8 +223,9 @@ std::shared_ptr<Executable> Compiler::lower(std::shared_ptr<const Graph> gp, std
     for (int in : operands)
       if (value_of[in] >= 0) planned[value_of[in]].last_use = index;
     if (instr.op == Op::MatMul) {
-      const auto& a = instr.ins[0].shape;
-      const int64_t k = instr.attrs.trans_a ? a[a.size() - 2] : a.back();
+      // The depth from B: operand 0 may be an image whose patches are op(A) (patches_gemm.h).
+      const auto& b = instr.ins[1].shape;
+      const int64_t k = instr.attrs.trans_b ? b.back() : b[b.size() - 2];
       exe->flops += 2 * n.size() * k;
     }
     if (op_kind(n.op) == OpKind::kControl) {

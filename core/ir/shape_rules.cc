@@ -25,7 +25,18 @@ void require_same_dtype(std::span<const ValueType> ins) {
     if (t.dtype != ins[0].dtype) fail("dtype mismatch: " + types(ins));
 }
 
+// With attrs.window set (the compiler's patches-products pass, patches_gemm.h), operand 0 is
+// an image and op(A) its patches reshaped to [N*OH*OW, KH*KW*C] (f32 only).
 ValueType matmul_type(const Attrs& a, std::span<const ValueType> ins) {
+  if (!a.window.empty()) {
+    const ValueType cols = patches_type(Op::Patches, a, ins[0], ins[0]);
+    if (cols.dtype != DType::f32) fail("an image operand's patches must be f32, got " + types(ins));
+    const ValueType flat{cols.dtype, {cols.shape[0] * cols.shape[1] * cols.shape[2], cols.shape[3]}};
+    Attrs plain = a;
+    plain.window.clear();
+    const ValueType both[2] = {flat, ins[1]};
+    return matmul_type(plain, both);
+  }
   const ValueType &x = ins[0], &y = ins[1];
   require_same_dtype(ins);
   // bf16 operands: products accumulated in f32, result f32 (JAX's preferred_element_type=f32).

@@ -15,6 +15,7 @@ void Planner::try_gemm(int m) {
   const Node& mm = g_.node(m);
   if (!is_floating(mm.dtype)) return;
   if (g_.node(mm.inputs[0]).dtype != mm.dtype) return;  // bf16 operands: matmul_bf16.h alone
+  if (!mm.attrs.window.empty()) return;  // an image's patches as op(A): patches_gemm.h alone
   // The scale may be pmean's replica weight over n, computed before the matmul.
   const UpdateChain u = update_chain(m, /*runtime_alpha=*/true);
   // A bias add alone is left to elementwise fusion (with its activation): starting the

@@ -39,6 +39,9 @@ std::unique_ptr<Pass> make_padded_sums();
 // max_pool_grad read only by ReLU's rule (a select on its image > 0) made one masked
 // max_pool_grad (relu_pool_grad.cc).
 std::unique_ptr<Pass> make_relu_pool_grad();
+// f32 products of reshaped patches (convolutions and their weight gradients) made products of
+// the image, whose kernel gathers the patches as it packs them (patches_products.cc).
+std::unique_ptr<Pass> make_patches_products();
 // Automatic checks (core/compile/passes/automatic_checks.h): adds check nodes to the graph
 // and their sites to *sites, which must outlive the pass.
 std::unique_ptr<Pass> make_automatic_checks(std::vector<CheckSite>* sites);

@@ -31,6 +31,7 @@
 #include "core/kernels/gemm/gemm_library.h"
 #include "core/kernels/gemm/matmul_bf16.h"
 #include "core/kernels/gemm/packed_gemm.h"
+#include "core/kernels/gemm/patches_gemm.h"
 #include "core/kernels/structural/structural.h"
 #include "core/base/fpe_flags.h"
 #include "core/base/threads.h"
@@ -207,6 +208,14 @@ void plan_gemm(Instr& instr) {
 
 bool select_matmul(Instr& instr) {
   assert(instr.op == Op::MatMul && instr.ins.size() == 2);
+  // Operand 0 an image whose patches are op(A) (patches_gemm.h): the packed GEMM alone.
+  if (!instr.attrs.window.empty()) {
+    if (instr.out.size() == 0) {
+      instr.fn = noop_kernel;
+      return true;
+    }
+    return select_patches_matmul(instr);
+  }
   plan_gemm(instr);
   const bool ta = instr.attrs.trans_a, tb = instr.attrs.trans_b;
   if (instr.out.size() == 0) {

@@ -15,6 +15,7 @@
 #include "core/kernels/gemm/packed_gemm.h"
 
 #include <algorithm>
+#include <cassert>
 #include <atomic>
 #include <string>
 #include <vector>
@@ -23,6 +24,7 @@
 #include "core/base/step_deadline.h"
 #include "core/base/threads.h"
 #include "core/kernels/gemm/gemm_packing.h"
+#include "core/kernels/gemm/patches_gemm.h"
 #include "core/kernels/gemm/ukernel.h"
 
 namespace fjit {
@@ -58,6 +60,7 @@ struct Plan {
   const UKernel* uk;
   int64_t m, n, k, lda, ldb, ldc, kc, kblocks, ms, ns, npad, unit_slivers, row_units, col_units, col_slivers;
   bool a_in_place;  // A [m, k] read in place by the kernel (tile_rows), not packed
+  const PatchesOperand* patches = nullptr;  // op(A) gathered from an image (patches_gemm.h)
   bool b_in_place;  // B [k, n] read in place by the kernel (ldb), not packed
 };
 
@@ -122,7 +125,7 @@ struct Sink {
 
 void run_unit(const Plan& pl, bool ta, const float* a, const float* bp, const Sink& sink,
               int64_t unit) {
-  thread_local Buffer a_buf, u_buf;
+  thread_local Buffer a_buf, u_buf, g_buf;
   float* c = sink.c;
   const bool accumulate = sink.accumulate;
   const UKernel& uk = *pl.uk;
@@ -139,12 +142,26 @@ void run_unit(const Plan& pl, bool ta, const float* a, const float* bp, const Si
   float* u = sink.epi && pl.kblocks > 1 ? u_buf.get((s1 - s0) * mr * ldu) : tmp;
   for (int64_t kb = 0; kb < pl.kblocks; ++kb) {
     const int64_t k0 = kb * pl.kc, kcb = std::min(pl.kc, pl.k - k0);
-    for (int64_t s = s0; s < s1; ++s) {
+    // Rows of op(A) read in place by tile_rows: row i at ia + (i - ibase) * ilda.
+    const float* ia = a + k0;
+    int64_t ilda = pl.lda, ibase = 0;
+    if (pl.patches) {  // an image's patches (patches_gemm.h), gathered per unit and depth block
+      const int64_t r0 = s0 * mr, rows = std::min(pl.m, s1 * mr) - r0;
+      if (ta) {  // straight into the packed slivers, as pack_along would pack them
+        pl.patches->slivers(k0, kcb, r0, rows, ap, mr);
+      } else {  // into g, in cache, packed from there
+        float* g = g_buf.get(rows * kcb);
+        pl.patches->block(r0, rows, k0, kcb, g, kcb);
+        ia = g, ilda = kcb, ibase = r0;
+      }
+    }
+    for (int64_t s = s0; s < s1 && !(pl.patches && ta); ++s) {
       const int64_t i0 = s * mr, rows = std::min(mr, pl.m - i0);
       if (pl.a_in_place && rows == mr) continue;  // read in place below
       float* dst = ap + (s - s0) * kcb * mr;
-      if (ta) pack_along(a + k0 * pl.lda + i0, pl.lda, rows, kcb, dst, mr);  // A [k, m]
-      else pack_across(a + i0 * pl.lda + k0, pl.lda, rows, kcb, dst, mr);    // A [m, k]
+      if (pl.patches) pack_across(ia + (i0 - ibase) * ilda, ilda, rows, kcb, dst, mr);
+      else if (ta) pack_along(a + k0 * pl.lda + i0, pl.lda, rows, kcb, dst, mr);  // A [k, m]
+      else pack_across(a + i0 * pl.lda + k0, pl.lda, rows, kcb, dst, mr);         // A [m, k]
     }
     const bool add = accumulate || kb > 0;
     // A packed sliver's rows are NR floats apart; B in place, its own rows (bp is B then).
@@ -159,7 +176,7 @@ void run_unit(const Plan& pl, bool ta, const float* a, const float* bp, const Si
         if (sink.epi) {
           float* t = pl.kblocks > 1 ? u + (s - s0) * mr * ldu + (j - j0) * nr : tmp;
           if (pl.a_in_place && rows == mr)
-            uk.tile_rows(kcb, a + row0 * pl.lda + k0, pl.lda, b_sliver, ldb, t, ldu, kb > 0);
+            uk.tile_rows(kcb, ia + (row0 - ibase) * ilda, ilda, b_sliver, ldb, t, ldu, kb > 0);
           else
             uk.tile(kcb, a_sliver, b_sliver, ldb, t, ldu, kb > 0);
           if (kb + 1 == pl.kblocks)
@@ -169,7 +186,7 @@ void run_unit(const Plan& pl, bool ta, const float* a, const float* bp, const Si
         float* ct = c + row0 * pl.ldc + col0;
         if (rows == mr && cols == nr) {
           if (pl.a_in_place)
-            uk.tile_rows(kcb, a + row0 * pl.lda + k0, pl.lda, b_sliver, ldb, ct, pl.ldc, add);
+            uk.tile_rows(kcb, ia + (row0 - ibase) * ilda, ilda, b_sliver, ldb, ct, pl.ldc, add);
           else
             uk.tile(kcb, a_sliver, b_sliver, ldb, ct, pl.ldc, add);
           continue;
@@ -177,7 +194,7 @@ void run_unit(const Plan& pl, bool ta, const float* a, const float* bp, const Si
         // An edge tile: the whole tile into tmp, then its valid part into C with the same
         // one addition the kernel makes.
         if (pl.a_in_place && rows == mr) {  // a column edge: the in-place kernel into tmp
-          uk.tile_rows(kcb, a + row0 * pl.lda + k0, pl.lda, b_sliver, ldb, tmp, nr, false);
+          uk.tile_rows(kcb, ia + (row0 - ibase) * ilda, ilda, b_sliver, ldb, tmp, nr, false);
         } else {
           uk.tile(kcb, a_sliver, b_sliver, ldb, tmp, nr, false);
         }
@@ -200,10 +217,13 @@ void packed_kernel(const Instr& in, const Frame& f) {
 
 // The driver, k > 0: B packed by all threads, then the units.
 void run(Isa isa, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
-         const float* b, int64_t ldb, const Sink& sink, int threads) {
+         const float* b, int64_t ldb, const Sink& sink, int threads,
+         const PatchesOperand* patches = nullptr) {
   threads = std::max(1, threads);
   Plan pl = make_plan(isa, ta, tb, m, n, k, threads);
   pl.lda = lda, pl.ldb = ldb, pl.ldc = sink.ldc;
+  pl.patches = patches;
+  if (patches) pl.a_in_place = false;
   thread_local Buffer b_buf;
   const float* bp = pl.b_in_place ? b : b_buf.get(pl.k * pl.npad);
   float* b_packed = pl.b_in_place ? nullptr : const_cast<float*>(bp);
@@ -261,6 +281,17 @@ void packed_sgemm_strided(Isa isa, bool ta, bool tb, int64_t m, int64_t n, int64
     return;
   }
   run(isa, ta, tb, m, n, k, a, lda, b, ldb, Sink{c, ldc, accumulate, nullptr}, threads);
+}
+
+void packed_sgemm_patches(Isa isa, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
+                          const PatchesOperand& a, const float* b, float* c, int threads) {
+  if (m <= 0 || n <= 0) return;
+  assert(m == (ta ? a.taps() : a.pixels()) && k == (ta ? a.pixels() : a.taps()));
+  if (k <= 0) {
+    std::fill(c, c + m * n, 0.f);
+    return;
+  }
+  run(isa, ta, tb, m, n, k, nullptr, 0, b, tb ? k : n, Sink{c, n, false, nullptr}, threads, &a);
 }
 
 void packed_sgemm_tiles(Isa isa, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a,

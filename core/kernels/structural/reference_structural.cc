@@ -2,6 +2,7 @@
 #include <cassert>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 
 #include "core/kernels/structural/structural.h"
@@ -123,6 +124,19 @@ bool reference_matmul_reduce(Op op, const Attrs& attrs, const ValueType& out,
   switch (op) {
     case Op::MatMul:
       assert(ins.size() == 2);
+      if (!attrs.window.empty()) {  // operand 0 an image, op(A) its patches (patches_gemm.h)
+        const Shape& x = ins[0].shape();
+        const std::vector<int64_t>& w = attrs.window;
+        const int64_t oh = (x[1] + w[6] + w[7] - ((w[0] - 1) * w[4] + 1)) / w[2] + 1;
+        const int64_t ow = (x[2] + w[8] + w[9] - ((w[1] - 1) * w[5] + 1)) / w[3] + 1;
+        const int64_t taps = w[0] * w[1] * x[3];
+        Array cols(ins[0].dtype(), {x[0], oh, ow, taps});
+        reference_patches(Op::Patches, attrs, ins.subspan(0, 1), cols);
+        Array a(ins[0].dtype(), {x[0] * oh * ow, taps});
+        std::memcpy(a.raw(), cols.raw(), cols.nbytes());
+        matmul(attrs, out, a, ins[1], result);
+        return true;
+      }
       matmul(attrs, out, ins[0], ins[1], result);
       return true;
     case Op::ReduceSum: case Op::ReduceMax: case Op::ReduceMin: case Op::ReduceAll:
