@@ -8,6 +8,8 @@
 // - through jit, a convolution and its gradients compile to products of the image (no patches
 //   op is left), whose values match a convolution summed in double and whose bits do not
 //   depend on the thread count; with FJIT_GEMM=eigen the pass leaves the graph alone.
+#include "core/kernels/gemm/patches_gemm.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -18,7 +20,6 @@
 
 #include "core/base/threads.h"
 #include "core/kernels/gemm/packed_gemm.h"
-#include "core/kernels/gemm/patches_gemm.h"
 #include "fjit.h"
 
 namespace fjit {
@@ -68,12 +69,12 @@ std::vector<float> random_values(int64_t count, uint32_t seed) {
 }
 
 const Case kCases[] = {
-    {2, 9, 7, 1, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 0.f},         // grey first layer, SAME
-    {3, 14, 14, 32, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 0.f},      // K = 288: two depth blocks
-    {2, 8, 9, 5, 2, 3, 2, 1, 1, 2, 0, 1, 2, 0, -1.5f},       // strides, dilation, uneven pads
-    {1, 11, 6, 40, 3, 2, 2, 2, 2, 1, 2, 2, 1, 1, 0.25f},     // runs longer than a sliver
-    {5, 4, 4, 3, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0.f},         // 1x1: the image itself
-    {2, 7, 7, 8, 7, 7, 1, 1, 1, 1, 3, 3, 3, 3, 0.f},         // a window as large as the image
+    {2, 9, 7, 1, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 0.f},      // grey first layer, SAME
+    {3, 14, 14, 32, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 0.f},   // K = 288: two depth blocks
+    {2, 8, 9, 5, 2, 3, 2, 1, 1, 2, 0, 1, 2, 0, -1.5f},    // strides, dilation, uneven pads
+    {1, 11, 6, 40, 3, 2, 2, 2, 2, 1, 2, 2, 1, 1, 0.25f},  // runs longer than a sliver
+    {5, 4, 4, 3, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0.f},      // 1x1: the image itself
+    {2, 7, 7, 8, 7, 7, 1, 1, 1, 1, 3, 3, 3, 3, 0.f},      // a window as large as the image
 };
 
 std::string name(const Case& k) {
@@ -93,7 +94,8 @@ TEST(PatchesGemm, BlocksAndSliversHoldThePatches) {
     o.block(r0, nr, c0, nc, got.data(), nc);
     for (int64_t r = 0; r < nr; ++r)
       for (int64_t q = 0; q < nc; ++q)
-        ASSERT_EQ(got[r * nc + q], want[(r0 + r) * taps + c0 + q]) << name(k) << " block " << r << "," << q;
+        ASSERT_EQ(got[r * nc + q], want[(r0 + r) * taps + c0 + q])
+            << name(k) << " block " << r << "," << q;
     const int64_t w = 12, slivers = (nc + w - 1) / w;
     std::vector<float> packed(slivers * nr * w, -7.f);
     o.slivers(r0, nr, c0, nc, packed.data(), w);
@@ -139,7 +141,8 @@ TEST(PatchesGemm, ProductsHaveThePackedGemmsBitsOverThePatches) {
               packed_sgemm_patches(isa, ta, tb, m, n, depth, o, b.data(), got.data(), threads);
               expect_same_bits(got, want,
                                name(k) + (ta ? " patches^T" : " patches") + (tb ? " B^T" : " B") +
-                                   " n " + std::to_string(n) + " threads " + std::to_string(threads) +
+                                   " n " + std::to_string(n) + " threads " +
+                                   std::to_string(threads) +
                                    (isa == Isa::avx2 ? " avx2" : " avx512"));
             }
           }
@@ -149,14 +152,16 @@ TEST(PatchesGemm, ProductsHaveThePackedGemmsBitsOverThePatches) {
 
 // A convolution summed in double: y[b, oy, ox, f] = sum over taps of x . w (VALID padding,
 // stride s), the independent oracle for the compiled step's values.
-double conv_at(const Array& x, const Array& w, int64_t s, int64_t b, int64_t oy, int64_t ox, int64_t f) {
+double conv_at(const Array& x, const Array& w, int64_t s, int64_t b, int64_t oy, int64_t ox,
+               int64_t f) {
   const Shape& xs = x.shape();
   const Shape& ws = w.shape();
   double acc = 0;
   for (int64_t i = 0; i < ws[0]; ++i)
     for (int64_t j = 0; j < ws[1]; ++j)
       for (int64_t ch = 0; ch < ws[2]; ++ch)
-        acc += static_cast<double>(x.data<float>()[((b * xs[1] + oy * s + i) * xs[2] + ox * s + j) * xs[3] + ch]) *
+        acc += static_cast<double>(
+                   x.data<float>()[((b * xs[1] + oy * s + i) * xs[2] + ox * s + j) * xs[3] + ch]) *
                w.data<float>()[((i * ws[1] + j) * ws[2] + ch) * ws[3] + f];
   return acc;
 }
@@ -178,9 +183,12 @@ TEST(PatchesGemm, ConvolutionStepsMultiplyTheImage) {
   const int64_t stride = 2;
   auto step = jit([stride](const Tensor& x, const Tensor& w) {
     const Tensor y = conv2d(x, w, ConvOptions{.strides = {stride, stride}});
-    return std::make_tuple(y, grad([stride](const Tensor& v, const Tensor& f) {
-                              return sum(square(conv2d(v, f, ConvOptions{.strides = {stride, stride}})));
-                            }, argnums<1>)(x, w));
+    return std::make_tuple(
+        y, grad(
+               [stride](const Tensor& v, const Tensor& f) {
+                 return sum(square(conv2d(v, f, ConvOptions{.strides = {stride, stride}})));
+               },
+               argnums<1>)(x, w));
   });
   const Array x = random_array({3, 9, 11, 6}, 1), w = random_array({3, 3, 6, 5}, 2);
   const int saved = intra_op_threads();
@@ -201,7 +209,8 @@ TEST(PatchesGemm, ConvolutionStepsMultiplyTheImage) {
       for (int64_t ox = 0; ox < ys[2]; ++ox)
         for (int64_t f = 0; f < ys[3]; ++f) {
           const double want = conv_at(x, w, stride, b, oy, ox, f);
-          EXPECT_NEAR(y1.data<float>()[((b * ys[1] + oy) * ys[2] + ox) * ys[3] + f], want, 1e-4 * (1 + std::abs(want)));
+          EXPECT_NEAR(y1.data<float>()[((b * ys[1] + oy) * ys[2] + ox) * ys[3] + f], want,
+                      1e-4 * (1 + std::abs(want)));
         }
   // d/dw sum(y^2) = sum over outputs of 2 y x at the tap: against the double convolution.
   const Array& dw = g1;
@@ -214,9 +223,11 @@ TEST(PatchesGemm, ConvolutionStepsMultiplyTheImage) {
           for (int64_t b = 0; b < ys[0]; ++b)
             for (int64_t oy = 0; oy < ys[1]; ++oy)
               for (int64_t ox = 0; ox < ys[2]; ++ox)
-                want += 2 * conv_at(x, w, stride, b, oy, ox, f) *
-                        x.data<float>()[((b * 9 + oy * stride + i) * 11 + ox * stride + j) * 6 + ch];
-          EXPECT_NEAR(dw.data<float>()[((i * ws[1] + j) * ws[2] + ch) * ws[3] + f], want, 1e-3 * (1 + std::abs(want)));
+                want +=
+                    2 * conv_at(x, w, stride, b, oy, ox, f) *
+                    x.data<float>()[((b * 9 + oy * stride + i) * 11 + ox * stride + j) * 6 + ch];
+          EXPECT_NEAR(dw.data<float>()[((i * ws[1] + j) * ws[2] + ch) * ws[3] + f], want,
+                      1e-3 * (1 + std::abs(want)));
         }
 }
 

@@ -45,9 +45,8 @@ struct Attrs {
   std::vector<int64_t> starts;  // slice
   std::vector<int64_t> limits;  // slice
   std::vector<int64_t> steps;   // slice
-  // patches, patches_adjoint: {window_h, window_w, stride_h, stride_w, dilation_h,
-  // dilation_w, pad_top, pad_bottom, pad_left, pad_right}; matmul (made by the compiler's
-  // patches-products pass only): operand 0 is an image, op(A) its patches under this window
+  // patches, patches_adjoint, a matmul of an image's patches (patches_products.cc): {window_h,
+  // window_w, stride_h, stride_w, dilation_h, dilation_w, pad_top, pad_bottom, pad_left, pad_right}
   std::vector<int64_t> window;
   int64_t axis = 0;             // concat, gather, argmax, argmin, iota, scatter_add, cumsum,
                                 // top_k (the last axis); check: kind
@@ -55,8 +54,7 @@ struct Attrs {
                                 // attention: causal (0 or 1); max_pool_grad: 1 = masked to
                                 // the image's pixels > 0 (ReLU's rule, relu_pool_grad.cc)
   double scalar = 0;            // constant without value: every element; check: its bound;
-                                // patches (and a matmul with a window): the padding's
-                                // value; attention: the score scale
+                                // patches, windowed matmul: the padding; attention: the score scale
   bool keepdims = false;        // reductions
   bool trans_a = false;         // matmul: use A^T without materialising it
   bool trans_b = false;         // matmul: use B^T

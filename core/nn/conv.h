@@ -3,8 +3,8 @@
 // Images are NHWC ([batch, height, width, channels]) and filters HWIO ([height, width,
 // in_channels / groups, out_channels]), as in jax.lax.conv_general_dilated with
 // ("NHWC", "HWIO", "NHWC"). A convolution is `patches` (im2col: every window's elements as
-// one row) followed by one matrix product through the GEMM path; its gradients are again a
-// matrix product and `patches_adjoint` (col2im), from those ops' rules. Max pooling is its own
+// one row) and one product (the compiler gives f32 ones the image: patches_gemm.h); its gradients
+// are a product and `patches_adjoint` (col2im), from those ops' rules. Max pooling is its own
 // op (max_pool_window, and max_pool_grad for its VJP); average pooling sums patches.
 #pragma once
 

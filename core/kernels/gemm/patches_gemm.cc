@@ -66,12 +66,13 @@ void walk_grey(const PatchesOperand& o, int64_t r0, int64_t nr, int64_t c0, int6
   for (int64_t r = 0; r < nr; ++r) {
     const float* image = o.x + b * o.h * o.w;
     const int64_t y0 = y * o.sh - o.top, x0 = xo * o.sw - o.left;
-    const bool inside = y0 >= 0 && y0 + (o.kh - 1) * o.dh < o.h && x0 >= 0 &&
-                        x0 + (o.kw - 1) * o.dw < o.w;
+    const bool inside =
+        y0 >= 0 && y0 + (o.kh - 1) * o.dh < o.h && x0 >= 0 && x0 + (o.kw - 1) * o.dw < o.w;
     int64_t i = i0, j = j0;
     for (int64_t q = 0; q < nc; ++q) {
       const int64_t iy = y0 + i * o.dh, ix = x0 + j * o.dw;
-      put(r, q, inside || (iy >= 0 && iy < o.h && ix >= 0 && ix < o.w) ? image[iy * o.w + ix] : o.pad);
+      put(r, q,
+          inside || (iy >= 0 && iy < o.h && ix >= 0 && ix < o.w) ? image[iy * o.w + ix] : o.pad);
       if (++j == o.kw) j = 0, ++i;
     }
     if (++xo == o.ow) {
@@ -90,9 +91,12 @@ void PatchesOperand::block(int64_t r0, int64_t nr, int64_t c0, int64_t nc, float
                      [&](int64_t r, int64_t q, float v) { dst[r * ldd + q] = v; });
   walk(*this, r0, nr, c0, nc, [&](int64_t r, int64_t q, const float* s, int64_t len) {
     float* d = dst + r * ldd + q;
-    if (len == 1) *d = s ? *s : pad;
-    else if (s) copy_run(s, d, len);
-    else std::fill_n(d, len, pad);
+    if (len == 1)
+      *d = s ? *s : pad;
+    else if (s)
+      copy_run(s, d, len);
+    else
+      std::fill_n(d, len, pad);
   });
 }
 
@@ -108,18 +112,21 @@ void PatchesOperand::slivers(int64_t r0, int64_t nr, int64_t c0, int64_t nc, flo
       if (++at == w) at = 0, d += slab;
     });
   } else {
-  walk(*this, r0, nr, c0, nc, [&](int64_t r, int64_t q, const float* s, int64_t len) {
-    if (q == 0) d = dst + r * w, at = 0;
-    while (len > 0) {  // the run's pieces, one per sliver it crosses
-      const int64_t piece = std::min(len, w - at);
-      if (piece == 1) d[at] = s ? *s : pad;
-      else if (s) copy_run(s, d + at, piece);
-      else std::fill_n(d + at, piece, pad);
-      len -= piece;
-      if (s) s += piece;
-      if ((at += piece) == w) at = 0, d += slab;
-    }
-  });
+    walk(*this, r0, nr, c0, nc, [&](int64_t r, int64_t q, const float* s, int64_t len) {
+      if (q == 0) d = dst + r * w, at = 0;
+      while (len > 0) {  // the run's pieces, one per sliver it crosses
+        const int64_t piece = std::min(len, w - at);
+        if (piece == 1)
+          d[at] = s ? *s : pad;
+        else if (s)
+          copy_run(s, d + at, piece);
+        else
+          std::fill_n(d + at, piece, pad);
+        len -= piece;
+        if (s) s += piece;
+        if ((at += piece) == w) at = 0, d += slab;
+      }
+    });
   }
   if (nc % w != 0) {  // the last sliver's columns past nc
     float* last = dst + (nc / w) * slab;
@@ -170,8 +177,10 @@ bool select_patches_matmul(Instr& instr) {
   instr.p[6] = static_cast<int64_t>(active_isa());
   instr.v = {x[0], x[1], x[2], x[3], oh, ow};
   instr.v.insert(instr.v.end(), win.begin(), win.end());
-  if (ta) instr.fn = tb ? patches_matmul_kernel<true, true> : patches_matmul_kernel<true, false>;
-  else instr.fn = tb ? patches_matmul_kernel<false, true> : patches_matmul_kernel<false, false>;
+  if (ta)
+    instr.fn = tb ? patches_matmul_kernel<true, true> : patches_matmul_kernel<true, false>;
+  else
+    instr.fn = tb ? patches_matmul_kernel<false, true> : patches_matmul_kernel<false, false>;
   return true;
 }
 
