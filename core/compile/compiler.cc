@@ -226,7 +226,10 @@ std::shared_ptr<Executable> Compiler::lower(std::shared_ptr<const Graph> gp, std
       // The depth from B: operand 0 may be an image whose patches are op(A) (patches_gemm.h).
       const auto& b = instr.ins[1].shape;
       const int64_t k = instr.attrs.trans_b ? b.back() : b[b.size() - 2];
-      exe->flops += 2 * n.size() * k;
+      // A product folded into its patches_adjoint (index 1): [pixels, taps], not the image.
+      const bool folded = !instr.attrs.window.empty() && instr.attrs.index == 1;
+      const int64_t taps = folded ? instr.attrs.window[0] * instr.attrs.window[1] * n.shape[3] : 0;
+      exe->flops += 2 * (folded ? instr.ins[0].shape[0] * taps : n.size()) * k;
     }
     if (op_kind(n.op) == OpKind::kControl) {
       const std::vector<int> none(n.attrs.region->outputs.size(), -1);

@@ -25,9 +25,22 @@ void require_same_dtype(std::span<const ValueType> ins) {
     if (t.dtype != ins[0].dtype) fail("dtype mismatch: " + types(ins));
 }
 
-// With attrs.window set (the compiler's patches-products pass, patches_gemm.h), operand 0 is
-// an image and op(A) its patches reshaped to [N*OH*OW, KH*KW*C] (f32 only).
-ValueType matmul_type(const Attrs& a, std::span<const ValueType> ins) {
+// With attrs.window set (the compiler's patches-products pass, patches_gemm.h), f32 only:
+// index 0, operand 0 is an image and op(A) its patches reshaped to [N*OH*OW, KH*KW*C]; index 1,
+// the result is the image `hint` whose patches' cotangent the product is (patches_adjoint).
+ValueType matmul_type(const Attrs& a, std::span<const ValueType> ins, const ValueType& hint) {
+  if (!a.window.empty() && a.index == 1) {
+    Attrs plain = a;
+    plain.window.clear();
+    plain.index = 0;
+    const ValueType product = matmul_type(plain, ins, hint);
+    const ValueType cols = patches_type(Op::Patches, a, hint, hint);
+    if (product.dtype != DType::f32 || hint.dtype != DType::f32 ||
+        product.shape != Shape{cols.shape[0] * cols.shape[1] * cols.shape[2], cols.shape[3]})
+      fail("a product " + type_str(product.dtype, product.shape) + " is not the patches of " +
+           type_str(hint.dtype, hint.shape));
+    return hint;
+  }
   if (!a.window.empty()) {
     const ValueType cols = patches_type(Op::Patches, a, ins[0], ins[0]);
     if (cols.dtype != DType::f32) fail("an image operand's patches must be f32, got " + types(ins));
@@ -35,7 +48,7 @@ ValueType matmul_type(const Attrs& a, std::span<const ValueType> ins) {
     Attrs plain = a;
     plain.window.clear();
     const ValueType both[2] = {flat, ins[1]};
-    return matmul_type(plain, both);
+    return matmul_type(plain, both, hint);
   }
   const ValueType &x = ins[0], &y = ins[1];
   require_same_dtype(ins);
@@ -293,7 +306,7 @@ ValueType infer_type(Op op, const Attrs& a, std::span<const ValueType> ins, cons
       Shape s = broadcast_shapes(broadcast_shapes(ins[0].shape, ins[1].shape), ins[2].shape);
       return {ins[1].dtype, s};
     }
-    case OpKind::kMatMul: return matmul_type(a, ins);
+    case OpKind::kMatMul: return matmul_type(a, ins, hint);
     case OpKind::kAttention: return attention_type(op, a, ins);
     case OpKind::kReduce: return reduce_type(op, a, ins[0]);
     case OpKind::kLayout: return layout_type(op, a, ins, hint);

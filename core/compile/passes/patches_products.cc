@@ -8,6 +8,10 @@
 // of the packed GEMM over the patches. Once nothing else reads the patches they are dead code,
 // and the image's KH*KW-fold copy is never written nor read back. With FJIT_GEMM=eigen (no
 // packed GEMM) nothing changes.
+//
+// A convolution's input gradient traces to patches_adjoint(reshape(matmul(g, W, trans_b))):
+// where the product is read there alone, the three become one matmul whose result is the
+// image (attrs.index 1), made a few images at a time and folded into the image while in cache.
 #include "core/compile/passes/pass.h"
 #include "core/kernels/gemm/packed_gemm.h"
 
@@ -20,7 +24,30 @@ class PatchesProducts : public Pass {
 
   Graph run(const Graph& g) const override {
     const bool packed = packed_gemm_use() != PackedGemmUse::never;
-    return rewrite(g, [&](Graph& out, int, Node n) {
+    const std::vector<int> readers = reader_counts(g);
+    return rewrite(g, [&](Graph& out, int old_id, Node n) {
+      if (packed && n.op == Op::PatchesAdjoint && n.dtype == DType::f32) {
+        // patches_adjoint(reshape(g . op(W))), the product read there alone: one matmul whose
+        // result is the image (index 1).
+        const int flat_id = g.node(old_id).inputs[0];
+        const Node& flat = out.node(n.inputs[0]);
+        if (flat.op == Op::Reshape && readers[flat_id] == 1 &&
+            readers[g.node(flat_id).inputs[0]] == 1) {
+          const Node& product = out.node(flat.inputs[0]);
+          if (product.op == Op::MatMul && product.dtype == DType::f32 &&
+              product.attrs.window.empty() && !product.attrs.trans_a &&
+              product.shape.size() == 2 && out.node(product.inputs[0]).shape.size() == 2 &&
+              out.node(product.inputs[1]).shape.size() == 2 &&
+              product.shape == Shape{flat.shape[0] * flat.shape[1] * flat.shape[2], flat.shape[3]}) {
+            Node folded = product;
+            folded.shape = n.shape;
+            folded.attrs.window = n.attrs.window;
+            folded.attrs.index = 1;
+            folded.site = n.site;
+            return out.add(std::move(folded));
+          }
+        }
+      }
       if (packed && n.op == Op::MatMul && n.dtype == DType::f32 && n.attrs.window.empty() &&
           n.shape.size() == 2 && out.node(n.inputs[1]).shape.size() == 2) {
         const Node& flat = out.node(n.inputs[0]);

@@ -68,7 +68,8 @@ struct Plan {
 // place (each A sliver is then used against few B slivers).
 constexpr int64_t kInPlaceSlivers = 4;
 // A row-major B [k, n] whose columns fill whole slivers is read in place, unpacked, when it is
-// at most this large: its slivers' rows then stay in L1/L2 however far apart they are.
+// at most this large (its slivers' rows then stay in L1/L2 however far apart they are), or
+// when it is one sliver wide.
 constexpr int64_t kInPlaceBBytes = 64 << 10;
 
 Plan make_plan(Isa isa, bool ta, bool tb, int64_t m, int64_t n, int64_t k, int threads) {
@@ -101,8 +102,9 @@ Plan make_plan(Isa isa, bool ta, bool tb, int64_t m, int64_t n, int64_t k, int t
   pl.col_slivers = (pl.ns + pl.col_units - 1) / pl.col_units;
   pl.col_units = (pl.ns + pl.col_slivers - 1) / pl.col_slivers;
   pl.a_in_place = !ta && pl.col_slivers <= kInPlaceSlivers;
-  pl.b_in_place =
-      !tb && n % nr == 0 && k * n * static_cast<int64_t>(sizeof(float)) <= kInPlaceBBytes;
+  // (B exactly one sliver wide is laid out as its packing already, at any size.)
+  pl.b_in_place = !tb && n % nr == 0 &&
+                  (n == nr || k * n * static_cast<int64_t>(sizeof(float)) <= kInPlaceBBytes);
   return pl;
 }
 

@@ -6,9 +6,11 @@
 
 #include <algorithm>
 #include <cassert>
+#include <vector>
 
 #include "core/base/threads.h"
 #include "core/kernels/gemm/packed_gemm.h"
+#include "core/kernels/split_work.h"
 
 namespace fjit {
 namespace {
@@ -57,23 +59,30 @@ void walk(const PatchesOperand& o, int64_t r0, int64_t nr, int64_t c0, int64_t n
 }
 
 // A one-channel image's patches, value by value: put(r, q, value) for every element of the
-// block in row-major order, the bounds tested only for windows that cross the image's edge.
+// block in row-major order. Each tap's offset is tabled once; the bounds are tested only for
+// windows that cross the image's edge.
 template <class Put>
 void walk_grey(const PatchesOperand& o, int64_t r0, int64_t nr, int64_t c0, int64_t nc, Put&& put) {
+  thread_local std::vector<int64_t> tab;  // per column q: the tap's row, column and offset
+  if (static_cast<int64_t>(tab.size()) < 3 * nc) tab.resize(3 * nc);
+  for (int64_t q = 0, i = c0 / o.kw, j = c0 % o.kw; q < nc; ++q) {
+    tab[3 * q] = i * o.dh, tab[3 * q + 1] = j * o.dw, tab[3 * q + 2] = i * o.dh * o.w + j * o.dw;
+    if (++j == o.kw) j = 0, ++i;
+  }
+  const int64_t* t = tab.data();
   const int64_t per_image = o.oh * o.ow;
   int64_t b = r0 / per_image, y = (r0 % per_image) / o.ow, xo = r0 % o.ow;
-  const int64_t i0 = c0 / o.kw, j0 = c0 % o.kw;
   for (int64_t r = 0; r < nr; ++r) {
     const float* image = o.x + b * o.h * o.w;
     const int64_t y0 = y * o.sh - o.top, x0 = xo * o.sw - o.left;
-    const bool inside =
-        y0 >= 0 && y0 + (o.kh - 1) * o.dh < o.h && x0 >= 0 && x0 + (o.kw - 1) * o.dw < o.w;
-    int64_t i = i0, j = j0;
-    for (int64_t q = 0; q < nc; ++q) {
-      const int64_t iy = y0 + i * o.dh, ix = x0 + j * o.dw;
-      put(r, q,
-          inside || (iy >= 0 && iy < o.h && ix >= 0 && ix < o.w) ? image[iy * o.w + ix] : o.pad);
-      if (++j == o.kw) j = 0, ++i;
+    if (y0 >= 0 && y0 + (o.kh - 1) * o.dh < o.h && x0 >= 0 && x0 + (o.kw - 1) * o.dw < o.w) {
+      const float* at = image + y0 * o.w + x0;
+      for (int64_t q = 0; q < nc; ++q) put(r, q, at[t[3 * q + 2]]);
+    } else {
+      for (int64_t q = 0; q < nc; ++q) {
+        const int64_t iy = y0 + t[3 * q], ix = x0 + t[3 * q + 1];
+        put(r, q, iy >= 0 && iy < o.h && ix >= 0 && ix < o.w ? image[iy * o.w + ix] : o.pad);
+      }
     }
     if (++xo == o.ow) {
       xo = 0;
@@ -106,11 +115,11 @@ void PatchesOperand::slivers(int64_t r0, int64_t nr, int64_t c0, int64_t nc, flo
   float* d = dst;  // where column q of row r goes, kept as the runs come in order
   int64_t at = 0;  // q % w
   if (c == 1) {
-    walk_grey(*this, r0, nr, c0, nc, [&](int64_t r, int64_t q, float v) {
-      if (q == 0) d = dst + r * w, at = 0;
-      d[at] = v;
-      if (++at == w) at = 0, d += slab;
-    });
+    thread_local std::vector<int64_t> place;  // where column q goes in row 0
+    if (static_cast<int64_t>(place.size()) < nc) place.resize(nc);
+    for (int64_t q = 0; q < nc; ++q) place[q] = (q / w) * slab + q % w;
+    const int64_t* p = place.data();
+    walk_grey(*this, r0, nr, c0, nc, [&](int64_t r, int64_t q, float v) { dst[r * w + p[q]] = v; });
   } else {
     walk(*this, r0, nr, c0, nc, [&](int64_t r, int64_t q, const float* s, int64_t len) {
       if (q == 0) d = dst + r * w, at = 0;
@@ -130,23 +139,81 @@ void PatchesOperand::slivers(int64_t r0, int64_t nr, int64_t c0, int64_t nc, flo
   }
   if (nc % w != 0) {  // the last sliver's columns past nc
     float* last = dst + (nc / w) * slab;
-    for (int64_t r = 0; r < nr; ++r) std::fill(last + r * w + nc % w, last + (r + 1) * w, 0.f);
+    // Masked stores of zero on lanes [nc % w, w) (w <= 16): a loop here becomes a memset call
+    // per row.
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), eight = _mm256_set1_epi32(8);
+    const __m256i from = _mm256_set1_epi32(static_cast<int>(nc % w) - 1);
+    const __m256i to = _mm256_set1_epi32(static_cast<int>(w));
+    const __m256i lo = _mm256_and_si256(_mm256_cmpgt_epi32(lane, from), _mm256_cmpgt_epi32(to, lane));
+    const __m256i lane8 = _mm256_add_epi32(lane, eight);
+    const __m256i hi = _mm256_and_si256(_mm256_cmpgt_epi32(lane8, from), _mm256_cmpgt_epi32(to, lane8));
+    const __m256 zero = _mm256_setzero_ps();
+    for (int64_t r = 0; r < nr; ++r) {
+      _mm256_maskstore_ps(last + r * w, lo, zero);
+      if (w > 8) _mm256_maskstore_ps(last + r * w + 8, hi, zero);
+    }
   }
 }
 
 namespace {
 
-// p[0] = M, p[1] = K, p[2] = N, p[6] = the Isa; v = {N, H, W, C, OH, OW} then the window.
-template <bool TA, bool TB>
-void patches_matmul_kernel(const Instr& in, const Frame& f) {
-  const int64_t m = in.p[0], k = in.p[1], n = in.p[2];
+// The image's geometry as select_patches_matmul stored it: v = {N, H, W, C, OH, OW} then the
+// window attribute.
+PatchesOperand geometry(const Instr& in, const float* x) {
   const std::vector<int64_t>& v = in.v;
   PatchesOperand a;
-  a.x = in.in<float>(f, 0);
+  a.x = x;
   a.pad = static_cast<float>(in.attrs.scalar);
   a.n = v[0], a.h = v[1], a.w = v[2], a.c = v[3], a.oh = v[4], a.ow = v[5];
   a.kh = v[6], a.kw = v[7], a.sh = v[8], a.sw = v[9], a.dh = v[10], a.dw = v[11];
   a.top = v[12], a.left = v[14];
+  return a;
+}
+
+// d[0, len) += s[0, len).
+inline void add_run(const float* __restrict s, float* __restrict d, int64_t len) {
+  for (int64_t q = 0; q < len; ++q) d[q] += s[q];
+}
+
+// The input gradient's patches cotangent is made and folded into the image a few images at a
+// time, while it is in cache: at most this many bytes of it at once.
+constexpr int64_t kChunkBytes = 512 << 10;
+
+// attrs.index 1: out (an image) = patches_adjoint(g . op(W)) with g [pixels, K], the product
+// [pixels, taps] (p[0] = pixels, p[1] = K, p[2] = taps, p[6] = the Isa). Per run of whole
+// images: their rows of the product on packed_sgemm (each element's bits do not depend on which
+// rows are computed together), then patches_adjoint's sums (core/kernels/structural/patches.cc)
+// in its order: the images zeroed, every (pixel, tap) added in order of pixel, then tap.
+template <bool TB>
+void input_grad_kernel(const Instr& in, const Frame& f) {
+  const int64_t k = in.p[1], taps = in.p[2];
+  float* img = in.output<float>(f);
+  PatchesOperand o = geometry(in, img);
+  const float* g = in.in<float>(f, 0);
+  const float* w = in.in<float>(f, 1);
+  const Isa isa = static_cast<Isa>(in.p[6]);
+  const int64_t per_image = o.oh * o.ow, image_elems = o.h * o.w * o.c;
+  const int64_t chunk = std::max<int64_t>(1, kChunkBytes / 4 / std::max<int64_t>(1, per_image * taps));
+  kernels::split_work(o.n, o.n * (image_elems + per_image * (taps + k)), [&](int64_t b0, int64_t b1) {
+    thread_local std::vector<float> cols;
+    for (int64_t b = b0; b < b1; b += chunk) {
+      const int64_t be = std::min(b1, b + chunk), rows = (be - b) * per_image;
+      if (static_cast<int64_t>(cols.size()) < rows * taps) cols.resize(rows * taps);
+      packed_sgemm(isa, false, TB, rows, taps, k, g + b * per_image * k, w, cols.data(), false, 1);
+      std::fill(img + b * image_elems, img + be * image_elems, 0.f);
+      // The runs walk() finds in the image are where each tap's channels go.
+      walk(o, b * per_image, rows, 0, taps, [&](int64_t r, int64_t q, const float* at, int64_t len) {
+        if (at) add_run(cols.data() + r * taps + q, const_cast<float*>(at), len);
+      });
+    }
+  });
+}
+
+// p[0] = M, p[1] = K, p[2] = N, p[6] = the Isa; v: geometry().
+template <bool TA, bool TB>
+void patches_matmul_kernel(const Instr& in, const Frame& f) {
+  const int64_t m = in.p[0], k = in.p[1], n = in.p[2];
+  const PatchesOperand a = geometry(in, in.in<float>(f, 0));
   // Threads as the packed GEMM's other entries: from a few million flops on.
   const int threads = 2 * m * n * k >= (int64_t{1} << 22) ? intra_op_threads() : 1;
   packed_sgemm_patches(static_cast<Isa>(in.p[6]), TA, TB, m, n, k, a, in.in<float>(f, 1),
@@ -155,7 +222,37 @@ void patches_matmul_kernel(const Instr& in, const Frame& f) {
 
 }  // namespace
 
+namespace {
+
+// attrs.index 1: ins[0] = g [pixels, K], ins[1] = W, out = the image (input_grad_kernel).
+bool select_input_grad(Instr& instr) {
+  const Shape& gs = instr.ins[0].shape;
+  const Shape& bs = instr.ins[1].shape;
+  const Shape& x = instr.out.shape;
+  const std::vector<int64_t>& win = instr.attrs.window;
+  if (win.size() != 10 || x.size() != 4 || gs.size() != 2 || bs.size() != 2) return false;
+  if (instr.attrs.trans_a || instr.out.dtype != DType::f32 || instr.ins[0].dtype != DType::f32 ||
+      instr.ins[1].dtype != DType::f32)
+    return false;
+  const bool tb = instr.attrs.trans_b;
+  const int64_t oh = (x[1] + win[6] + win[7] - ((win[0] - 1) * win[4] + 1)) / win[2] + 1;
+  const int64_t ow = (x[2] + win[8] + win[9] - ((win[1] - 1) * win[5] + 1)) / win[3] + 1;
+  const int64_t pixels = x[0] * oh * ow, taps = win[0] * win[1] * x[3], k = gs[1];
+  if (gs[0] != pixels || (tb ? bs[1] : bs[0]) != k || (tb ? bs[0] : bs[1]) != taps) return false;
+  instr.p[0] = pixels;
+  instr.p[1] = k;
+  instr.p[2] = taps;
+  instr.p[6] = static_cast<int64_t>(active_isa());
+  instr.v = {x[0], x[1], x[2], x[3], oh, ow};
+  instr.v.insert(instr.v.end(), win.begin(), win.end());
+  instr.fn = tb ? input_grad_kernel<true> : input_grad_kernel<false>;
+  return true;
+}
+
+}  // namespace
+
 bool select_patches_matmul(Instr& instr) {
+  if (instr.attrs.index == 1) return select_input_grad(instr);
   const Shape& x = instr.ins[0].shape;
   const Shape& bs = instr.ins[1].shape;
   const Shape& cs = instr.out.shape;

@@ -7,7 +7,8 @@
 // the image into a scratch block that stays in cache, and packs that: the packed panels hold
 // the values the materialized patches would have given them, so every product has the bits
 // of packed_sgemm over the patches, and the patches (KH*KW times the image) are never written
-// out nor read back.
+// out nor read back. The input gradient's product, the patches' cotangent, is likewise folded
+// into the image a few images at a time as it is made, never written out whole.
 #pragma once
 
 #include <cstdint>
@@ -32,7 +33,7 @@ struct PatchesOperand {
   void block(int64_t r0, int64_t nr, int64_t c0, int64_t nc, float* dst, int64_t ldd) const;
   // The same block transposed into slivers w columns wide, as the packed GEMM packs a
   // transposed A (gemm_packing.h's pack_along): column q of the block at dst[(q / w) * nr * w
-  // + r * w + q % w], zero past nc up to a whole sliver.
+  // + r * w + q % w], zero past nc up to a whole sliver. REQUIRES: w <= 16 (a kernel's MR).
   void slivers(int64_t r0, int64_t nr, int64_t c0, int64_t nc, float* dst, int64_t w) const;
 };
 
@@ -43,9 +44,13 @@ struct PatchesOperand {
 void packed_sgemm_patches(Isa isa, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
                           const PatchesOperand& a, const float* b, float* c, int threads);
 
-// Prepares an f32 MatMul whose operand 0 is the image of a patches operand (attrs.window set,
-// attrs.scalar the padding's value; the compiler's patches-products pass makes them) on
-// packed_sgemm_patches. False for anything else.
+// Prepares an f32 MatMul made by the compiler's patches-products pass (attrs.window set), false
+// for anything else:
+//   attrs.index 0: operand 0 is an image, op(A) its patches (attrs.scalar the padding's value),
+//     on packed_sgemm_patches;
+//   attrs.index 1: the result is an image, patches_adjoint of the product g . op(W) (a
+//     convolution's input gradient), which is made a few images at a time and folded into the
+//     image while in cache: the bits of packed_sgemm and then patches_adjoint.
 bool select_patches_matmul(Instr& instr);
 
 }  // namespace fjit

@@ -124,6 +124,22 @@ bool reference_matmul_reduce(Op op, const Attrs& attrs, const ValueType& out,
   switch (op) {
     case Op::MatMul:
       assert(ins.size() == 2);
+      if (!attrs.window.empty() && attrs.index == 1) {  // the product's patches_adjoint
+        const Shape& x = out.shape;
+        const std::vector<int64_t>& w = attrs.window;
+        const int64_t oh = (x[1] + w[6] + w[7] - ((w[0] - 1) * w[4] + 1)) / w[2] + 1;
+        const int64_t ow = (x[2] + w[8] + w[9] - ((w[1] - 1) * w[5] + 1)) / w[3] + 1;
+        const int64_t taps = w[0] * w[1] * x[3];
+        Attrs plain = attrs;
+        plain.window.clear();
+        plain.index = 0;
+        Array product(out.dtype, {x[0] * oh * ow, taps});
+        matmul(plain, {out.dtype, product.shape()}, ins[0], ins[1], product);
+        Array cols(out.dtype, {x[0], oh, ow, taps});
+        std::memcpy(cols.raw(), product.raw(), product.nbytes());
+        const Array one[1] = {cols};
+        return reference_patches(Op::PatchesAdjoint, attrs, one, result);
+      }
       if (!attrs.window.empty()) {  // operand 0 an image, op(A) its patches (patches_gemm.h)
         const Shape& x = ins[0].shape();
         const std::vector<int64_t>& w = attrs.window;
