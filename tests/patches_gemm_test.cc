@@ -7,7 +7,9 @@
 //   B) and transposed (patches^T . B), B plain or transposed, on 1-3 threads and both kernels;
 // - through jit, a convolution and its gradients compile to products of the image (no patches
 //   op is left), whose values match a convolution summed in double and whose bits do not
-//   depend on the thread count; with FJIT_GEMM=eigen the pass leaves the graph alone.
+//   depend on the thread count; with FJIT_GEMM=eigen the pass leaves the graph alone;
+// - the input gradient, patches_adjoint(g . W^T), folds into one matmul whose result is the
+//   image: the bits of packed_sgemm and then patches_adjoint's sums in order, on 1 and 3 threads.
 #include "core/kernels/gemm/patches_gemm.h"
 
 #include <gtest/gtest.h>
@@ -229,6 +231,97 @@ TEST(PatchesGemm, ConvolutionStepsMultiplyTheImage) {
           EXPECT_NEAR(dw.data<float>()[((i * ws[1] + j) * ws[2] + ch) * ws[3] + f], want,
                       1e-3 * (1 + std::abs(want)));
         }
+}
+
+// patches_adjoint's sums in its order, in float: every (pixel, tap) added into a zeroed image
+// in order of pixel, then tap (core/kernels/structural/patches.cc).
+std::vector<float> adjoint_by_loops(const PatchesOperand& o, const std::vector<float>& cols) {
+  std::vector<float> img(o.n * o.h * o.w * o.c, 0.f);
+  int64_t at = 0;
+  for (int64_t b = 0; b < o.n; ++b)
+    for (int64_t y = 0; y < o.oh; ++y)
+      for (int64_t x = 0; x < o.ow; ++x)
+        for (int64_t i = 0; i < o.kh; ++i)
+          for (int64_t j = 0; j < o.kw; ++j, at += o.c) {
+            const int64_t iy = y * o.sh - o.top + i * o.dh, ix = x * o.sw - o.left + j * o.dw;
+            if (iy < 0 || iy >= o.h || ix < 0 || ix >= o.w) continue;
+            for (int64_t ch = 0; ch < o.c; ++ch)
+              img[((b * o.h + iy) * o.w + ix) * o.c + ch] += cols[at + ch];
+          }
+  return img;
+}
+
+// exact[pixel] += v for patch element (p, t), where it reads the image.
+void exact_add(const PatchesOperand& o, int64_t p, int64_t t, double v, std::vector<double>& exact) {
+  const int64_t b = p / (o.oh * o.ow), y = p / o.ow % o.oh, x = p % o.ow;
+  const int64_t ch = t % o.c, j = t / o.c % o.kw, i = t / o.c / o.kw;
+  const int64_t iy = y * o.sh - o.top + i * o.dh, ix = x * o.sw - o.left + j * o.dw;
+  if (iy >= 0 && iy < o.h && ix >= 0 && ix < o.w) exact[((b * o.h + iy) * o.w + ix) * o.c + ch] += v;
+}
+
+// A convolution's input gradient through jit: patches_adjoint(g . W^T) is one matmul whose result
+// is the image, with the bits of packed_sgemm's product and then patches_adjoint's sums, on 1
+// and 3 threads, and the values of the convolution's transpose summed in double.
+TEST(PatchesGemm, InputGradientsFoldIntoTheImage) {
+  struct Conv {
+    Shape x, w;
+    int64_t stride;
+    bool same;
+  };
+  for (const Conv& cv : {Conv{{3, 9, 11, 6}, {3, 3, 6, 5}, 2, false},
+                         Conv{{20, 8, 8, 1}, {3, 3, 1, 7}, 1, true},
+                         Conv{{4, 7, 6, 16}, {2, 3, 16, 33}, 1, true},
+                         // several runs of images per thread, on up to 3 threads
+                         Conv{{40, 16, 16, 8}, {3, 3, 8, 16}, 1, true}}) {
+    const ConvOptions opts{.strides = {cv.stride, cv.stride},
+                           .padding = cv.same ? Padding::same() : Padding::valid()};
+    auto dx = jit([opts](const Tensor& x, const Tensor& w, const Tensor& c) {
+      return grad([opts](const Tensor& v, const Tensor& f, const Tensor& ct) {
+        return sum(conv2d(v, f, opts) * ct);
+      })(x, w, c);
+    });
+    const Array x = random_array(cv.x, 5), w = random_array(cv.w, 6);
+    const Array y = jit([opts](const Tensor& v, const Tensor& f) { return conv2d(v, f, opts); })(x, w);
+    const Array c = random_array(y.shape(), 7);
+    const int saved = intra_op_threads();
+    set_intra_op_threads(1);
+    const Array g1 = dx(x, w, c);
+    set_intra_op_threads(3);
+    Array g3 = Array::full(DType::f32, x.shape(), NAN);  // written into: no zeros to rely on
+    dx.run_into(g3, x, w, c);
+    set_intra_op_threads(saved);
+    const Graph& graph = *dx.core().last_entry()->exe->graph;
+    EXPECT_EQ(count_ops(graph, Op::PatchesAdjoint, false), 0) << graph.to_string();
+    EXPECT_EQ(count_ops(graph, Op::MatMul, true), 1) << graph.to_string();
+    EXPECT_TRUE(g1.bit_equal(g3));
+    // The oracle for the bits: the product on packed_sgemm, then the sums in order.
+    PatchesOperand o = operand({cv.x[0], cv.x[1], cv.x[2], cv.x[3], cv.w[0], cv.w[1], cv.stride,
+                                cv.stride, 1, 1, 0, 0, 0, 0, 0.f},
+                               {});
+    o.oh = y.shape()[1], o.ow = y.shape()[2];
+    if (cv.same) {  // SAME: the padding before is half the total, rounded down
+      o.top = ((o.oh - 1) * cv.stride + cv.w[0] - cv.x[1]) / 2;
+      o.left = ((o.ow - 1) * cv.stride + cv.w[1] - cv.x[2]) / 2;
+    }
+    const int64_t pixels = o.pixels(), taps = o.taps(), nout = cv.w[3];
+    std::vector<float> cols(pixels * taps);
+    packed_sgemm(active_isa(), false, true, pixels, taps, nout, c.data<float>(), w.data<float>(),
+                 cols.data(), false, 1);
+    const std::vector<float> want = adjoint_by_loops(o, cols);
+    expect_same_bits(std::vector<float>(g1.data<float>(), g1.data<float>() + g1.size()), want,
+                     "input gradient of " + g1.to_string(0));
+    // The values: dx[b, iy, ix, ch] = sum over the taps that read it of c . w, in double.
+    std::vector<double> exact(want.size(), 0.0);
+    for (int64_t p = 0; p < pixels; ++p)
+      for (int64_t t = 0; t < taps; ++t) {
+        double v = 0;
+        for (int64_t f = 0; f < nout; ++f)
+          v += static_cast<double>(c.data<float>()[p * nout + f]) * w.data<float>()[t * nout + f];
+        exact_add(o, p, t, v, exact);
+      }
+    for (size_t i = 0; i < want.size(); ++i)
+      EXPECT_NEAR(g1.data<float>()[i], exact[i], 1e-4 * (1 + std::abs(exact[i]))) << i;
+  }
 }
 
 TEST(PatchesGemm, WithoutThePackedGemmThePatchesStay) {
