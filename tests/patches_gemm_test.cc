@@ -324,6 +324,24 @@ TEST(PatchesGemm, InputGradientsFoldIntoTheImage) {
   }
 }
 
+// Under the bf16 policy the products take bf16 operands (and give f32 results): they keep their
+// own kernels (matmul_bf16.h) and their patches, and the input gradient its patches_adjoint.
+TEST(PatchesGemm, Bf16ProductsAreLeftToTheirKernels) {
+  auto step = jit([](const Tensor& x, const Tensor& w) {
+    return grad([](const Tensor& v, const Tensor& f) {
+      PrecisionScope s({.compute = DType::bf16});
+      return sum(square(conv2d(v, f, ConvOptions{.padding = Padding::same()})));
+    }, argnums<0, 1>)(x, w);
+  });
+  const Array x = random_array({2, 6, 5, 4}, 8), w = random_array({3, 3, 4, 3}, 9);
+  const auto [dx, dw] = step(x, w);
+  const Graph& graph = *step.core().last_entry()->exe->graph;
+  EXPECT_EQ(count_ops(graph, Op::MatMul, true), 0) << graph.to_string();
+  EXPECT_EQ(count_ops(graph, Op::PatchesAdjoint, false), 1) << graph.to_string();
+  EXPECT_EQ(dx.shape(), x.shape());
+  EXPECT_EQ(dw.shape(), w.shape());
+}
+
 TEST(PatchesGemm, WithoutThePackedGemmThePatchesStay) {
   const PackedGemmUse saved = packed_gemm_use();
   set_packed_gemm_use(PackedGemmUse::never);

@@ -34,7 +34,10 @@ class PatchesProducts : public Pass {
         if (flat.op == Op::Reshape && readers[flat_id] == 1 &&
             readers[g.node(flat_id).inputs[0]] == 1) {
           const Node& product = out.node(flat.inputs[0]);
+          // (f32 operands: bf16 ones also give an f32 product, on matmul_bf16.h's kernels)
           if (product.op == Op::MatMul && product.dtype == DType::f32 &&
+              out.node(product.inputs[0]).dtype == DType::f32 &&
+              out.node(product.inputs[1]).dtype == DType::f32 &&
               product.attrs.window.empty() && !product.attrs.trans_a &&
               product.shape.size() == 2 && out.node(product.inputs[0]).shape.size() == 2 &&
               out.node(product.inputs[1]).shape.size() == 2 &&
@@ -49,7 +52,8 @@ class PatchesProducts : public Pass {
         }
       }
       if (packed && n.op == Op::MatMul && n.dtype == DType::f32 && n.attrs.window.empty() &&
-          n.shape.size() == 2 && out.node(n.inputs[1]).shape.size() == 2) {
+          n.shape.size() == 2 && out.node(n.inputs[1]).shape.size() == 2 &&
+          out.node(n.inputs[1]).dtype == DType::f32) {
         const Node& flat = out.node(n.inputs[0]);
         const Node& cols = flat.op == Op::Reshape ? out.node(flat.inputs[0]) : flat;
         if (flat.op == Op::Reshape && cols.op == Op::Patches && cols.dtype == DType::f32 &&
