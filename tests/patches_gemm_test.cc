@@ -20,7 +20,9 @@
 #include <string>
 #include <vector>
 
+#include "core/base/isa.h"
 #include "core/base/threads.h"
+#include "core/kernels/gemm/bf16_gemm.h"
 #include "core/kernels/gemm/packed_gemm.h"
 #include "fjit.h"
 
@@ -324,9 +326,11 @@ TEST(PatchesGemm, InputGradientsFoldIntoTheImage) {
   }
 }
 
-// Under the bf16 policy the products take bf16 operands (and give f32 results): they keep their
-// own kernels (matmul_bf16.h) and their patches, and the input gradient its patches_adjoint.
-TEST(PatchesGemm, Bf16ProductsAreLeftToTheirKernels) {
+// Under the bf16 policy the products take bf16 operands (and give f32 results): the forward and
+// weight-gradient products keep their kernels (matmul_bf16.h) and their patches; the input
+// gradient folds where the bf16 products run natively (AVX512_BF16, AMX), with the bits of
+// bf16_gemm_packed_b and then the adjoint's sums in order.
+TEST(PatchesGemm, Bf16InputGradientsFoldWhereTheProductsAreNative) {
   auto step = jit([](const Tensor& x, const Tensor& w) {
     return grad([](const Tensor& v, const Tensor& f) {
       PrecisionScope s({.compute = DType::bf16});
@@ -336,10 +340,36 @@ TEST(PatchesGemm, Bf16ProductsAreLeftToTheirKernels) {
   const Array x = random_array({2, 6, 5, 4}, 8), w = random_array({3, 3, 4, 3}, 9);
   const auto [dx, dw] = step(x, w);
   const Graph& graph = *step.core().last_entry()->exe->graph;
-  EXPECT_EQ(count_ops(graph, Op::MatMul, true), 0) << graph.to_string();
-  EXPECT_EQ(count_ops(graph, Op::PatchesAdjoint, false), 1) << graph.to_string();
+  const bool native = active_avx512_bf16();
+  EXPECT_EQ(count_ops(graph, Op::MatMul, true), native ? 1 : 0) << graph.to_string();
+  EXPECT_EQ(count_ops(graph, Op::PatchesAdjoint, false), native ? 0 : 1) << graph.to_string();
+  EXPECT_GE(count_ops(graph, Op::Patches, false), 1) << graph.to_string();
   EXPECT_EQ(dx.shape(), x.shape());
   EXPECT_EQ(dw.shape(), w.shape());
+  if (!native) return;
+  // patches_adjoint(g . W^T) on bf16 g and W, by hand, against the same on the bf16 kernels.
+  const Shape image{12, 9, 9, 5};
+  const Window win{.size = {3, 3}, .padding = Padding::same()};
+  const int64_t pixels = 12 * 9 * 9, taps = 45, nout = 24;
+  auto input_grad = jit([&](const Tensor& g, const Tensor& f) {
+    const Tensor product =
+        matmul(cast(g, DType::bf16), cast(f, DType::bf16), DType::f32, false, true);
+    return patches_adjoint(reshape(product, {12, 9, 9, taps}), win, image);
+  });
+  auto to_bf16 = jit([](const Tensor& v) { return cast(v, DType::bf16); });
+  const Array g = random_array({pixels, nout}, 10), f = random_array({taps, nout}, 11);
+  const Array got = input_grad(g, f);
+  EXPECT_EQ(count_ops(*input_grad.core().last_entry()->exe->graph, Op::PatchesAdjoint, false), 0);
+  const Array gb = to_bf16(g), fb = to_bf16(f);
+  std::vector<uint16_t> packed(bf16_packed_b_size(taps, nout) + 32);
+  uint16_t* bp = packed.data() + ((64 - reinterpret_cast<uintptr_t>(packed.data()) % 64) % 64) / 2;
+  bf16_pack_b(taps, nout, static_cast<const uint16_t*>(fb.raw()), nout, true, bp);
+  std::vector<float> cols(pixels * taps);
+  bf16_gemm_packed_b(pixels, taps, nout, static_cast<const uint16_t*>(gb.raw()), nout, false, bp,
+                     cols.data(), false);
+  PatchesOperand o = operand({12, 9, 9, 5, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 0.f}, {});
+  expect_same_bits(std::vector<float>(got.data<float>(), got.data<float>() + got.size()),
+                   adjoint_by_loops(o, cols), "bf16 input gradient");
 }
 
 TEST(PatchesGemm, WithoutThePackedGemmThePatchesStay) {

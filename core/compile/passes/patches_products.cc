@@ -12,6 +12,7 @@
 // A convolution's input gradient traces to patches_adjoint(reshape(matmul(g, W, trans_b))):
 // where the product is read there alone, the three become one matmul whose result is the
 // image (attrs.index 1), made a few images at a time and folded into the image while in cache.
+#include "core/base/isa.h"
 #include "core/compile/passes/pass.h"
 #include "core/kernels/gemm/packed_gemm.h"
 
@@ -34,10 +35,12 @@ class PatchesProducts : public Pass {
         if (flat.op == Op::Reshape && readers[flat_id] == 1 &&
             readers[g.node(flat_id).inputs[0]] == 1) {
           const Node& product = out.node(flat.inputs[0]);
-          // (f32 operands: bf16 ones also give an f32 product, on matmul_bf16.h's kernels)
+          // f32 operands, or bf16 ones where the bf16 products run on AVX512_BF16 or AMX
+          // (patches_gemm.h; the widening path keeps matmul_bf16.h's own kernel).
+          const DType t = out.node(product.inputs[0]).dtype;
           if (product.op == Op::MatMul && product.dtype == DType::f32 &&
-              out.node(product.inputs[0]).dtype == DType::f32 &&
-              out.node(product.inputs[1]).dtype == DType::f32 &&
+              (t == DType::f32 || (t == DType::bf16 && active_avx512_bf16())) &&
+              out.node(product.inputs[1]).dtype == t &&
               product.attrs.window.empty() && !product.attrs.trans_a &&
               product.shape.size() == 2 && out.node(product.inputs[0]).shape.size() == 2 &&
               out.node(product.inputs[1]).shape.size() == 2 &&

@@ -6,9 +6,11 @@
 
 #include <algorithm>
 #include <cassert>
+#include <type_traits>
 #include <vector>
 
 #include "core/base/threads.h"
+#include "core/kernels/gemm/bf16_gemm.h"
 #include "core/kernels/gemm/packed_gemm.h"
 #include "core/kernels/split_work.h"
 
@@ -184,22 +186,37 @@ constexpr int64_t kChunkBytes = 512 << 10;
 // images: their rows of the product on packed_sgemm (each element's bits do not depend on which
 // rows are computed together), then patches_adjoint's sums (core/kernels/structural/patches.cc)
 // in its order: the images zeroed, every (pixel, tap) added in order of pixel, then tap.
-template <bool TB>
+// bf16 operands (the mixed-precision policy's products): the product on bf16_gemm_packed_b, op(W)
+// packed once, as the bf16 matmul computes it on the AVX512_BF16 and AMX paths (bf16_gemm.h: a
+// row's bits do not depend on the rows beside it).
+template <bool TB, class T>
 void input_grad_kernel(const Instr& in, const Frame& f) {
   const int64_t k = in.p[1], taps = in.p[2];
   float* img = in.output<float>(f);
   PatchesOperand o = geometry(in, img);
-  const float* g = in.in<float>(f, 0);
-  const float* w = in.in<float>(f, 1);
+  const T* g = in.in<T>(f, 0);
+  const T* w = in.in<T>(f, 1);
   const Isa isa = static_cast<Isa>(in.p[6]);
   const int64_t per_image = o.oh * o.ow, image_elems = o.h * o.w * o.c;
+  const uint16_t* wp = nullptr;
+  if constexpr (std::is_same_v<T, uint16_t>) {
+    thread_local std::vector<uint16_t> packed;
+    const int64_t size = bf16_packed_b_size(taps, k) + 32;
+    if (static_cast<int64_t>(packed.size()) < size) packed.resize(size);
+    uint16_t* at = packed.data() + ((64 - reinterpret_cast<uintptr_t>(packed.data()) % 64) % 64) / 2;
+    bf16_pack_b(taps, k, w, TB ? k : taps, TB, at);
+    wp = at;
+  }
   const int64_t chunk = std::max<int64_t>(1, kChunkBytes / 4 / std::max<int64_t>(1, per_image * taps));
   kernels::split_work(o.n, o.n * (image_elems + per_image * (taps + k)), [&](int64_t b0, int64_t b1) {
     thread_local std::vector<float> cols;
     for (int64_t b = b0; b < b1; b += chunk) {
       const int64_t be = std::min(b1, b + chunk), rows = (be - b) * per_image;
       if (static_cast<int64_t>(cols.size()) < rows * taps) cols.resize(rows * taps);
-      packed_sgemm(isa, false, TB, rows, taps, k, g + b * per_image * k, w, cols.data(), false, 1);
+      if constexpr (std::is_same_v<T, uint16_t>)
+        bf16_gemm_packed_b(rows, taps, k, g + b * per_image * k, k, false, wp, cols.data(), false);
+      else
+        packed_sgemm(isa, false, TB, rows, taps, k, g + b * per_image * k, w, cols.data(), false, 1);
       std::fill(img + b * image_elems, img + be * image_elems, 0.f);
       // The runs walk() finds in the image are where each tap's channels go.
       walk(o, b * per_image, rows, 0, taps, [&](int64_t r, int64_t q, const float* at, int64_t len) {
@@ -231,8 +248,9 @@ bool select_input_grad(Instr& instr) {
   const Shape& x = instr.out.shape;
   const std::vector<int64_t>& win = instr.attrs.window;
   if (win.size() != 10 || x.size() != 4 || gs.size() != 2 || bs.size() != 2) return false;
-  if (instr.attrs.trans_a || instr.out.dtype != DType::f32 || instr.ins[0].dtype != DType::f32 ||
-      instr.ins[1].dtype != DType::f32)
+  const DType t = instr.ins[0].dtype;
+  if (instr.attrs.trans_a || instr.out.dtype != DType::f32 || instr.ins[1].dtype != t ||
+      (t != DType::f32 && !(t == DType::bf16 && active_avx512_bf16())))
     return false;
   const bool tb = instr.attrs.trans_b;
   const int64_t oh = (x[1] + win[6] + win[7] - ((win[0] - 1) * win[4] + 1)) / win[2] + 1;
@@ -245,7 +263,10 @@ bool select_input_grad(Instr& instr) {
   instr.p[6] = static_cast<int64_t>(active_isa());
   instr.v = {x[0], x[1], x[2], x[3], oh, ow};
   instr.v.insert(instr.v.end(), win.begin(), win.end());
-  instr.fn = tb ? input_grad_kernel<true> : input_grad_kernel<false>;
+  if (t == DType::bf16)
+    instr.fn = tb ? input_grad_kernel<true, uint16_t> : input_grad_kernel<false, uint16_t>;
+  else
+    instr.fn = tb ? input_grad_kernel<true, float> : input_grad_kernel<false, float>;
   return true;
 }
 
