@@ -95,6 +95,8 @@ run gemm_options taskset -c 0 "$B/gemm_options" --rounds 7 --ms 20
 # The bf16 products of the steps on each path (AMX tiles, AVX512_BF16, widened) against the
 # peaks of their instructions on this core.
 run bf16_products taskset -c 0 "$B/bf16_products" --rounds 5 --ms 30
+# The CNN's convolution products with their patches written out and read from the image.
+run conv_products taskset -c 0 "$B/conv_products" --rounds 7
 if [ -x "$B/scaling_bench" ]; then
   run scaling_bench_threads "$B/scaling_bench"
   run scaling_bench_mpi "${MPIEXEC[@]}" "$B/scaling_bench"

@@ -6,7 +6,7 @@
 // - packed_sgemm_patches gives the bits of packed_sgemm over those patches, forward (patches .
 //   B) and transposed (patches^T . B), B plain or transposed, on 1-3 threads and both kernels;
 // - through jit, a convolution and its gradients compile to products of the image (no patches
-//   op is left), whose values match a convolution summed in double and whose bits do not
+//   op is left; images of 8 channels or more), whose values match a convolution summed in double and whose bits do not
 //   depend on the thread count; with FJIT_GEMM=eigen the pass leaves the graph alone;
 // - the input gradient, patches_adjoint(g . W^T), folds into one matmul whose result is the
 //   image: the bits of packed_sgemm and then patches_adjoint's sums in order, on 1 and 3 threads.
@@ -194,7 +194,7 @@ TEST(PatchesGemm, ConvolutionStepsMultiplyTheImage) {
                },
                argnums<1>)(x, w));
   });
-  const Array x = random_array({3, 9, 11, 6}, 1), w = random_array({3, 3, 6, 5}, 2);
+  const Array x = random_array({3, 9, 11, 8}, 1), w = random_array({3, 3, 8, 5}, 2);
   const int saved = intra_op_threads();
   set_intra_op_threads(1);
   auto [y1, g1] = step(x, w);
@@ -229,7 +229,7 @@ TEST(PatchesGemm, ConvolutionStepsMultiplyTheImage) {
               for (int64_t ox = 0; ox < ys[2]; ++ox)
                 want +=
                     2 * conv_at(x, w, stride, b, oy, ox, f) *
-                    x.data<float>()[((b * 9 + oy * stride + i) * 11 + ox * stride + j) * 6 + ch];
+                    x.data<float>()[((b * 9 + oy * stride + i) * 11 + ox * stride + j) * 8 + ch];
           EXPECT_NEAR(dw.data<float>()[((i * ws[1] + j) * ws[2] + ch) * ws[3] + f], want,
                       1e-3 * (1 + std::abs(want)));
         }
@@ -270,8 +270,8 @@ TEST(PatchesGemm, InputGradientsFoldIntoTheImage) {
     int64_t stride;
     bool same;
   };
-  for (const Conv& cv : {Conv{{3, 9, 11, 6}, {3, 3, 6, 5}, 2, false},
-                         Conv{{20, 8, 8, 1}, {3, 3, 1, 7}, 1, true},
+  for (const Conv& cv : {Conv{{3, 9, 11, 8}, {3, 3, 8, 5}, 2, false},
+                         Conv{{20, 8, 8, 1}, {3, 3, 1, 7}, 1, true},  // one channel: not folded
                          Conv{{4, 7, 6, 16}, {2, 3, 16, 33}, 1, true},
                          // several runs of images per thread, on up to 3 threads
                          Conv{{40, 16, 16, 8}, {3, 3, 8, 16}, 1, true}}) {
@@ -293,8 +293,9 @@ TEST(PatchesGemm, InputGradientsFoldIntoTheImage) {
     dx.run_into(g3, x, w, c);
     set_intra_op_threads(saved);
     const Graph& graph = *dx.core().last_entry()->exe->graph;
-    EXPECT_EQ(count_ops(graph, Op::PatchesAdjoint, false), 0) << graph.to_string();
-    EXPECT_EQ(count_ops(graph, Op::MatMul, true), 1) << graph.to_string();
+    const bool folds = cv.x[3] >= 8;  // thinner images keep their patches (patches_products.cc)
+    EXPECT_EQ(count_ops(graph, Op::PatchesAdjoint, false), folds ? 0 : 1) << graph.to_string();
+    EXPECT_EQ(count_ops(graph, Op::MatMul, true), folds ? 1 : 0) << graph.to_string();
     EXPECT_TRUE(g1.bit_equal(g3));
     // The oracle for the bits: the product on packed_sgemm, then the sums in order.
     PatchesOperand o = operand({cv.x[0], cv.x[1], cv.x[2], cv.x[3], cv.w[0], cv.w[1], cv.stride,
@@ -310,8 +311,9 @@ TEST(PatchesGemm, InputGradientsFoldIntoTheImage) {
     packed_sgemm(active_isa(), false, true, pixels, taps, nout, c.data<float>(), w.data<float>(),
                  cols.data(), false, 1);
     const std::vector<float> want = adjoint_by_loops(o, cols);
-    expect_same_bits(std::vector<float>(g1.data<float>(), g1.data<float>() + g1.size()), want,
-                     "input gradient of " + g1.to_string(0));
+    if (folds)
+      expect_same_bits(std::vector<float>(g1.data<float>(), g1.data<float>() + g1.size()), want,
+                       "input gradient of " + g1.to_string(0));
     // The values: dx[b, iy, ix, ch] = sum over the taps that read it of c . w, in double.
     std::vector<double> exact(want.size(), 0.0);
     for (int64_t p = 0; p < pixels; ++p)
@@ -337,7 +339,7 @@ TEST(PatchesGemm, Bf16InputGradientsFoldWhereTheProductsAreNative) {
       return sum(square(conv2d(v, f, ConvOptions{.padding = Padding::same()})));
     }, argnums<0, 1>)(x, w);
   });
-  const Array x = random_array({2, 6, 5, 4}, 8), w = random_array({3, 3, 4, 3}, 9);
+  const Array x = random_array({2, 6, 5, 8}, 8), w = random_array({3, 3, 8, 3}, 9);
   const auto [dx, dw] = step(x, w);
   const Graph& graph = *step.core().last_entry()->exe->graph;
   const bool native = active_avx512_bf16();
@@ -348,9 +350,9 @@ TEST(PatchesGemm, Bf16InputGradientsFoldWhereTheProductsAreNative) {
   EXPECT_EQ(dw.shape(), w.shape());
   if (!native) return;
   // patches_adjoint(g . W^T) on bf16 g and W, by hand, against the same on the bf16 kernels.
-  const Shape image{12, 9, 9, 5};
+  const Shape image{12, 9, 9, 8};
   const Window win{.size = {3, 3}, .padding = Padding::same()};
-  const int64_t pixels = 12 * 9 * 9, taps = 45, nout = 24;
+  const int64_t pixels = 12 * 9 * 9, taps = 72, nout = 24;
   auto input_grad = jit([&](const Tensor& g, const Tensor& f) {
     const Tensor product =
         matmul(cast(g, DType::bf16), cast(f, DType::bf16), DType::f32, false, true);
@@ -367,7 +369,7 @@ TEST(PatchesGemm, Bf16InputGradientsFoldWhereTheProductsAreNative) {
   std::vector<float> cols(pixels * taps);
   bf16_gemm_packed_b(pixels, taps, nout, static_cast<const uint16_t*>(gb.raw()), nout, false, bp,
                      cols.data(), false);
-  PatchesOperand o = operand({12, 9, 9, 5, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 0.f}, {});
+  PatchesOperand o = operand({12, 9, 9, 8, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 0.f}, {});
   expect_same_bits(std::vector<float>(got.data<float>(), got.data<float>() + got.size()),
                    adjoint_by_loops(o, cols), "bf16 input gradient");
 }
@@ -376,7 +378,7 @@ TEST(PatchesGemm, WithoutThePackedGemmThePatchesStay) {
   const PackedGemmUse saved = packed_gemm_use();
   set_packed_gemm_use(PackedGemmUse::never);
   auto f = jit([](const Tensor& x, const Tensor& w) { return conv2d(x, w); });
-  const Array x = random_array({2, 5, 5, 3}, 3), w = random_array({3, 3, 3, 4}, 4);
+  const Array x = random_array({2, 5, 5, 8}, 3), w = random_array({3, 3, 8, 4}, 4);
   const Array y = f(x, w);
   set_packed_gemm_use(saved);
   const Graph& graph = *f.core().last_entry()->exe->graph;

@@ -19,6 +19,11 @@
 namespace fjit {
 namespace {
 
+// Images of fewer channels keep their patches: each tap is then a run shorter than one vector,
+// gathered value by value, and the patches (KH*KW copies of a thin image) are small beside the
+// products' own traffic. Measured: bench/conv_products, the CNN's one-channel first layer.
+constexpr int64_t kMinChannels = 8;
+
 class PatchesProducts : public Pass {
  public:
   const char* name() const override { return "patches-products"; }
@@ -27,7 +32,8 @@ class PatchesProducts : public Pass {
     const bool packed = packed_gemm_use() != PackedGemmUse::never;
     const std::vector<int> readers = reader_counts(g);
     return rewrite(g, [&](Graph& out, int old_id, Node n) {
-      if (packed && n.op == Op::PatchesAdjoint && n.dtype == DType::f32) {
+      if (packed && n.op == Op::PatchesAdjoint && n.dtype == DType::f32 &&
+          n.shape[3] >= kMinChannels) {
         // patches_adjoint(reshape(g . op(W))), the product read there alone: one matmul whose
         // result is the image (index 1).
         const int flat_id = g.node(old_id).inputs[0];
@@ -60,6 +66,7 @@ class PatchesProducts : public Pass {
         const Node& flat = out.node(n.inputs[0]);
         const Node& cols = flat.op == Op::Reshape ? out.node(flat.inputs[0]) : flat;
         if (flat.op == Op::Reshape && cols.op == Op::Patches && cols.dtype == DType::f32 &&
+            out.node(cols.inputs[0]).shape[3] >= kMinChannels &&
             flat.shape == Shape{cols.shape[0] * cols.shape[1] * cols.shape[2], cols.shape[3]}) {
           n.inputs[0] = cols.inputs[0];
           n.attrs.window = cols.attrs.window;
