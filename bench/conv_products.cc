@@ -141,8 +141,11 @@ int main(int argc, char** argv) {
     const Array ga = Array::from_vector(g, {pixels, l.f}), wa = Array::from_vector(w, {taps, l.f});
     std::tuple<Array, Array> out1 = unfolded(ga, wa);
     Array out2 = folded(ga, wa);
+    bool folds = true;  // the compiler leaves thin images their patches_adjoint
+    for (const Node& n : folded.core().last_entry()->exe->graph->nodes())
+      folds = folds && n.op != Op::PatchesAdjoint;
     compare(
-        shape + " input gradient", rounds, [&] { unfolded.run_into(out1, ga, wa); },
+        shape + (folds ? " input gradient" : " input gradient (not folded)"), rounds, [&] { unfolded.run_into(out1, ga, wa); },
         [&] { folded.run_into(out2, ga, wa); },
         [&] { return std::get<0>(out1).bit_equal(out2); });
   }
