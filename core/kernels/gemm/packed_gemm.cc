@@ -15,8 +15,8 @@
 #include "core/kernels/gemm/packed_gemm.h"
 
 #include <algorithm>
-#include <cassert>
 #include <atomic>
+#include <cassert>
 #include <string>
 #include <vector>
 

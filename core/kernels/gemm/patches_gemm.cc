@@ -5,6 +5,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <array>
 #include <cassert>
 #include <type_traits>
 #include <vector>
@@ -241,6 +242,17 @@ void patches_matmul_kernel(const Instr& in, const Frame& f) {
 
 namespace {
 
+// Stores the image x's geometry as geometry() reads it (v = {N, H, W, C, OH, OW} then the
+// window) and returns its patches' extents {pixels, taps}.
+std::array<int64_t, 2> store_image(Instr& instr, const Shape& x) {
+  const std::vector<int64_t>& win = instr.attrs.window;
+  const int64_t oh = (x[1] + win[6] + win[7] - ((win[0] - 1) * win[4] + 1)) / win[2] + 1;
+  const int64_t ow = (x[2] + win[8] + win[9] - ((win[1] - 1) * win[5] + 1)) / win[3] + 1;
+  instr.v = {x[0], x[1], x[2], x[3], oh, ow};
+  instr.v.insert(instr.v.end(), win.begin(), win.end());
+  return {x[0] * oh * ow, win[0] * win[1] * x[3]};
+}
+
 // attrs.index 1: ins[0] = g [pixels, K], ins[1] = W, out = the image (input_grad_kernel).
 bool select_input_grad(Instr& instr) {
   const Shape& gs = instr.ins[0].shape;
@@ -253,16 +265,13 @@ bool select_input_grad(Instr& instr) {
       (t != DType::f32 && !(t == DType::bf16 && active_avx512_bf16())))
     return false;
   const bool tb = instr.attrs.trans_b;
-  const int64_t oh = (x[1] + win[6] + win[7] - ((win[0] - 1) * win[4] + 1)) / win[2] + 1;
-  const int64_t ow = (x[2] + win[8] + win[9] - ((win[1] - 1) * win[5] + 1)) / win[3] + 1;
-  const int64_t pixels = x[0] * oh * ow, taps = win[0] * win[1] * x[3], k = gs[1];
+  const auto [pixels, taps] = store_image(instr, x);
+  const int64_t k = gs[1];
   if (gs[0] != pixels || (tb ? bs[1] : bs[0]) != k || (tb ? bs[0] : bs[1]) != taps) return false;
   instr.p[0] = pixels;
   instr.p[1] = k;
   instr.p[2] = taps;
   instr.p[6] = static_cast<int64_t>(active_isa());
-  instr.v = {x[0], x[1], x[2], x[3], oh, ow};
-  instr.v.insert(instr.v.end(), win.begin(), win.end());
   if (t == DType::bf16)
     instr.fn = tb ? input_grad_kernel<true, uint16_t> : input_grad_kernel<false, uint16_t>;
   else
@@ -283,9 +292,7 @@ bool select_patches_matmul(Instr& instr) {
       instr.ins[1].dtype != DType::f32)
     return false;
   const bool ta = instr.attrs.trans_a, tb = instr.attrs.trans_b;
-  const int64_t oh = (x[1] + win[6] + win[7] - ((win[0] - 1) * win[4] + 1)) / win[2] + 1;
-  const int64_t ow = (x[2] + win[8] + win[9] - ((win[1] - 1) * win[5] + 1)) / win[3] + 1;
-  const int64_t pixels = x[0] * oh * ow, taps = win[0] * win[1] * x[3];
+  const auto [pixels, taps] = store_image(instr, x);
   const int64_t m = cs[0], n = cs[1], k = tb ? bs[1] : bs[0];
   if ((tb ? bs[0] : bs[1]) != n || m != (ta ? taps : pixels) || k != (ta ? pixels : taps))
     return false;
@@ -293,8 +300,6 @@ bool select_patches_matmul(Instr& instr) {
   instr.p[1] = k;
   instr.p[2] = n;
   instr.p[6] = static_cast<int64_t>(active_isa());
-  instr.v = {x[0], x[1], x[2], x[3], oh, ow};
-  instr.v.insert(instr.v.end(), win.begin(), win.end());
   if (ta)
     instr.fn = tb ? patches_matmul_kernel<true, true> : patches_matmul_kernel<true, false>;
   else
