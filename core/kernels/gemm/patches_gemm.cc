@@ -10,6 +10,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "core/base/step_deadline.h"
 #include "core/base/threads.h"
 #include "core/kernels/gemm/bf16_gemm.h"
 #include "core/kernels/gemm/packed_gemm.h"
@@ -209,9 +210,11 @@ void input_grad_kernel(const Instr& in, const Frame& f) {
     wp = at;
   }
   const int64_t chunk = std::max<int64_t>(1, kChunkBytes / 4 / std::max<int64_t>(1, per_image * taps));
+  // Past the step's deadline the runs left are skipped (core/base/step_deadline.h).
+  const int64_t deadline = thread_step_deadline();
   kernels::split_work(o.n, o.n * (image_elems + per_image * (taps + k)), [&](int64_t b0, int64_t b1) {
     thread_local std::vector<float> cols;
-    for (int64_t b = b0; b < b1; b += chunk) {
+    for (int64_t b = b0; b < b1 && !deadline_passed(deadline); b += chunk) {
       const int64_t be = std::min(b1, b + chunk), rows = (be - b) * per_image;
       if (static_cast<int64_t>(cols.size()) < rows * taps) cols.resize(rows * taps);
       if constexpr (std::is_same_v<T, uint16_t>)
