@@ -30,10 +30,6 @@ inline void copy_run(const float* __restrict s, float* __restrict d, int64_t len
   }
 }
 
-}  // namespace
-
-namespace {
-
 // Calls emit(r, q, s, len) for the runs of patches(x)[r0 + r, c0 + q ...] (r < nr, q < nc), in
 // order along each row: len values read from s, or the padding's value where s is null. A run
 // is one window position's channels (one value where the image has one channel).
