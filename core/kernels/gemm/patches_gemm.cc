@@ -12,6 +12,7 @@
 
 #include "core/base/step_deadline.h"
 #include "core/base/threads.h"
+#include "core/ir/shape_rules.h"
 #include "core/kernels/gemm/bf16_gemm.h"
 #include "core/kernels/gemm/packed_gemm.h"
 #include "core/kernels/split_work.h"
@@ -242,14 +243,13 @@ void patches_matmul_kernel(const Instr& in, const Frame& f) {
 namespace {
 
 // Stores the image x's geometry as geometry() reads it (v = {N, H, W, C, OH, OW} then the
-// window) and returns its patches' extents {pixels, taps}.
+// window) and returns its patches' extents {pixels, taps}, from patches' shape rule.
 std::array<int64_t, 2> store_image(Instr& instr, const Shape& x) {
-  const std::vector<int64_t>& win = instr.attrs.window;
-  const int64_t oh = (x[1] + win[6] + win[7] - ((win[0] - 1) * win[4] + 1)) / win[2] + 1;
-  const int64_t ow = (x[2] + win[8] + win[9] - ((win[1] - 1) * win[5] + 1)) / win[3] + 1;
-  instr.v = {x[0], x[1], x[2], x[3], oh, ow};
-  instr.v.insert(instr.v.end(), win.begin(), win.end());
-  return {x[0] * oh * ow, win[0] * win[1] * x[3]};
+  const ValueType image[1] = {{DType::f32, x}};
+  const Shape cols = infer_type(Op::Patches, instr.attrs, image, image[0]).shape;
+  instr.v = {x[0], x[1], x[2], x[3], cols[1], cols[2]};
+  instr.v.insert(instr.v.end(), instr.attrs.window.begin(), instr.attrs.window.end());
+  return {cols[0] * cols[1] * cols[2], cols[3]};
 }
 
 // attrs.index 1: ins[0] = g [pixels, K], ins[1] = W, out = the image (input_grad_kernel).

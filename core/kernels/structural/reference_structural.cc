@@ -5,6 +5,7 @@
 #include <cstring>
 #include <limits>
 
+#include "core/ir/shape_rules.h"
 #include "core/kernels/structural/structural.h"
 #include "core/kernels/structural/structural_reference.h"
 
@@ -117,6 +118,12 @@ void arg_extreme(bool max, const Attrs& at, const ValueType& out, const Array& x
   }
 }
 
+// The patches' shape [N, OH, OW, KH*KW*C] of an image under attrs.window: patches' shape rule.
+Shape patches_shape(const Attrs& attrs, const ValueType& image) {
+  const ValueType ins[1] = {image};
+  return infer_type(Op::Patches, attrs, ins, image).shape;
+}
+
 }  // namespace
 
 bool reference_matmul_reduce(Op op, const Attrs& attrs, const ValueType& out,
@@ -125,30 +132,22 @@ bool reference_matmul_reduce(Op op, const Attrs& attrs, const ValueType& out,
     case Op::MatMul:
       assert(ins.size() == 2);
       if (!attrs.window.empty() && attrs.index == 1) {  // the product's patches_adjoint
-        const Shape& x = out.shape;
-        const std::vector<int64_t>& w = attrs.window;
-        const int64_t oh = (x[1] + w[6] + w[7] - ((w[0] - 1) * w[4] + 1)) / w[2] + 1;
-        const int64_t ow = (x[2] + w[8] + w[9] - ((w[1] - 1) * w[5] + 1)) / w[3] + 1;
-        const int64_t taps = w[0] * w[1] * x[3];
+        const Shape cs = patches_shape(attrs, out);
         Attrs plain = attrs;
         plain.window.clear();
         plain.index = 0;
-        Array product(out.dtype, {x[0] * oh * ow, taps});
+        Array product(out.dtype, {cs[0] * cs[1] * cs[2], cs[3]});
         matmul(plain, {out.dtype, product.shape()}, ins[0], ins[1], product);
-        Array cols(out.dtype, {x[0], oh, ow, taps});
+        Array cols(out.dtype, cs);
         std::memcpy(cols.raw(), product.raw(), product.nbytes());
         const Array one[1] = {cols};
         return reference_patches(Op::PatchesAdjoint, attrs, one, result);
       }
       if (!attrs.window.empty()) {  // operand 0 an image, op(A) its patches (patches_gemm.h)
-        const Shape& x = ins[0].shape();
-        const std::vector<int64_t>& w = attrs.window;
-        const int64_t oh = (x[1] + w[6] + w[7] - ((w[0] - 1) * w[4] + 1)) / w[2] + 1;
-        const int64_t ow = (x[2] + w[8] + w[9] - ((w[1] - 1) * w[5] + 1)) / w[3] + 1;
-        const int64_t taps = w[0] * w[1] * x[3];
-        Array cols(ins[0].dtype(), {x[0], oh, ow, taps});
+        const Shape cs = patches_shape(attrs, {ins[0].dtype(), ins[0].shape()});
+        Array cols(ins[0].dtype(), cs);
         reference_patches(Op::Patches, attrs, ins.subspan(0, 1), cols);
-        Array a(ins[0].dtype(), {x[0] * oh * ow, taps});
+        Array a(ins[0].dtype(), {cs[0] * cs[1] * cs[2], cs[3]});
         std::memcpy(a.raw(), cols.raw(), cols.nbytes());
         matmul(attrs, out, a, ins[1], result);
         return true;
