@@ -31,7 +31,7 @@ locked() {
 # these paths; they run under ASan, and unsanitized in make test.
 tsan_tests=(pmap_test replica_pool_test communicator_test checks_replica_test checks_test
   mesh_test threads_test timeline_test reduce_update_test stack_trace_test jit_cache_test
-  overlap_test donation_test determinism_test packed_gemm_test patches_gemm_test stall_report_test loop_guard_test
+  overlap_test donation_test determinism_test packed_gemm_test patches_gemm_test patches_products_test stall_report_test loop_guard_test
   fpe_checks_test step_deadline_test sharding_collectives_test zero_test zero_trainer_test
   shard_map_test tensor_parallel_lm_test train_e2e_test tsan_race_canary)
 
