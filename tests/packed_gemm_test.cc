@@ -100,6 +100,29 @@ TEST(PackedGemm, BInPlaceGivesThePackedBsBits) {
   }
 }
 
+// A short op(A) (its packed depth block in L2) has its B slivers packed one at a time as they
+// are used; a tall one has all of B packed first. Both sum the same products in the same order,
+// so the short product's rows are the tall one's first rows, bit for bit, at any thread count.
+TEST(PackedGemm, StreamedBGivesTheWholePackedBsBits) {
+  for (Isa isa : isas_here()) {
+    for (const Case& cs : {Case{128, 512, 784}, Case{37, 100, 300}, Case{300, 40, 1000}}) {
+      for (bool tb : {false, true}) {
+        const int64_t tall = 1000, m = cs.m, n = cs.n, k = cs.k;
+        const std::vector<float> a = random_vector(tall * k, 5), b = random_vector(k * n, 6);
+        std::vector<float> whole(tall * n);
+        packed_sgemm(isa, false, tb, tall, n, k, a.data(), b.data(), whole.data(), false, 1);
+        for (int threads : {1, 2, 3}) {
+          std::vector<float> streamed(m * n, -1.f);
+          packed_sgemm(isa, false, tb, m, n, k, a.data(), b.data(), streamed.data(), false, threads);
+          EXPECT_EQ(0, std::memcmp(whole.data(), streamed.data(), streamed.size() * sizeof(float)))
+              << isa_name(isa) << " " << m << "x" << n << "x" << k << " tb=" << tb << ", "
+              << threads << " threads";
+        }
+      }
+    }
+  }
+}
+
 TEST(PackedGemm, DepthZeroClearsOrKeeps) {
   std::vector<float> c(6, 5.f);
   packed_sgemm(Isa::avx2, false, false, 2, 3, 0, nullptr, nullptr, c.data(), true, 1);

@@ -6,7 +6,10 @@
 //                  from K and the kernel alone;
 //   packed B       every depth block of op(B) as slivers of NR columns, kc x NR each (zero
 //                  columns past N), packed once per call by all threads together; a small
-//                  row-major B whose columns fill whole slivers is read in place instead;
+//                  row-major B whose columns fill whole slivers is read in place instead; and
+//                  where op(A) is short (its packed depth block fits L2) and not transposed,
+//                  one unit spans all the rows and packs each of its B slivers into L1 just
+//                  before using it (B streamed: read once, never written out whole);
 //   units          the output's tiles in units of a few MR-row slivers by a range of NR-column
 //                  slivers; a unit packs its rows of op(A) per depth block (mc x kc, in L2) and
 //                  runs the kernel over its tiles, each B sliver (in L1) against every A sliver.
@@ -62,6 +65,7 @@ struct Plan {
   bool a_in_place;  // A [m, k] read in place by the kernel (tile_rows), not packed
   const PatchesOperand* patches = nullptr;  // op(A) gathered from an image (patches_gemm.h)
   bool b_in_place;  // B [k, n] read in place by the kernel (ldb), not packed
+  bool b_streamed;  // each B sliver packed by its unit just before use, into L1 (one row unit)
 };
 
 // Below this many B slivers per unit, packing A costs more than the kernel's reads of A in
@@ -71,6 +75,10 @@ constexpr int64_t kInPlaceSlivers = 4;
 // at most this large (its slivers' rows then stay in L1/L2 however far apart they are), or
 // when it is one sliver wide.
 constexpr int64_t kInPlaceBBytes = 64 << 10;
+// Where all of op(A)'s packed depth block fits this many bytes (in L2), one row unit takes all
+// of the rows, and each unit packs its B slivers one at a time just before using them: B is
+// then read once, never written out whole and read back.
+constexpr int64_t kStreamABytes = 384 << 10;
 
 Plan make_plan(Isa isa, bool ta, bool tb, int64_t m, int64_t n, int64_t k, int threads) {
   Plan pl;
@@ -85,9 +93,16 @@ Plan make_plan(Isa isa, bool ta, bool tb, int64_t m, int64_t n, int64_t k, int t
   pl.row_units = (pl.ms + pl.uk->unit_slivers - 1) / pl.uk->unit_slivers;
   pl.unit_slivers = (pl.ms + pl.row_units - 1) / pl.row_units;
   pl.row_units = (pl.ms + pl.unit_slivers - 1) / pl.unit_slivers;
+  // (B exactly one sliver wide is laid out as its packing already, at any size.)
+  pl.b_in_place = !tb && n % nr == 0 &&
+                  (n == nr || k * n * static_cast<int64_t>(sizeof(float)) <= kInPlaceBBytes);
+  // A transposed A is left out: its column units (threads) would each pack the same strided rows.
+  const int64_t a_block_bytes = pl.ms * mr * pl.kc * static_cast<int64_t>(sizeof(float));
+  pl.b_streamed = !ta && !pl.b_in_place && a_block_bytes <= kStreamABytes;
+  if (pl.b_streamed) pl.unit_slivers = pl.ms, pl.row_units = 1;
   // With threads, a multiple of the thread count of row units where there are slivers enough,
   // so that the static schedule gives every thread as many rows.
-  if (threads > 1 && pl.row_units % threads != 0 && pl.ms >= threads) {
+  if (threads > 1 && !pl.b_streamed && pl.row_units % threads != 0 && pl.ms >= threads) {
     const int64_t units = std::min(pl.ms, (pl.row_units + threads - 1) / threads * threads);
     pl.unit_slivers = (pl.ms + units - 1) / units;
     pl.row_units = (pl.ms + pl.unit_slivers - 1) / pl.unit_slivers;
@@ -102,19 +117,21 @@ Plan make_plan(Isa isa, bool ta, bool tb, int64_t m, int64_t n, int64_t k, int t
   pl.col_slivers = (pl.ns + pl.col_units - 1) / pl.col_units;
   pl.col_units = (pl.ns + pl.col_slivers - 1) / pl.col_slivers;
   pl.a_in_place = !ta && pl.col_slivers <= kInPlaceSlivers;
-  // (B exactly one sliver wide is laid out as its packing already, at any size.)
-  pl.b_in_place = !tb && n % nr == 0 &&
-                  (n == nr || k * n * static_cast<int64_t>(sizeof(float)) <= kInPlaceBBytes);
   return pl;
+}
+
+// Packs depth block kb, column sliver j of op(B) into dst (kcb x NR).
+void pack_b_sliver(const Plan& pl, bool tb, const float* b, int64_t kb, int64_t j, float* dst) {
+  const int64_t nr = pl.uk->nr, k0 = kb * pl.kc, kcb = std::min(pl.kc, pl.k - k0);
+  const int64_t j0 = j * nr, cols = std::min(nr, pl.n - j0);
+  if (tb) pack_across(b + j0 * pl.ldb + k0, pl.ldb, cols, kcb, dst, nr);  // B [n, k]
+  else pack_along(b + k0 * pl.ldb + j0, pl.ldb, cols, kcb, dst, nr);      // B [k, n]
 }
 
 // Packs depth block kb, column sliver j of op(B) into its place in bp.
 void pack_b(const Plan& pl, bool tb, const float* b, float* bp, int64_t kb, int64_t j) {
-  const int64_t nr = pl.uk->nr, k0 = kb * pl.kc, kcb = std::min(pl.kc, pl.k - k0);
-  const int64_t j0 = j * nr, cols = std::min(nr, pl.n - j0);
-  float* dst = bp + k0 * pl.npad + j * kcb * nr;
-  if (tb) pack_across(b + j0 * pl.ldb + k0, pl.ldb, cols, kcb, dst, nr);  // B [n, k]
-  else pack_along(b + k0 * pl.ldb + j0, pl.ldb, cols, kcb, dst, nr);      // B [k, n]
+  const int64_t k0 = kb * pl.kc, kcb = std::min(pl.kc, pl.k - k0);
+  pack_b_sliver(pl, tb, b, kb, j, bp + k0 * pl.npad + j * kcb * pl.uk->nr);
 }
 
 // Where finished tiles go: added to (or stored in) C, or handed to an epilogue.
@@ -125,9 +142,9 @@ struct Sink {
   const TileEpilogue* epi;
 };
 
-void run_unit(const Plan& pl, bool ta, const float* a, const float* bp, const Sink& sink,
+void run_unit(const Plan& pl, bool ta, bool tb, const float* a, const float* bp, const Sink& sink,
               int64_t unit) {
-  thread_local Buffer a_buf, u_buf, g_buf;
+  thread_local Buffer a_buf, u_buf, g_buf, s_buf;
   float* c = sink.c;
   const bool accumulate = sink.accumulate;
   const UKernel& uk = *pl.uk;
@@ -142,6 +159,7 @@ void run_unit(const Plan& pl, bool ta, const float* a, const float* bp, const Si
   // tiles, ldu floats a row) and handed over after the last block.
   const int64_t ldu = sink.epi && pl.kblocks > 1 ? (j1 - j0) * nr : nr;
   float* u = sink.epi && pl.kblocks > 1 ? u_buf.get((s1 - s0) * mr * ldu) : tmp;
+  float* streamed = pl.b_streamed ? s_buf.get(pl.kc * nr) : nullptr;
   for (int64_t kb = 0; kb < pl.kblocks; ++kb) {
     const int64_t k0 = kb * pl.kc, kcb = std::min(pl.kc, pl.k - k0);
     // Rows of op(A) read in place by tile_rows: row i at ia + (i - ibase) * ilda.
@@ -169,8 +187,9 @@ void run_unit(const Plan& pl, bool ta, const float* a, const float* bp, const Si
     // A packed sliver's rows are NR floats apart; B in place, its own rows (bp is B then).
     const int64_t ldb = pl.b_in_place ? pl.ldb : nr;
     for (int64_t j = j0; j < j1; ++j) {
-      const float* b_sliver =
-          pl.b_in_place ? bp + k0 * pl.ldb + j * nr : bp + k0 * pl.npad + j * kcb * nr;
+      const float* b_sliver = streamed;
+      if (pl.b_streamed) pack_b_sliver(pl, tb, bp, kb, j, streamed);
+      else b_sliver = pl.b_in_place ? bp + k0 * pl.ldb + j * nr : bp + k0 * pl.npad + j * kcb * nr;
       const int64_t col0 = j * nr, cols = std::min(nr, pl.n - col0);
       for (int64_t s = s0; s < s1; ++s) {
         const int64_t row0 = s * mr, rows = std::min(mr, pl.m - row0);
@@ -227,16 +246,18 @@ void run(Isa isa, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float
   pl.patches = patches;
   if (patches) pl.a_in_place = false;
   thread_local Buffer b_buf;
-  const float* bp = pl.b_in_place ? b : b_buf.get(pl.k * pl.npad);
-  float* b_packed = pl.b_in_place ? nullptr : const_cast<float*>(bp);
-  const int64_t b_tasks = pl.b_in_place ? 0 : pl.kblocks * pl.ns,
+  // (run_unit reads B itself where it is in place or streamed.)
+  const bool b_whole = !pl.b_in_place && !pl.b_streamed;
+  const float* bp = b_whole ? b_buf.get(pl.k * pl.npad) : b;
+  float* b_packed = b_whole ? const_cast<float*>(bp) : nullptr;
+  const int64_t b_tasks = b_whole ? pl.kblocks * pl.ns : 0,
                 units = pl.row_units * pl.col_units;
   const int team = static_cast<int>(std::min<int64_t>(threads, units));
   // Past the step's deadline the units left are skipped (core/base/step_deadline.h).
   const int64_t deadline = thread_step_deadline();
   if (team <= 1) {
     for (int64_t t = 0; t < b_tasks; ++t) pack_b(pl, tb, b, b_packed, t / pl.ns, t % pl.ns);
-    for (int64_t u = 0; u < units && !deadline_passed(deadline); ++u) run_unit(pl, ta, a, bp, sink, u);
+    for (int64_t u = 0; u < units && !deadline_passed(deadline); ++u) run_unit(pl, ta, tb, a, bp, sink, u);
     return;
   }
 #pragma omp parallel num_threads(team)
@@ -246,7 +267,7 @@ void run(Isa isa, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float
     // (the loop's barrier: B is packed before any unit reads it)
 #pragma omp for schedule(static)
     for (int64_t u = 0; u < units; ++u)
-      if (!deadline_passed(deadline)) run_unit(pl, ta, a, bp, sink, u);
+      if (!deadline_passed(deadline)) run_unit(pl, ta, tb, a, bp, sink, u);
     fpe::collect_worker_flags();
   }
 }
