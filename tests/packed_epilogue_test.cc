@@ -1,7 +1,7 @@
 // The packed GEMM's tile epilogue and its batched form (core/kernels/gemm/packed_gemm.h) on
 // every instruction set this CPU has: against a host loop in double, the epilogue's product
-// bit-identical to packed_sgemm's, every tile handed over once, and the bits independent of the
-// thread count. The GEMM update built on the epilogue is tested through the graph in
+// bit-identical to packed_sgemm's, every tile handed over once (its prefetch just before), and
+// the bits independent of the thread count. The GEMM update built on the epilogue is tested through the graph in
 // tests/fusion_gemm_test.cc (run with FJIT_ISA=avx2 too).
 #include <gtest/gtest.h>
 
@@ -22,12 +22,18 @@ namespace {
 using testing::isas_here;
 using testing::random_vector;
 
-// C = 2 * P - C, the tile's product copied to `copy`, and a count of calls per tile.
+// C = 2 * P - C, the tile's product copied to `copy`, a count of calls per tile, and a count
+// of the tiles whose prefetch came last before their apply on the same thread.
 struct Recorder {
   int64_t n;
   float* c;
   float* copy;
   std::vector<int>* calls;
+  std::vector<int>* prefetched;
+  static inline thread_local int64_t last[4] = {-1, -1, -1, -1};
+  static void prefetch(void*, int64_t row0, int64_t col0, int64_t rows, int64_t cols) {
+    last[0] = row0, last[1] = col0, last[2] = rows, last[3] = cols;
+  }
   static void apply(void* ctx, const float* p, int64_t ldp, int64_t row0, int64_t col0,
                     int64_t rows, int64_t cols, int64_t tile) {
     auto& r = *static_cast<Recorder*>(ctx);
@@ -38,6 +44,8 @@ struct Recorder {
         r.copy[at] = p[i * ldp + j];
       }
     ++(*r.calls)[tile];
+    if (last[0] == row0 && last[1] == col0 && last[2] == rows && last[3] == cols) ++(*r.prefetched)[tile];
+    last[0] = -1;
   }
 };
 
@@ -58,12 +66,13 @@ TEST(PackedEpilogue, MatchesADoubleLoopAndThePlainProductsBits) {
         const std::vector<float> c0 = random_vector(m * n, 11);
         for (int threads : {1, 3}) {
           std::vector<float> c = c0, copy(m * n, NAN), plain(m * n);
-          std::vector<int> calls(packed_tile_count(isa, m, n), 0);
-          Recorder rec{n, c.data(), copy.data(), &calls};
+          std::vector<int> calls(packed_tile_count(isa, m, n), 0), prefetched = calls;
+          Recorder rec{n, c.data(), copy.data(), &calls, &prefetched};
           packed_sgemm_tiles(isa, ta, tb, m, n, k, a.data(), b.data(),
-                             TileEpilogue{Recorder::apply, &rec}, threads);
+                             TileEpilogue{Recorder::apply, &rec, Recorder::prefetch}, threads);
           packed_sgemm(isa, ta, tb, m, n, k, a.data(), b.data(), plain.data(), false, 1);
           for (int x : calls) ASSERT_EQ(x, 1) << isa_name(isa);
+          for (int x : prefetched) ASSERT_EQ(x, 1) << isa_name(isa) << ": apply without its prefetch";
           EXPECT_EQ(0, std::memcmp(copy.data(), plain.data(), plain.size() * sizeof(float)))
               << isa_name(isa) << " " << m << "x" << n << "x" << k << " t=" << t << " threads "
               << threads;

@@ -196,6 +196,8 @@ void run_unit(const Plan& pl, bool ta, bool tb, const float* a, const float* bp,
         const float* a_sliver = ap + (s - s0) * kcb * mr;
         if (sink.epi) {
           float* t = pl.kblocks > 1 ? u + (s - s0) * mr * ldu + (j - j0) * nr : tmp;
+          if (kb + 1 == pl.kblocks && sink.epi->prefetch)
+            sink.epi->prefetch(sink.epi->ctx, row0, col0, rows, cols);
           if (pl.a_in_place && rows == mr)
             uk.tile_rows(kcb, ia + (row0 - ibase) * ilda, ilda, b_sliver, ldb, t, ldu, kb > 0);
           else

@@ -36,10 +36,13 @@ void packed_sgemm_strided(Isa isa, bool ta, bool tb, int64_t m, int64_t n, int64
 // same bits as packed_sgemm with accumulate = false). `tile` numbers the tiles from 0 in row-
 // major order of tiles (packed_tile_count): the tiling depends on m, n and the ISA only, never
 // on the thread count. Tiles are disjoint; calls for different tiles may run concurrently.
+// prefetch, where not null, is called with a tile's place just before its last depth block's
+// kernel runs, on the same thread, so that the epilogue's own operands are in cache by then.
 struct TileEpilogue {
   void (*apply)(void* ctx, const float* p, int64_t ldp, int64_t row0, int64_t col0, int64_t rows,
                 int64_t cols, int64_t tile);
   void* ctx;
+  void (*prefetch)(void* ctx, int64_t row0, int64_t col0, int64_t rows, int64_t cols) = nullptr;
 };
 
 // The number of tiles TileEpilogue::apply is called for: ceil(m / MR) * ceil(n / NR).

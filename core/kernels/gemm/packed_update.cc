@@ -6,6 +6,7 @@
 #include <immintrin.h>
 
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <vector>
 
@@ -88,6 +89,25 @@ void apply(void* ctx, const float* p, int64_t ldp, int64_t row0, int64_t col0, i
   if (e.squares != nullptr) e.squares[tile] = tile_squares(p, ldp, rows, cols);
 }
 
+// The cache lines of rows x cols elements at x (rows ld apart).
+inline void prefetch_block(const float* x, int64_t ld, int64_t rows, int64_t cols) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const auto first = reinterpret_cast<uintptr_t>(x + r * ld) & ~uintptr_t{63};
+    const auto last = reinterpret_cast<uintptr_t>(x + r * ld + cols - 1);
+    for (uintptr_t line = first; line <= last; line += 64)
+      _mm_prefetch(reinterpret_cast<const char*>(line), _MM_HINT_T1);
+  }
+}
+
+// The tile's addend and output rows, which apply reads and writes, into L2: the kernel's run
+// hides the misses of their strided lines, which the hardware prefetchers do not follow.
+void prefetch(void* ctx, int64_t row0, int64_t col0, int64_t rows, int64_t cols) {
+  const Update& e = *static_cast<const Update*>(ctx);
+  const int64_t at = row0 * e.n + col0;
+  if (e.form == kSameShape) prefetch_block(e.addend + at, e.n, rows, cols);
+  if (e.form != kSameShape || e.addend != e.out) prefetch_block(e.out + at, e.n, rows, cols);
+}
+
 template <bool TA, bool TB>
 void kernel(const Instr& in, const Frame& f) {
   const int64_t m = in.p[0], k = in.p[1], n = in.p[2], flags = in.p[7];
@@ -111,7 +131,7 @@ void kernel(const Instr& in, const Frame& f) {
   e.squares = sum != nullptr ? squares.data() : nullptr;
   const int threads = 2 * m * n * k >= kThreadFlops ? intra_op_threads() : 1;
   packed_sgemm_tiles(isa, TA, TB, m, n, k, in.in<float>(f, 0), in.in<float>(f, 1),
-                     TileEpilogue{apply, &e}, threads);
+                     TileEpilogue{apply, &e, prefetch}, threads);
   if (sum == nullptr) return;
   double total = 0;
   for (int64_t t = 0; t < tiles; ++t) total += squares[t];
