@@ -20,6 +20,9 @@ namespace {
 
 // Threads only from this many flops on, as the other GEMM paths.
 constexpr int64_t kThreadFlops = int64_t{1} << 22;
+// Outputs from this many bytes on have their tiles' rows prefetched (below it they stay in L2
+// from the forward pass, and the prefetches cost more than they save).
+constexpr int64_t kPrefetchBytes = 256 << 10;
 
 struct Update {
   float alpha;
@@ -130,8 +133,9 @@ void kernel(const Instr& in, const Frame& f) {
   if (sum != nullptr && static_cast<int64_t>(squares.size()) < tiles) squares.resize(tiles);
   e.squares = sum != nullptr ? squares.data() : nullptr;
   const int threads = 2 * m * n * k >= kThreadFlops ? intra_op_threads() : 1;
+  const bool large = m * n * static_cast<int64_t>(sizeof(float)) >= kPrefetchBytes;
   packed_sgemm_tiles(isa, TA, TB, m, n, k, in.in<float>(f, 0), in.in<float>(f, 1),
-                     TileEpilogue{apply, &e, prefetch}, threads);
+                     TileEpilogue{apply, &e, large ? prefetch : nullptr}, threads);
   if (sum == nullptr) return;
   double total = 0;
   for (int64_t t = 0; t < tiles; ++t) total += squares[t];
