@@ -164,7 +164,14 @@ struct Measured {
   double rel_err = 0;  // max |difference from fjit's result| / fjit's max |value|
   bool ok = false, same_bits = false;
   std::vector<double> per_call, ratio;  // per round: seconds per call, and that / fjit's
+  std::vector<double> of_peak;          // per round: GFLOP/s / the FMA peak sampled that round
 };
+
+// How the FMA peak is sampled in each round (peak_kind), and every round's sample (the
+// denominators of the step-wide fractions).
+enum class PeakKind { none, avx2, avx512 };
+PeakKind peak_kind = PeakKind::none;
+std::vector<double> round_peaks;
 
 // Checks every candidate's result against fjit's (live[0]) with 1 thread, and its 1-thread
 // result against its 2-thread result bit for bit.
@@ -186,7 +193,8 @@ void check(std::vector<Candidate*>& live, const Product& p, std::vector<Measured
 }
 
 // Round robin: per round each correct candidate runs for about `ms` (its repetition count
-// fixed by one calibration call), A B C A B C ...; records each round's time per call.
+// fixed by one calibration call), A B C A B C ..., then the FMA peak is sampled; records each
+// round's time per call, and each candidate's fraction of that round's peak.
 void time_rounds(std::vector<Candidate*>& live, const Product& p, int rounds, double ms,
                  std::vector<Measured>& m) {
   const size_t nc = live.size();
@@ -209,6 +217,11 @@ void time_rounds(std::vector<Candidate*>& live, const Product& p, int rounds, do
     }
     for (size_t c = 0; c < nc; ++c)
       if (m[c].ok) m[c].ratio.push_back(t[c] / t[0]);
+    if (peak_kind == PeakKind::none) continue;
+    const double peak = bench::fma_peak_sample(peak_kind == PeakKind::avx512);
+    round_peaks.push_back(peak);
+    for (size_t c = 0; c < nc; ++c)
+      if (m[c].ok) m[c].of_peak.push_back(p.flops() / t[c] * 1e-9 / peak);
   }
 }
 
@@ -233,10 +246,12 @@ int main(int argc, char** argv) {
   const bench::FmaPeak peak = bench::measure_fma_peak();
   const bool avx2_only = active_isa() == Isa::avx2;
   const double peak_gflops = avx2_only ? peak.avx2_f32_gflops : peak.f32_gflops;
-  if (peak_gflops > 0)
-    std::printf("RESULT FMA peak, one core, f32 (%s; fjit's kernels: %s) | %.1f GFLOP/s | the "
-                "denominator of \"of peak\"\n",
+  if (peak_gflops > 0) {
+    std::printf("RESULT FMA peak, one core, f32 (%s; fjit's kernels: %s) | %.1f GFLOP/s | best "
+                "of 5; \"of peak\" divides by the same loop run again after each round\n",
                 avx2_only ? "AVX2+FMA" : peak.isa.c_str(), isa_description(), peak_gflops);
+    peak_kind = avx2_only || peak.isa != "AVX-512" ? PeakKind::avx2 : PeakKind::avx512;
+  }
 
   std::vector<Product> prods;
   prods.push_back(make_product("fwd x@W1    [128,784]x[784,512]", false, false, 128, 784, 512, true, 1));
@@ -271,12 +286,17 @@ int main(int argc, char** argv) {
   std::vector<double> mlp_seconds(nc, 0.0);
   std::vector<bool> mlp_complete(nc, true);
   double mlp_flops = 0;
+  std::vector<double> mlp_peaks;  // the peak samples of the MLP products' rounds
   bool all_ok = true;
   for (const Product& p : prods) {
     std::vector<Measured> m(nc);
     check(live, p, m);
+    const size_t peaks_before = round_peaks.size();
     time_rounds(live, p, rounds, ms, m);
-    if (p.mlp) mlp_flops += p.flops();
+    if (p.mlp) {
+      mlp_flops += p.flops();
+      mlp_peaks.insert(mlp_peaks.end(), round_peaks.begin() + peaks_before, round_peaks.end());
+    }
     std::printf("\n%s  (M=%lld N=%lld K=%lld, %.1f MFLOP)\n", p.what.c_str(), (long long)p.m,
                 (long long)p.n, (long long)p.k, p.flops() * 1e-6);
     std::printf("  %-14s %10s %8s %7s %7s %15s %8s %s\n", "candidate", "median us", "GFLOP/s",
@@ -295,33 +315,45 @@ int main(int argc, char** argv) {
       char range[32];
       std::snprintf(range, sizeof range, "(%.2f-%.2f)", *lo, *hi);
       std::printf("  %-14s %10.1f %8.1f %6.0f%% %6.2fx %15s %8.1e %s\n", live[c]->name.c_str(),
-                  s * 1e6, gf, 100 * gf / peak_gflops, median(m[c].ratio), range, m[c].rel_err,
+                  s * 1e6, gf, 100 * median(m[c].of_peak), median(m[c].ratio), range, m[c].rel_err,
                   m[c].same_bits ? "yes" : "NO");
     }
   }
   std::printf("\nThe MLP 784-512-512-10 batch-128 step's 8 products together (%.1f MFLOP), the sum "
               "of the medians:\n", mlp_flops * 1e-6);
+  // The sum's fraction divides by the median of the peaks sampled in those products' rounds.
+  const double mlp_peak = median(mlp_peaks);
   for (size_t c = 0; c < nc; ++c) {
     if (!mlp_complete[c]) continue;
     const double gf = mlp_flops / mlp_seconds[c] * 1e-9;
+    const bool target = c == 0 && mlp_peak > 0;  // issue 29: fjit's products >= 85% of the peak
     std::printf("RESULT MLP step GEMMs, %s, 1 thread | %.1f us, %.1f GFLOP/s | %.0f%% of the "
-                "f32 FMA peak, %.2fx fjit's time\n", live[c]->name.c_str(), mlp_seconds[c] * 1e6, gf,
-                100 * gf / peak_gflops, mlp_seconds[c] / mlp_seconds[0]);
+                "f32 FMA peak, %.2fx fjit's time%s%s\n", live[c]->name.c_str(), mlp_seconds[c] * 1e6,
+                gf, mlp_peak > 0 ? 100 * gf / mlp_peak : 0.0, mlp_seconds[c] / mlp_seconds[0],
+                target ? " (target >= 85%: " : "",
+                target ? (gf >= 0.85 * mlp_peak ? "met)" : "NOT met)") : "");
   }
-  // The whole step: the products, and everything else the step does (issue 18: >= 75%).
-  const bench::StepTiming step = bench::time_large_mlp_step(rounds, 10 * ms);
-  if (peak_gflops > 0 && step.seconds > 0) {
+  // The whole step: the products, and everything else the step does (issue 29: >= 80%).
+  const bench::StepTiming step = bench::time_large_mlp_step(
+      rounds, 10 * ms,
+      peak_kind == PeakKind::none
+          ? nullptr
+          : +[] { return bench::fma_peak_sample(peak_kind == PeakKind::avx512); });
+  if (step.of_peak > 0) {
     const double gf = step.flops / step.seconds * 1e-9;
     std::printf("RESULT whole MLP 784-512-512-10 b128 SGD step, 1 thread | %.1f us, %.1f GFLOP/s "
-                "(%.1f MFLOP) | %.0f%% of the f32 FMA peak (target >= 75%%: %s)\n",
-                step.seconds * 1e6, gf, step.flops * 1e-6, 100 * gf / peak_gflops,
-                gf >= 0.75 * peak_gflops ? "met" : "NOT met");
+                "(%.1f MFLOP) | %.0f%% of the f32 FMA peak, per round (target >= 80%%: %s)\n",
+                step.seconds * 1e6, gf, step.flops * 1e-6, 100 * step.of_peak,
+                step.of_peak >= 0.80 ? "met" : "NOT met");
   }
-  // The clock of a shared or power-managed core drifts: the peak again, for comparison.
+  // The clock of a shared or power-managed core drifts: the best-of-5 peak again, for comparison.
   const bench::FmaPeak after = bench::measure_fma_peak();
   if (peak_gflops > 0)
-    std::printf("(the f32 peak was %.1f GFLOP/s before the products, %.1f after; \"of peak\" "
-                "uses the first)\n", peak_gflops, avx2_only ? after.avx2_f32_gflops : after.f32_gflops);
+    std::printf("(the f32 peak, best of 5, was %.1f GFLOP/s before the products and %.1f after; "
+                "the samples after each round ranged %.1f-%.1f)\n", peak_gflops,
+                avx2_only ? after.avx2_f32_gflops : after.f32_gflops,
+                round_peaks.empty() ? 0.0 : *std::min_element(round_peaks.begin(), round_peaks.end()),
+                round_peaks.empty() ? 0.0 : *std::max_element(round_peaks.begin(), round_peaks.end()));
   if (!all_ok) std::printf("some candidate's result differs from fjit's: see WRONG RESULT above\n");
   return all_ok ? 0 : 1;
 }

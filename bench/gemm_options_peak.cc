@@ -123,4 +123,12 @@ FmaPeak measure_fma_peak() {
   return p;
 }
 
+double fma_peak_sample(bool avx512) {
+  constexpr int64_t kIters = 1'000'000;
+  if (avx512) return fma512_loop_gflops(false, kIters);
+  return fma_loop_gflops<__m256>([](double v) { return _mm256_set1_ps(float(v)); }, 8,
+                                 [](__m256 a, __m256 b, __m256 c) { return _mm256_fmadd_ps(a, b, c); },
+                                 kIters);
+}
+
 }  // namespace fjit::bench

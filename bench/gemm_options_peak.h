@@ -20,4 +20,9 @@ struct FmaPeak {
 // Prints one line per ISA measured.
 FmaPeak measure_fma_peak();
 
+// One short run (a few milliseconds) of the f32 loop, AVX-512 or AVX2+FMA: the peak as it is
+// now, for a ratio taken side by side with a product timed just before (a shared core's clock
+// and its neighbours' load drift over a run). REQUIRES: the CPU has the ISA asked for.
+double fma_peak_sample(bool avx512);
+
 }  // namespace fjit::bench

@@ -24,7 +24,7 @@ double now_s() {
 
 }  // namespace
 
-StepTiming time_large_mlp_step(int rounds, double ms) {
+StepTiming time_large_mlp_step(int rounds, double ms, double (*peak_sample)()) {
   const std::vector<int64_t> sizes = {784, 512, 512, 10};
   constexpr int64_t kBatch = 128;
   auto step = jit([](const Params& p, const Tensor& x, const Tensor& y) {
@@ -39,7 +39,7 @@ StepTiming time_large_mlp_step(int rounds, double ms) {
   for (int i = 0; i < 5; ++i) run();
   StepTiming t;
   t.flops = static_cast<double>(step.core().last_entry()->exe->flops);
-  std::vector<double> per_step;
+  std::vector<double> per_step, of_peak;
   for (int r = 0; r < rounds; ++r) {
     const double start = now_s();
     int n = 0;
@@ -48,9 +48,14 @@ StepTiming time_large_mlp_step(int rounds, double ms) {
       ++n;
     } while (now_s() - start < ms * 1e-3);
     per_step.push_back((now_s() - start) / n);
+    if (peak_sample) of_peak.push_back(t.flops / per_step.back() * 1e-9 / peak_sample());
   }
-  std::nth_element(per_step.begin(), per_step.begin() + per_step.size() / 2, per_step.end());
-  t.seconds = per_step[per_step.size() / 2];
+  auto median = [](std::vector<double>& v) {
+    std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
+    return v.empty() ? 0.0 : v[v.size() / 2];
+  };
+  t.seconds = median(per_step);
+  t.of_peak = of_peak.empty() ? 0.0 : median(of_peak);
   return t;
 }
 

@@ -9,9 +9,11 @@ namespace fjit::bench {
 struct StepTiming {
   double seconds = 0;  // median over rounds of the mean step time of each round
   double flops = 0;    // the plan's matmul FLOPs (Executable::flops)
+  double of_peak = 0;  // median over rounds of GFLOP/s / the peak sampled after the round
 };
 
-// `rounds` rounds of about `ms` milliseconds of steps each, after a warm-up.
-StepTiming time_large_mlp_step(int rounds, double ms);
+// `rounds` rounds of about `ms` milliseconds of steps each, after a warm-up; after each round
+// peak_sample() (GFLOP/s), where it is not null.
+StepTiming time_large_mlp_step(int rounds, double ms, double (*peak_sample)() = nullptr);
 
 }  // namespace fjit::bench
