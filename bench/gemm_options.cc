@@ -328,8 +328,9 @@ int main(int argc, char** argv) {
     const double gf = mlp_flops / mlp_seconds[c] * 1e-9;
     const bool target = c == 0 && mlp_peak > 0;  // issue 29: fjit's products >= 85% of the peak
     std::printf("RESULT MLP step GEMMs, %s, 1 thread | %.1f us, %.1f GFLOP/s | %.0f%% of the "
-                "f32 FMA peak, %.2fx fjit's time%s%s\n", live[c]->name.c_str(), mlp_seconds[c] * 1e6,
-                gf, mlp_peak > 0 ? 100 * gf / mlp_peak : 0.0, mlp_seconds[c] / mlp_seconds[0],
+                "f32 FMA peak, %.2fx fjit's time%s%s\n",
+                live[c]->name.c_str(), mlp_seconds[c] * 1e6, gf,
+                mlp_peak > 0 ? 100 * gf / mlp_peak : 0.0, mlp_seconds[c] / mlp_seconds[0],
                 target ? " (target >= 85%: " : "",
                 target ? (gf >= 0.85 * mlp_peak ? "met)" : "NOT met)") : "");
   }
@@ -348,12 +349,12 @@ int main(int argc, char** argv) {
   }
   // The clock of a shared or power-managed core drifts: the best-of-5 peak again, for comparison.
   const bench::FmaPeak after = bench::measure_fma_peak();
-  if (peak_gflops > 0)
+  if (peak_gflops > 0 && !round_peaks.empty()) {
+    const auto [lo, hi] = std::minmax_element(round_peaks.begin(), round_peaks.end());
     std::printf("(the f32 peak, best of 5, was %.1f GFLOP/s before the products and %.1f after; "
                 "the samples after each round ranged %.1f-%.1f)\n", peak_gflops,
-                avx2_only ? after.avx2_f32_gflops : after.f32_gflops,
-                round_peaks.empty() ? 0.0 : *std::min_element(round_peaks.begin(), round_peaks.end()),
-                round_peaks.empty() ? 0.0 : *std::max_element(round_peaks.begin(), round_peaks.end()));
+                avx2_only ? after.avx2_f32_gflops : after.f32_gflops, *lo, *hi);
+  }
   if (!all_ok) std::printf("some candidate's result differs from fjit's: see WRONG RESULT above\n");
   return all_ok ? 0 : 1;
 }

@@ -1,8 +1,8 @@
 // The packed GEMM's tile epilogue and its batched form (core/kernels/gemm/packed_gemm.h) on
 // every instruction set this CPU has: against a host loop in double, the epilogue's product
 // bit-identical to packed_sgemm's, every tile handed over once (its prefetch just before), and
-// the bits independent of the thread count. The GEMM update built on the epilogue is tested through the graph in
-// tests/fusion_gemm_test.cc (run with FJIT_ISA=avx2 too).
+// the bits independent of the thread count. The GEMM update built on the epilogue is tested
+// through the graph in tests/fusion_gemm_test.cc (run with FJIT_ISA=avx2 too).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -44,7 +44,8 @@ struct Recorder {
         r.copy[at] = p[i * ldp + j];
       }
     ++(*r.calls)[tile];
-    if (last[0] == row0 && last[1] == col0 && last[2] == rows && last[3] == cols) ++(*r.prefetched)[tile];
+    if (last[0] == row0 && last[1] == col0 && last[2] == rows && last[3] == cols)
+      ++(*r.prefetched)[tile];
     last[0] = -1;
   }
 };
@@ -72,7 +73,8 @@ TEST(PackedEpilogue, MatchesADoubleLoopAndThePlainProductsBits) {
                              TileEpilogue{Recorder::apply, &rec, Recorder::prefetch}, threads);
           packed_sgemm(isa, ta, tb, m, n, k, a.data(), b.data(), plain.data(), false, 1);
           for (int x : calls) ASSERT_EQ(x, 1) << isa_name(isa);
-          for (int x : prefetched) ASSERT_EQ(x, 1) << isa_name(isa) << ": apply without its prefetch";
+          for (int x : prefetched)
+            ASSERT_EQ(x, 1) << isa_name(isa) << ": apply without its prefetch";
           EXPECT_EQ(0, std::memcmp(copy.data(), plain.data(), plain.size() * sizeof(float)))
               << isa_name(isa) << " " << m << "x" << n << "x" << k << " t=" << t << " threads "
               << threads;

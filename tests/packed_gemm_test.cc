@@ -113,7 +113,8 @@ TEST(PackedGemm, StreamedBGivesTheWholePackedBsBits) {
         packed_sgemm(isa, false, tb, tall, n, k, a.data(), b.data(), whole.data(), false, 1);
         for (int threads : {1, 2, 3}) {
           std::vector<float> streamed(m * n, -1.f);
-          packed_sgemm(isa, false, tb, m, n, k, a.data(), b.data(), streamed.data(), false, threads);
+          packed_sgemm(isa, false, tb, m, n, k, a.data(), b.data(), streamed.data(), false,
+                       threads);
           EXPECT_EQ(0, std::memcmp(whole.data(), streamed.data(), streamed.size() * sizeof(float)))
               << isa_name(isa) << " " << m << "x" << n << "x" << k << " tb=" << tb << ", "
               << threads << " threads";

@@ -259,7 +259,8 @@ void run(Isa isa, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float
   const int64_t deadline = thread_step_deadline();
   if (team <= 1) {
     for (int64_t t = 0; t < b_tasks; ++t) pack_b(pl, tb, b, b_packed, t / pl.ns, t % pl.ns);
-    for (int64_t u = 0; u < units && !deadline_passed(deadline); ++u) run_unit(pl, ta, tb, a, bp, sink, u);
+    for (int64_t u = 0; u < units && !deadline_passed(deadline); ++u)
+      run_unit(pl, ta, tb, a, bp, sink, u);
     return;
   }
 #pragma omp parallel num_threads(team)
