@@ -57,22 +57,21 @@ Tensor affine(const char* name, const Tensor& x, const Tensor& w, const Tensor& 
   detail::CompositeScope scope(name, {x, w, b});
   if (!x.defined() || x.rank() < 1)
     detail::fail(name, {x}, "expects an operand of rank >= 1", &loc);
-  // b undefined: no bias.
-  auto product = [&](const Tensor& rows) {
-    Tensor y = policy_matmul(rows, w, false, false, loc);
-    if (b.defined()) y = add(y, b, loc);
-    if (lora.a.defined()) {
-      Tensor low = policy_matmul(policy_matmul(rows, lora.a, false, false, loc), lora.b, false, false, loc);
-      y = add(y, mul(low, lora.scale, loc), loc);
-    }
-    return y;
-  };
-  if (x.rank() == 2) return product(x);
+  // b undefined: no bias. The products run on the rows of x as a matrix; the bias and the
+  // adapter are added in x's own shape, so that elementwise fusion joins those adds to the
+  // ops that read the result (an activation, a residual add) across no reshape.
   const Shape s = x.shape();
-  Tensor y = product(reshape(x, {-1, s.back()}, loc));
+  const Tensor rows = x.rank() == 2 ? x : reshape(x, {-1, s.back()}, loc);
   Shape out(s.begin(), s.end() - 1);
   out.push_back(w.rank() == 2 ? w.shape()[1] : -1);
-  return reshape(y, out, loc);
+  auto shaped = [&](const Tensor& y) { return x.rank() == 2 ? y : reshape(y, out, loc); };
+  Tensor y = shaped(policy_matmul(rows, w, false, false, loc));
+  if (b.defined()) y = add(y, b, loc);
+  if (lora.a.defined()) {
+    Tensor low = policy_matmul(policy_matmul(rows, lora.a, false, false, loc), lora.b, false, false, loc);
+    y = add(y, mul(shaped(low), lora.scale, loc), loc);
+  }
+  return y;
 }
 
 Tensor linear_layer(const Params& p, const std::string& name, const Tensor& x, bool bias,
