@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -115,6 +116,32 @@ TEST(PackedGemm, StreamedBGivesTheWholePackedBsBits) {
           std::vector<float> streamed(m * n, -1.f);
           packed_sgemm(isa, false, tb, m, n, k, a.data(), b.data(), streamed.data(), false,
                        threads);
+          EXPECT_EQ(0, std::memcmp(whole.data(), streamed.data(), streamed.size() * sizeof(float)))
+              << isa_name(isa) << " " << m << "x" << n << "x" << k << " tb=" << tb << ", "
+              << threads << " threads";
+        }
+      }
+    }
+  }
+}
+
+// A weight gradient's shape: op(A) = A^T with A [k, m] (the rows of op(A) are columns of A),
+// deeper than one depth block, few rows: B is streamed. Its rows against the first rows of a
+// 1000-row product with the same columns (which packs B whole), bit for bit.
+TEST(PackedGemm, StreamedBWithATransposedGivesTheWholePackedBsBits) {
+  for (Isa isa : isas_here()) {
+    for (const Case& cs : {Case{384, 1536, 2048}, Case{37, 100, 600}, Case{64, 40, 1000}}) {
+      for (bool tb : {false, true}) {
+        const int64_t tall = 1000, m = cs.m, n = cs.n, k = cs.k;
+        const std::vector<float> a_tall = random_vector(k * tall, 7), b = random_vector(k * n, 8);
+        std::vector<float> a(k * m);  // A [k, m]: the first m columns of A_tall [k, tall]
+        for (int64_t p = 0; p < k; ++p)
+          std::copy_n(a_tall.data() + p * tall, m, a.data() + p * m);
+        std::vector<float> whole(tall * n);
+        packed_sgemm(isa, true, tb, tall, n, k, a_tall.data(), b.data(), whole.data(), false, 1);
+        for (int threads : {1, 2, 3}) {
+          std::vector<float> streamed(m * n, -1.f);
+          packed_sgemm(isa, true, tb, m, n, k, a.data(), b.data(), streamed.data(), false, threads);
           EXPECT_EQ(0, std::memcmp(whole.data(), streamed.data(), streamed.size() * sizeof(float)))
               << isa_name(isa) << " " << m << "x" << n << "x" << k << " tb=" << tb << ", "
               << threads << " threads";

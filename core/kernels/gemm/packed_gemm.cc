@@ -7,9 +7,10 @@
 //   packed B       every depth block of op(B) as slivers of NR columns, kc x NR each (zero
 //                  columns past N), packed once per call by all threads together; a small
 //                  row-major B whose columns fill whole slivers is read in place instead; and
-//                  where op(A) is short (its packed depth block fits L2) and not transposed,
-//                  one unit spans all the rows and packs each of its B slivers into L1 just
-//                  before using it (B streamed: read once, never written out whole);
+//                  where op(A) is short (its packed depth block fits L2), and either not
+//                  transposed or deeper than one depth block, one unit spans all the rows and
+//                  packs each of its B slivers into L1 just before using it (B streamed: read
+//                  once, never written out whole);
 //   units          the output's tiles in units of a few MR-row slivers by a range of NR-column
 //                  slivers; a unit packs its rows of op(A) per depth block (mc x kc, in L2) and
 //                  runs the kernel over its tiles, each B sliver (in L1) against every A sliver.
@@ -96,9 +97,10 @@ Plan make_plan(Isa isa, bool ta, bool tb, int64_t m, int64_t n, int64_t k, int t
   // (B exactly one sliver wide is laid out as its packing already, at any size.)
   pl.b_in_place = !tb && n % nr == 0 &&
                   (n == nr || k * n * static_cast<int64_t>(sizeof(float)) <= kInPlaceBBytes);
-  // A transposed A is left out: its column units (threads) would each pack the same strided rows.
+  // A transposed A streams B only past one depth block (a weight gradient over many rows):
+  // with one block, B packed whole costs little, and the units walk C down all of its rows.
   const int64_t a_block_bytes = pl.ms * mr * pl.kc * static_cast<int64_t>(sizeof(float));
-  pl.b_streamed = !ta && !pl.b_in_place && a_block_bytes <= kStreamABytes;
+  pl.b_streamed = (!ta || pl.kblocks >= 2) && !pl.b_in_place && a_block_bytes <= kStreamABytes;
   if (pl.b_streamed) pl.unit_slivers = pl.ms, pl.row_units = 1;
   // With threads, a multiple of the thread count of row units where there are slivers enough,
   // so that the static schedule gives every thread as many rows.
@@ -114,6 +116,9 @@ Plan make_plan(Isa isa, bool ta, bool tb, int64_t m, int64_t n, int64_t k, int t
   const bool even_rows = pl.row_units % threads == 0;
   if (threads > 1 && pl.row_units < 4 * threads && !(ta && even_rows))
     pl.col_units = std::min(pl.ns, (4 * threads + pl.row_units - 1) / pl.row_units);
+  // A streamed product with a transposed A (a weight gradient x^T g with few rows and a deep K)
+  // gives each thread one column unit: every column unit packs all of op(A)'s strided rows.
+  if (ta && pl.b_streamed) pl.col_units = std::min<int64_t>(pl.ns, threads);
   pl.col_slivers = (pl.ns + pl.col_units - 1) / pl.col_units;
   pl.col_units = (pl.ns + pl.col_slivers - 1) / pl.col_slivers;
   pl.a_in_place = !ta && pl.col_slivers <= kInPlaceSlivers;
