@@ -8,6 +8,10 @@
 //                members read after the group's instruction (at its root) or returned, which
 //                it writes out too (extra_roots, multi-output fusion): Adam's new moments and
 //                its new parameter come from one pass over parameter, gradient and moments.
+//                A value an earlier group computed, read here, may be computed again here
+//                from the materialized values it comes from instead (FusionOptions::recompute):
+//                GELU's backward recomputes erf from the pre-activation rather than reading
+//                three arrays that its forward pass would write for it.
 //   sum          such a group (one op is enough) whose value only a full reduce_sum reads:
 //                summed block by block, bit-identical to the unfused sum (sum(g*g) for a
 //                global norm never writes the squares). Or one whose value only a
@@ -58,6 +62,10 @@ struct FusionGroup {
   std::vector<FusedOp> program;  // kElementwise
   int product = -1;              // kGemm: the matmul node; kReduceUpdate: the all-reduce
   GemmUpdateForm form;           // kGemm: what the instruction reads and writes besides A, B
+  // kElementwise, kSum: elementwise nodes the program computes again from values that are
+  // materialized anyway, instead of reading them (sorted; not members: another instruction
+  // computes them too, and need not write them for this group).
+  std::vector<int> recomputed;
   // Further results the instruction writes, each through one more buffer after its operands,
   // in this order. kGemm, kReduceUpdate: the product (the reduced sum) when it is read outside
   // the group, then the sum of its squares (kGemm); the instruction runs at the earliest of
@@ -85,6 +93,13 @@ struct FusionOptions {
   bool multi_output = true;
   int max_members = 24;
   int max_extra_results = 6;
+  // An elementwise group computes again, rather than reads, a value that an earlier group
+  // computed when that value is a short chain (at most max_recompute nodes) of elementwise ops
+  // over materialized values, with at most one of the group's shape among them, and nothing
+  // but elementwise ops reads it: the earlier group then need not write it, nor the arena keep
+  // it from the forward pass to the backward pass (an activation's intermediates).
+  bool recompute = true;
+  int max_recompute = 8;
 };
 
 // REQUIRES: `live` from live_nodes(g). Parameters and constants are never members.

@@ -143,8 +143,14 @@ Planner::UpdateChain Planner::update_chain(int x, bool runtime_alpha) const {
 
 bool Planner::read_outside(int id, const std::vector<int>& members) const {
   if (output_[id]) return true;
-  for (int c : consumers_[id])
-    if (!std::binary_search(members.begin(), members.end(), c)) return true;
+  for (int c : consumers_[id]) {
+    if (std::binary_search(members.begin(), members.end(), c)) continue;
+    const int grp = plan.group_of[c];
+    if (grp >= 0 && std::binary_search(plan.groups[grp].recomputed.begin(),
+                                       plan.groups[grp].recomputed.end(), id))
+      continue;
+    return true;
+  }
   return false;
 }
 

@@ -42,7 +42,8 @@ class Planner {
   // are not counted, so the answer is the same with checks on and off.
   int sole_result_consumer(int id) const;
   // Whether `id`'s value is needed outside `members` (sorted; an output, or a live consumer
-  // that is not a member): then a group computing it must write it out.
+  // that is not a member and whose group does not compute `id` again): then a group computing
+  // it must write it out.
   bool read_outside(int id, const std::vector<int>& members) const;
   // Where the instruction that reads `c` runs: a GEMM or all-reduce update at the earliest of
   // its results, anything else at c or later (an elementwise group at its root).
@@ -65,6 +66,8 @@ class Planner {
   // --- elementwise.cc
   bool fusable(int id) const;
   bool writable_extra(int p, int runs, const std::vector<bool>& in_group) const;
+  bool recomputable(int p, const Shape& shape, const std::vector<bool>& in_group, int budget,
+                    std::vector<int>& chain, std::vector<int>& anchors) const;
   void try_elementwise(int root, int sum, bool multi_output);
 
   const Graph& g_;
