@@ -50,6 +50,15 @@ uint16_t round_bf16(float x) {
   return ew::round_f32_to_bf16(u);
 }
 
+// o[i] = x[i] rounded to bf16 for i < n (cast_bf16.h: every variant gives the same bits).
+void round_row(const float* x, uint16_t* o, int64_t n) {
+  const auto* u = reinterpret_cast<const uint32_t*>(x);
+  if (active_avx512_bf16()) ew::round_f32_to_bf16_avx512(u, o, n);
+  else ew::round_f32_to_bf16_portable(u, o, n);
+}
+
+using Row = Eigen::Map<Eigen::ArrayXf>;
+
 // op(B) [k, n] made ready for products op(A) op(B): packed for the bf16 tiles, or widened to a
 // row-major f32 [k, n] for the packed f32 GEMM. B is row-major [k, n] with row stride ldb, or
 // with trans_b stored [n, k] with row stride ldb.
@@ -167,25 +176,18 @@ void forward_task(const Instr& in, const Frame& f, const AttentionGeometry& g, i
       const int64_t valid = std::clamp<int64_t>(lens[r] - j0, 0, cols);
       std::fill(p16 + valid, p16 + cols, uint16_t{0});
       if (valid == 0) continue;
-      float mx = m[r];
-      for (int64_t c = 0; c < valid; ++c) {
-        row[c] *= scale;
-        mx = std::max(mx, row[c]);
-      }
-      Eigen::Map<Eigen::ArrayXf> p(row, valid);
+      Row p(row, valid);
+      p *= scale;
+      const float mx = std::max(m[r], p.maxCoeff());
       p = (p - mx).exp();
-      float sum = 0;
-      for (int64_t c = 0; c < valid; ++c) sum += row[c];
-      for (int64_t c = 0; c < valid; ++c) p16[c] = round_bf16(row[c]);
+      round_row(row, p16, valid);
       const float alpha = std::exp(m[r] - mx);  // 0 on the first block the row sees
-      l[r] = l[r] * alpha + sum;
+      l[r] = l[r] * alpha + p.sum();
       m[r] = mx;
-      if (alpha != 1.f)
-        for (int64_t c = 0; c < g.dv; ++c) out[r * pw + c] *= alpha;
+      if (alpha != 1.f) Row(out + r * pw, g.dv) *= alpha;
     }
     sc.value_blocks[jb].multiply(rows, sc.p16, cols, false, sc.tmp.data(), false);
-    for (int64_t r = 0; r < rows; ++r)
-      for (int64_t c = 0; c < g.dv; ++c) out[r * pw + c] += sc.tmp[r * g.dv + c];
+    for (int64_t r = 0; r < rows; ++r) Row(out + r * pw, g.dv) += Row(sc.tmp.data() + r * g.dv, g.dv);
   }
   for (int64_t r = 0; r < rows; ++r) {
     float* o = out + r * pw;
@@ -193,8 +195,7 @@ void forward_task(const Instr& in, const Frame& f, const AttentionGeometry& g, i
       o[g.dv] = -std::numeric_limits<float>::infinity();
       continue;
     }
-    const float inv = 1.f / l[r];
-    for (int64_t c = 0; c < g.dv; ++c) o[c] *= inv;
+    Row(o, g.dv) *= 1.f / l[r];
     o[g.dv] = m[r] + std::log(l[r]);
   }
 }
@@ -244,20 +245,18 @@ void backward_task(const Instr& in, const Frame& f, const AttentionGeometry& g, 
         uint16_t* p16 = sc.p16 + r * cols;
         const int64_t valid = std::clamp<int64_t>(g.row_length(length, i0 + r) - j0, 0, cols);
         const float lse = out[(i0 + r) * pw + g.dv];
-        Eigen::Map<Eigen::ArrayXf> p(row, valid);
+        Row p(row, valid);
         p = (p * scale - lse).exp();
-        for (int64_t c = 0; c < valid; ++c) p16[c] = round_bf16(row[c]);
+        round_row(row, p16, valid);
         std::fill(row + valid, row + cols, 0.f);
         std::fill(p16 + valid, p16 + cols, uint16_t{0});
       }
       sc.dout_blocks[i0 / kBq].multiply(cols, sc.p16, cols, true, dv + j0 * g.dv, true);  // dV += P^T dO
       sc.b2.multiply(rows, do16 + i0 * g.dv, g.dv, false, sc.dp, false);
       for (int64_t r = 0; r < rows; ++r) {
-        const float dr = sc.tmp[i0 + r];
-        const float* pr = sc.s + r * cols;
-        const float* dpr = sc.dp + r * cols;
-        uint16_t* ds = sc.p16 + r * cols;  // P's bf16 copy is used up: dS takes its place
-        for (int64_t c = 0; c < cols; ++c) ds[c] = round_bf16(pr[c] * (dpr[c] - dr) * scale);
+        Row dpr(sc.dp + r * cols, cols);
+        dpr = Row(sc.s + r * cols, cols) * (dpr - sc.tmp[i0 + r]) * scale;
+        round_row(sc.dp + r * cols, sc.p16 + r * cols, cols);  // P's bf16 copy is used up: dS
       }
       sc.b3.multiply(rows, sc.p16, cols, false, dq + i0 * g.dh, true);
       sc.q_blocks[i0 / kBq].multiply(cols, sc.p16, cols, true, dk + j0 * g.dh, true);  // dK += dS^T Q
