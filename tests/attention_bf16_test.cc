@@ -164,6 +164,8 @@ TEST(AttentionBf16, MatchesDoubleFromRoundedOperands) { check_case({2, 2, 80, 80
 TEST(AttentionBf16, CausalMatchesDoubleFromRoundedOperands) { check_case({2, 2, 80, 80, 24, 20, true, {}}); }
 TEST(AttentionBf16, CausalWithKeyLengthsAndOddSizes) { check_case({2, 1, 50, 131, 33, 17, true, {131, 90}}); }
 TEST(AttentionBf16, WholeTilesAsInTheLanguageModel) { check_case({1, 2, 128, 128, 64, 64, true, {}}); }
+// A longer causal sequence: five query blocks, the causal diagonal's blocks part-way.
+TEST(AttentionBf16, LongSequencesInSeveralChunks) { check_case({1, 2, 300, 300, 32, 32, true, {}}); }
 
 TEST(AttentionBf16, BitsDoNotDependOnTheThreadCount) {
   const Case c{2, 3, 130, 130, 32, 32, true, {}};
