@@ -164,7 +164,7 @@ TEST(AccumulateGradients, MicroBatchesNeedLessWorkspace) {
     return mean(square(relu(matmul(a, q["w1"])))) ;
   };
   const ArrayDict p = {{"w1", ramp(16, 512, 0.1)}};
-  const Array x = ramp(256, 16, 1.0);
+  const Array x = ramp(1024, 16, 1.0);
   auto bytes = [&](int k) {
     auto f = jit([&, k](const Params& q, const Tensor& a) { return std::get<1>(accumulate_gradients(loss, k)(q, a)); });
     f(p, x);
