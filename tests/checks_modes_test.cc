@@ -129,18 +129,20 @@ TEST(ChecksModes, ModeOffCompilesTheTrainingStepOfCodeWithoutChecks) {
 // gradient norm (or mode all's automatic checks) reads every weight gradient dW, so the GEMM
 // update that computes p - lr * dW must also sum dW's squares or write dW out; the update
 // itself must round exactly as it does without checks (core/compile/fusion/fusion.h).
-auto checked_sgd_step(CheckMode mode, bool norm_check) {
+// gelu_hidden: GELU between the layers instead of ReLU (fusion recomputes its intermediates in
+// the backward pass unless a check reads them: the same bits either way).
+auto checked_sgd_step(CheckMode mode, bool norm_check, bool gelu_hidden = false) {
   JitOptions o;
   o.checks = mode;
   o.policy = CheckPolicy::throw_error;
   return jit(
-      [norm_check](const Params& p, const Tensor& x, const Tensor& y) {
-        auto loss_fn = [](const Params& p, const Tensor& x, const Tensor& y) {
+      [norm_check, gelu_hidden](const Params& p, const Tensor& x, const Tensor& y) {
+        auto loss_fn = [gelu_hidden](const Params& p, const Tensor& x, const Tensor& y) {
           const int layers = static_cast<int>(p.size() / 2);
           Tensor h = x;
           for (int k = 1; k <= layers; ++k) {
             h = matmul(h, p["w" + std::to_string(k)]) + p["b" + std::to_string(k)];
-            if (k < layers) h = relu(h);
+            if (k < layers) h = gelu_hidden ? gelu(h) : relu(h);
           }
           return mean(softmax_cross_entropy(h, y));
         };
@@ -155,7 +157,8 @@ auto checked_sgd_step(CheckMode mode, bool norm_check) {
       o);
 }
 
-void expect_step_bit_identical_across_modes(const std::vector<int64_t>& sizes, int64_t batch) {
+void expect_step_bit_identical_across_modes(const std::vector<int64_t>& sizes, int64_t batch,
+                                            bool gelu_hidden = false) {
   const ArrayDict p = mlp_params(sizes, 1);
   const Array x = he_uniform(Shape{batch, sizes.front()}, 3);
   Array y(DType::i32, Shape{batch});
@@ -169,7 +172,7 @@ void expect_step_bit_identical_across_modes(const std::vector<int64_t>& sizes, i
   const Variant variants[] = {{"user: loss and global norm", CheckMode::user, true},
                               {"all", CheckMode::all, false},
                               {"all with global norm", CheckMode::all, true}};
-  auto base = checked_sgd_step(CheckMode::off, false);
+  auto base = checked_sgd_step(CheckMode::off, false, gelu_hidden);
   // Two steps, the second from the first's parameters: a difference in the last bit of an
   // update would also show in the second loss.
   auto [p1, l1] = base(p, x, y);
@@ -179,7 +182,7 @@ void expect_step_bit_identical_across_modes(const std::vector<int64_t>& sizes, i
     gemm_epilogue = gemm_epilogue || in.label.rfind("gemm[", 0) == 0;
   EXPECT_TRUE(gemm_epilogue) << "without checks, some SGD update should be a GEMM epilogue";
   for (const Variant& v : variants) {
-    auto f = checked_sgd_step(v.mode, v.norm);
+    auto f = checked_sgd_step(v.mode, v.norm, gelu_hidden);
     auto [q1, m1] = f(p, x, y);
     auto [q2, m2] = f(q1, x, y);
     EXPECT_GT(f.core().last_entry()->exe->num_check_sites(), 0) << v.name;
@@ -200,6 +203,10 @@ TEST(ChecksModes, SgdStepIsBitIdenticalWithChecksOffUserAndAllLarge) {
 
 TEST(ChecksModes, SgdStepIsBitIdenticalWithChecksOffUserAndAllSmall) {
   expect_step_bit_identical_across_modes({64, 128, 10}, 64);
+}
+
+TEST(ChecksModes, GeluSgdStepIsBitIdenticalWithChecksOffUserAndAll) {
+  expect_step_bit_identical_across_modes({100, 300, 200, 10}, 37, /*gelu_hidden=*/true);
 }
 
 // JAX checkify's enabled-errors test: one input that breaks a user check and makes a NaN;
