@@ -101,54 +101,41 @@ TEST(PackedGemm, BInPlaceGivesThePackedBsBits) {
   }
 }
 
+// The first m rows of a 1000-row product op(A_tall) op(B), which packs B whole, against the
+// m-row product op(A) op(B) whose B is streamed, bit for bit, for 1-3 threads. A_tall is
+// [1000, k], or with ta [k, 1000]; A is its first m rows of op(A).
+void expect_streamed_rows(Isa isa, bool ta, bool tb, int64_t m, int64_t n, int64_t k, uint64_t seed) {
+  const int64_t tall = 1000;
+  const std::vector<float> a_tall = random_vector(tall * k, seed), b = random_vector(k * n, seed + 1);
+  std::vector<float> a(a_tall.begin(), a_tall.begin() + m * k);  // A [m, k]: A_tall's first rows
+  if (ta)  // A [k, m]: the first m columns of A_tall [k, tall]
+    for (int64_t p = 0; p < k; ++p) std::copy_n(a_tall.data() + p * tall, m, a.data() + p * m);
+  std::vector<float> whole(tall * n);
+  packed_sgemm(isa, ta, tb, tall, n, k, a_tall.data(), b.data(), whole.data(), false, 1);
+  for (int threads : {1, 2, 3}) {
+    std::vector<float> streamed(m * n, -1.f);
+    packed_sgemm(isa, ta, tb, m, n, k, a.data(), b.data(), streamed.data(), false, threads);
+    EXPECT_EQ(0, std::memcmp(whole.data(), streamed.data(), streamed.size() * sizeof(float)))
+        << isa_name(isa) << " " << m << "x" << n << "x" << k << " ta=" << ta << " tb=" << tb
+        << ", " << threads << " threads";
+  }
+}
+
 // A short op(A) (its packed depth block in L2) has its B slivers packed one at a time as they
 // are used; a tall one has all of B packed first. Both sum the same products in the same order,
 // so the short product's rows are the tall one's first rows, bit for bit, at any thread count.
 TEST(PackedGemm, StreamedBGivesTheWholePackedBsBits) {
-  for (Isa isa : isas_here()) {
-    for (const Case& cs : {Case{128, 512, 784}, Case{37, 100, 300}, Case{300, 40, 1000}}) {
-      for (bool tb : {false, true}) {
-        const int64_t tall = 1000, m = cs.m, n = cs.n, k = cs.k;
-        const std::vector<float> a = random_vector(tall * k, 5), b = random_vector(k * n, 6);
-        std::vector<float> whole(tall * n);
-        packed_sgemm(isa, false, tb, tall, n, k, a.data(), b.data(), whole.data(), false, 1);
-        for (int threads : {1, 2, 3}) {
-          std::vector<float> streamed(m * n, -1.f);
-          packed_sgemm(isa, false, tb, m, n, k, a.data(), b.data(), streamed.data(), false,
-                       threads);
-          EXPECT_EQ(0, std::memcmp(whole.data(), streamed.data(), streamed.size() * sizeof(float)))
-              << isa_name(isa) << " " << m << "x" << n << "x" << k << " tb=" << tb << ", "
-              << threads << " threads";
-        }
-      }
-    }
-  }
+  for (Isa isa : isas_here())
+    for (const Case& cs : {Case{128, 512, 784}, Case{37, 100, 300}, Case{300, 40, 1000}})
+      for (bool tb : {false, true}) expect_streamed_rows(isa, false, tb, cs.m, cs.n, cs.k, 5);
 }
 
-// A weight gradient's shape: op(A) = A^T with A [k, m] (the rows of op(A) are columns of A),
-// deeper than one depth block, few rows: B is streamed. Its rows against the first rows of a
-// 1000-row product with the same columns (which packs B whole), bit for bit.
+// A weight gradient's shape: op(A) = A^T with A [k, m], deeper than one depth block, few rows:
+// B is streamed too.
 TEST(PackedGemm, StreamedBWithATransposedGivesTheWholePackedBsBits) {
-  for (Isa isa : isas_here()) {
-    for (const Case& cs : {Case{384, 1536, 2048}, Case{37, 100, 600}, Case{64, 40, 1000}}) {
-      for (bool tb : {false, true}) {
-        const int64_t tall = 1000, m = cs.m, n = cs.n, k = cs.k;
-        const std::vector<float> a_tall = random_vector(k * tall, 7), b = random_vector(k * n, 8);
-        std::vector<float> a(k * m);  // A [k, m]: the first m columns of A_tall [k, tall]
-        for (int64_t p = 0; p < k; ++p)
-          std::copy_n(a_tall.data() + p * tall, m, a.data() + p * m);
-        std::vector<float> whole(tall * n);
-        packed_sgemm(isa, true, tb, tall, n, k, a_tall.data(), b.data(), whole.data(), false, 1);
-        for (int threads : {1, 2, 3}) {
-          std::vector<float> streamed(m * n, -1.f);
-          packed_sgemm(isa, true, tb, m, n, k, a.data(), b.data(), streamed.data(), false, threads);
-          EXPECT_EQ(0, std::memcmp(whole.data(), streamed.data(), streamed.size() * sizeof(float)))
-              << isa_name(isa) << " " << m << "x" << n << "x" << k << " tb=" << tb << ", "
-              << threads << " threads";
-        }
-      }
-    }
-  }
+  for (Isa isa : isas_here())
+    for (const Case& cs : {Case{384, 1536, 2048}, Case{37, 100, 600}, Case{64, 40, 1000}})
+      for (bool tb : {false, true}) expect_streamed_rows(isa, true, tb, cs.m, cs.n, cs.k, 7);
 }
 
 TEST(PackedGemm, DepthZeroClearsOrKeeps) {
