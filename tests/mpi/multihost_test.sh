@@ -81,7 +81,8 @@ for i in $(seq 300); do
       [ "$(readlink "/proc/$pid/ns/net" 2> /dev/null)" = "$ns" ] &&
         tr '\0' '\n' < "/proc/$pid/environ" 2> /dev/null | grep -qx 'OMPI_COMM_WORLD_RANK=3' && rank3=$pid
     done
-    break
+    # (On a loaded machine a look can miss it: look again until the loop's time is up.)
+    [ -n "$rank3" ] && break
   fi
   kill -0 "$job_pid" 2> /dev/null || break
   sleep 0.1
