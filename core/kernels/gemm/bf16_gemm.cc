@@ -24,10 +24,6 @@ float widen(uint16_t x) {
   return f;
 }
 
-uint16_t* aligned64(std::vector<uint16_t>& buf) {
-  return buf.data() + ((64 - reinterpret_cast<uintptr_t>(buf.data()) % 64) % 64) / 2;
-}
-
 // op(A) [m, k]: A row-major with row stride lda, or with trans_a A^T for A stored [k, m] with
 // row stride lda; bp: op(B) packed by bf16_pack_b.
 void bf16_gemm_on_packed(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda,
@@ -87,8 +83,7 @@ void bf16_gemm_on_packed(int64_t m, int64_t n, int64_t k, const uint16_t* a, int
 void bf16_gemm_native(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda, bool trans_a,
                       const uint16_t* b, float* c, bool accumulate) {
   thread_local std::vector<uint16_t> bp_buf;
-  grow_scratch(bp_buf, bf16_packed_b_size(n, k) + 32);
-  uint16_t* bp = aligned64(bp_buf);
+  uint16_t* bp = aligned_scratch(bp_buf, bf16_packed_b_size(n, k));
   bf16_pack_b(n, k, b, n, false, bp);
   bf16_gemm_packed_b(m, n, k, a, lda, trans_a, bp, c, accumulate);
 }

@@ -19,14 +19,9 @@
 #include <cstdint>
 #include <vector>
 
-namespace fjit {
+#include "core/base/scratch.h"
 
-// Grows a kept (thread_local) scratch buffer to at least n elements and never shrinks it: one
-// that shrank for a smaller product would zero its regrown part on every larger one.
-template <class T>
-void grow_scratch(std::vector<T>& v, int64_t n) {
-  if (static_cast<int64_t>(v.size()) < n) v.resize(static_cast<size_t>(n));
-}
+namespace fjit {
 
 void bf16_gemm(int64_t m, int64_t n, int64_t k, const uint16_t* a, const uint16_t* b, float* c,
                bool accumulate);

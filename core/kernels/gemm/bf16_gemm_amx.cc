@@ -122,8 +122,7 @@ void bf16_gemm_amx_streamed(int64_t m, int64_t n, int64_t k, const uint16_t* a, 
   const int64_t j0 = col_begin / kNr, j1 = (col_end + kNr - 1) / kNr;
   const int64_t n_sub = std::min(n, j1 * kNr) - j0 * kNr;
   thread_local std::vector<uint16_t> panel_buf;
-  grow_scratch(panel_buf, bf16_packed_b_size(n_sub, 2 * kDepthPanel) + 32);
-  uint16_t* pp = panel_buf.data() + ((64 - reinterpret_cast<uintptr_t>(panel_buf.data()) % 64) % 64) / 2;
+  uint16_t* pp = aligned_scratch(panel_buf, bf16_packed_b_size(n_sub, 2 * kDepthPanel));
   // Each panel: op(B)'s rows 2 q0 .. 2 q1 and C's columns, packed as a product of their own (the
   // same tiles and pairs as in the whole packing: panels start on whole 16-pair tiles).
   amx_panels(m, n, k, a, lda, trans_a, c, false, j0, j1, [&](int64_t q0, int64_t q1) {

@@ -120,8 +120,7 @@ void native_products(const Operands& o, float* out, int64_t deadline, int want) 
   const int64_t items = row_items * groups;
   thread_local std::vector<uint16_t> bp_buf;
   const int64_t bsz = bf16_packed_b_size(n, k);  // a multiple of 32 elements
-  grow_scratch(bp_buf, batch * bsz + 32);
-  uint16_t* bp = bp_buf.data() + ((64 - reinterpret_cast<uintptr_t>(bp_buf.data()) % 64) % 64) / 2;
+  uint16_t* bp = aligned_scratch(bp_buf, batch * bsz);
   const int64_t pack_blocks = bf16_pack_b_blocks(k), pieces = batch * pack_blocks;
   auto pack = [&](int64_t piece) {
     const int64_t i = piece / pack_blocks, q = piece % pack_blocks;

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "core/base/fpe_flags.h"
+#include "core/base/scratch.h"
 #include "core/base/step_deadline.h"
 #include "core/base/threads.h"
 #include "core/kernels/gemm/gemm_packing.h"
@@ -49,15 +50,10 @@ const UKernel& kernel_for(Isa isa) {
   return isa == Isa::avx512 ? gemm::ukernel_avx512() : gemm::ukernel_avx2();
 }
 
-// A buffer of floats aligned to 64 bytes, grown and never shrunk (per thread: the hot path
-// allocates nothing after the first calls).
+// A buffer of floats aligned to 64 bytes, kept per thread (core/base/scratch.h).
 struct Buffer {
   std::vector<float> v;
-  float* get(int64_t n) {
-    if (static_cast<int64_t>(v.size()) < n + 16) v.resize(n + 16);
-    const auto addr = reinterpret_cast<uintptr_t>(v.data());
-    return v.data() + ((64 - addr % 64) % 64) / sizeof(float);
-  }
+  float* get(int64_t n) { return aligned_scratch(v, n); }
 };
 
 struct Plan {

@@ -200,9 +200,7 @@ void input_grad_kernel(const Instr& in, const Frame& f) {
   const uint16_t* wp = nullptr;
   if constexpr (std::is_same_v<T, uint16_t>) {
     thread_local std::vector<uint16_t> packed;
-    const int64_t size = bf16_packed_b_size(taps, k) + 32;
-    if (static_cast<int64_t>(packed.size()) < size) packed.resize(size);
-    uint16_t* at = packed.data() + ((64 - reinterpret_cast<uintptr_t>(packed.data()) % 64) % 64) / 2;
+    uint16_t* at = aligned_scratch(packed, bf16_packed_b_size(taps, k));
     bf16_pack_b(taps, k, w, TB ? k : taps, TB, at);
     wp = at;
   }

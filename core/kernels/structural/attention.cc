@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "core/base/fpe_flags.h"
+#include "core/base/scratch.h"
 #include "core/base/step_deadline.h"
 #include "core/base/threads.h"
 #include "core/kernels/gemm/packed_gemm.h"
@@ -73,16 +74,13 @@ void gemm(Index m, Index n, Index k, const T* a, Index lda, const T* b, Index ld
 template <class T>
 using Row = Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>>;
 
-// Per-thread scratch, grown and never shrunk (the hot path allocates nothing after the first
-// calls), aligned to 64 bytes on every thread: Eigen's vectorized row sums start from the
-// first aligned element, so a row's sum depends on where the row starts.
+// Per-thread scratch, aligned to 64 bytes on every thread (core/base/scratch.h): Eigen's
+// vectorized row sums start from the first aligned element, so a row's sum depends on where
+// the row starts.
 template <class T>
 T* scratch(int slot, int64_t n) {
   thread_local std::vector<T> buffers[3];
-  const int64_t pad = 64 / sizeof(T);
-  if (static_cast<int64_t>(buffers[slot].size()) < n + pad) buffers[slot].resize(n + pad);
-  const auto addr = reinterpret_cast<uintptr_t>(buffers[slot].data());
-  return buffers[slot].data() + (64 - addr % 64) % 64 / sizeof(T);
+  return aligned_scratch(buffers[slot], n);
 }
 
 template <class T> void forward_task(const Instr& in, const Frame& f, const AttentionGeometry& g, int64_t task) {

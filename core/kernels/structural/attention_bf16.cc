@@ -69,8 +69,7 @@ class BlockOperand {
     k_ = k;
     native_ = active_avx512_bf16();
     if (native_) {
-      grow_scratch(packed_, bf16_packed_b_size(n, k) + 32);
-      bp_ = packed_.data() + ((64 - reinterpret_cast<uintptr_t>(packed_.data()) % 64) % 64) / 2;
+      bp_ = aligned_scratch(packed_, bf16_packed_b_size(n, k));
       bf16_pack_b(n, k, b, ldb, trans_b, bp_);
       return;
     }
