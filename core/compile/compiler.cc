@@ -47,6 +47,7 @@ FusionOptions fusion_options_for(Fusion f) {
   o.elementwise = f == Fusion::all || f == Fusion::elementwise || f == Fusion::single;
   o.gemm_epilogue = f == Fusion::all || f == Fusion::gemm || f == Fusion::single;
   o.multi_output = f != Fusion::single;
+  o.copy_chains = o.elementwise;
   return o;
 }
 
@@ -199,6 +200,8 @@ std::shared_ptr<Executable> Compiler::lower(std::shared_ptr<const Graph> gp, std
         return k == 2 && in != operands[0] && in != operands[1] && g.node(in).shape == main_node.shape;
       // Other replicas read the gradient, and the default backend stages the sum in the output.
       if (group >= 0 && fusion.groups[group].kind == FusionGroup::kReduceUpdate) return false;
+      // A copy group moves elements to other places.
+      if (group >= 0 && fusion.groups[group].kind == FusionGroup::kCopy) return false;
       if (group >= 0)
         return g.node(in).shape == main_node.shape && dtype_size(g.node(in).dtype) == dtype_size(main_node.dtype);
       return in_place_ok(main_node, g.node(in));

@@ -26,6 +26,13 @@ std::string FusionPlan::describe(int group) const {
     }
     return s + "]";
   }
+  if (grp.kind == FusionGroup::kCopy) {
+    std::string s = "copy[%" + std::to_string(grp.root) + " from";
+    for (size_t k = 0; k < grp.inputs.size(); ++k) s += (k ? ", %" : " %") + std::to_string(grp.inputs[k]);
+    s += "; nodes";
+    for (int m : grp.members) s += " %" + std::to_string(m);
+    return s + "]";
+  }
   const Instr& in = grp.instr;
   char alpha[32];
   std::snprintf(alpha, sizeof alpha, "%g", in.attrs.scalar);

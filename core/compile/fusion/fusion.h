@@ -37,6 +37,14 @@
 //                update to each block of the sum as it is reduced, fma(alpha, sum, addend),
 //                on every replica (select_reduce_update). Formed, like gemm, on result
 //                consumers only; the sum is written too when something else reads it.
+//   copy         a chain of layout ops (reshape, transpose, slice, a concat of such at the top)
+//                with maybe one f32 -> bf16 cast among them, or a `+ 0` over the whole (the
+//                sum of slice adjoints, padded_sums.cc): one pass that reads each element
+//                where the chain starts and writes it where the chain ends, converted as the
+//                cast or the add would (core/kernels/fused/copy_group.h). Attention's heads
+//                cut from one projection, cast and transposed are one pass each instead of
+//                three, and their cotangents are put back into one buffer in one pass. Only
+//                members that the chain alone reads join it; the others run on their own.
 // Otherwise nothing is fused across a node with effects (check, collective): such a node is
 // never a member, and a value it reads is never an intermediate, so it stays materialized and
 // every check still reads the value of the op that produced it. Graph outputs are never
@@ -54,7 +62,7 @@
 namespace fjit {
 
 struct FusionGroup {
-  enum Kind { kElementwise, kSum, kGemm, kReduceUpdate };
+  enum Kind { kElementwise, kSum, kGemm, kReduceUpdate, kCopy };
   Kind kind = kElementwise;
   int root = -1;                 // the node whose value the instruction writes
   std::vector<int> members;      // every node it computes, in graph order, root last
@@ -88,6 +96,7 @@ struct FusionPlan {
 struct FusionOptions {
   bool elementwise = true;
   bool gemm_epilogue = true;
+  bool copy_chains = true;  // kCopy groups
   // Elementwise groups may write members that are read outside the group, or are outputs,
   // as further results (at most max_extra_results of them).
   bool multi_output = true;

@@ -59,6 +59,9 @@ void Planner::run() {
       if (live_[id] && g_.node(id).op == Op::MatMul) try_gemm(id);
       if (live_[id] && g_.node(id).op == Op::AllReduce) try_reduce_update(id);
     }
+  if (opt_.copy_chains)
+    for (int id = g_.size() - 1; id >= 0; --id)
+      if (live_[id] && plan.group_of[id] < 0) try_copy(id);
   if (!opt_.elementwise) return;
   for (int id = g_.size() - 1; id >= 0; --id) {
     if (!live_[id] || plan.group_of[id] >= 0) continue;

@@ -5,9 +5,11 @@
 //   gemm_epilogue.cc   kGemm: matmul + scale + add as one blocked GEMM update, and the sum of
 //                      the product's squares merged into it (merge_norm_sums)
 //   reduce_update.cc   kReduceUpdate: a sum all-reduce + scale + add as one collective
+//   copy_chain.cc      kCopy: a chain of layout ops as one pass over memory
 //   elementwise.cc     kElementwise and kSum: DAGs of elementwise ops, multi-output
 //   describe.cc        FusionPlan::describe, the plan dumps' text of a group
-// The order is fixed: GEMM and all-reduce updates claim their nodes first, then elementwise
+// The order is fixed: GEMM and all-reduce updates claim their nodes first, then copy chains
+// (from the last node backwards, so a chain is taken whole from its end), then elementwise
 // groups grow from the last node backwards, then GEMM updates absorb their norms' sums.
 #pragma once
 
@@ -63,6 +65,8 @@ class Planner {
   void try_gemm(int m);
   // --- reduce_update.cc
   void try_reduce_update(int r);
+  // --- copy_chain.cc
+  void try_copy(int root);
   // --- elementwise.cc
   bool fusable(int id) const;
   bool writable_extra(int p, int runs, const std::vector<bool>& in_group) const;
