@@ -103,7 +103,10 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (!check_file.empty()) b.spec.dropout = 0.0;
-  if (!config::is_set(config::Id::intra_op_threads)) set_intra_op_threads(1);
+  // The step runs in a plain jit() on this thread, which FJIT_INTRA_OP_THREADS does not reach
+  // by itself (it sets pmap's replicas): apply it here, else one thread.
+  set_intra_op_threads(config::is_set(config::Id::intra_op_threads)
+                           ? static_cast<int>(config::intra_op_threads()) : 1);
   const ModelSpec spec = b.spec;
   const std::string opt_name = b.optimizer;
   auto step = jit([spec, opt_name, compute](const Params& p, const Params& s, const Tensor& x,

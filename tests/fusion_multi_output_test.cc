@@ -144,6 +144,26 @@ TEST(MultiOutputFusion, ReturnedAndLaterReadMembersAreWrittenByTheGroup) {
   expect_bit_equal(run(*c.fused, ins), run(*c.plain, ins), *c.fused);
 }
 
+// A value written as a further result (of a row sum that reads it), then added to a broadcast
+// of that sum (layer norm's backward): the add takes the broadcast in, a fused step of its own,
+// and the broadcast is never written out at full size.
+TEST(MultiOutputFusion, AnAddOfABroadcastToAWrittenValueReadsTheBroadcastsOperand) {
+  std::mt19937 rng(17);
+  TraceContext ctx({});
+  Tensor x = ctx.parameter(DType::f32, {8, 40, 96}, "x");
+  Tensor z = ctx.parameter(DType::f32, {8, 40, 96}, "z");
+  Tensor y = x * z + x;  // two full operands: written by the row sum's group, not recomputed
+  Tensor m = reshape(sum(-y, {2}), {8, 40, 1}) * 0.5;
+  Tensor a = y + broadcast_to(m, {8, 40, 96});
+  ctx.graph.outputs = {sum(a, {0, 1}).id(), cast(a, DType::bf16).id()};
+  Compiled c = compile_both(ctx.graph);
+  for (const Instr& in : c.fused->instrs) EXPECT_NE(in.op, Op::BroadcastTo) << c.fused->plan_string();
+  EXPECT_LT(c.fused->workspace_bytes(), c.plain->workspace_bytes());
+  const std::vector<Array> ins = {random_array(DType::f32, {8, 40, 96}, rng),
+                                  random_array(DType::f32, {8, 40, 96}, rng)};
+  expect_bit_equal(run(*c.fused, ins), run(*c.plain, ins), *c.fused);
+}
+
 // Random chains with random members also returned: bit-identical to the unfused plan.
 TEST(MultiOutputFusion, RandomProgramsWithSeveralResultsMatchUnfused) {
   std::mt19937 rng(17);

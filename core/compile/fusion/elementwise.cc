@@ -137,7 +137,10 @@ void Planner::try_elementwise(int root, int sum, bool multi_output) {
     value[id] = static_cast<int>(grp.program.size());
     grp.program.push_back(std::move(op));
   }
-  if (grp.program.size() < (sum >= 0 ? 1u : 2u) ||
+  // One step is a group of its own only over a broadcast it takes in (add(x, broadcast(m))):
+  // the broadcast is then never written out at its full shape.
+  const bool broadcasts = steps.size() > grp.program.size();
+  if (grp.program.size() < (sum >= 0 || broadcasts ? 1u : 2u) ||
       value[root] != static_cast<int>(grp.program.size()) - 1)
     return;
   grp.members = members;
