@@ -22,7 +22,7 @@ namespace {
 using namespace fusion_testing;
 
 // y = gelu(x @ w + b) and the VJP of sum(y * seed) with respect to x, w and b: nn's linear and
-// exact GELU. Sizes that are not multiples of the fused blocks.
+// GELU in its tanh form. Sizes that are not multiples of the fused blocks.
 struct GeluLayer {
   TraceContext ctx{{}};
   std::vector<Array> ins;
@@ -35,7 +35,9 @@ struct GeluLayer {
     for (const Shape& s : {Shape{m, k}, Shape{k, n}, Shape{n}, Shape{m, n}})
       ins.push_back(random_array(DType::f32, s, rng, -1.5, 1.5));
     Tensor z = matmul(x, w) + b;
-    Tensor y = gelu(z);
+    // The tanh form: a composite of ops (the exact form is one op, gelu), whose backward
+    // group recomputes its intermediates.
+    Tensor y = gelu(z, /*approximate=*/true);
     std::vector<Tensor> g = vjp(y, {x, w, b}, seed);
     ctx.graph.outputs = {y.id(), g[0].id(), g[1].id(), g[2].id()};
     if (return_inner) ctx.graph.outputs.push_back(z.id());  // z is read by no other kernel
@@ -63,22 +65,24 @@ TEST(FusionRecompute, GeluBackwardRecomputesWhatTheForwardPassWouldWrite) {
   std::mt19937 rng(5);
   GeluLayer layer(rng, false);
   // Without recomputation the forward group writes GELU's intermediates for the backward
-  // pass; with it, the backward group computes them again and the forward group writes none.
+  // pass; with it, the backward group computes them again and the forward group writes fewer
+  // (one: the chain to 0.5 z is longer than max_recompute from the product).
   const PlanCounts off = counts(layer.ctx.graph, false), on = counts(layer.ctx.graph, true);
   EXPECT_EQ(off.recomputed, 0);
   EXPECT_GT(off.extra_roots, 0);
   EXPECT_GT(on.recomputed, 0);
-  EXPECT_EQ(on.extra_roots, 0);
+  EXPECT_LT(on.extra_roots, off.extra_roots);
 
   Compiled c = compile_both(layer.ctx.graph);
-  EXPECT_EQ(c.fused->plan_string().find("also writes"), std::string::npos) << c.fused->plan_string();
   EXPECT_LT(c.fused->workspace_bytes(), c.plain->workspace_bytes());
   const std::vector<Array> fused = run(*c.fused, layer.ins), plain = run(*c.plain, layer.ins);
   ASSERT_EQ(fused.size(), plain.size());
   for (size_t i = 0; i < fused.size(); ++i)
     EXPECT_TRUE(fused[i].bit_equal(plain[i])) << "output " << i << "\n" << c.fused->plan_string();
 
-  // db = sum over rows of seed * gelu'(z), gelu'(z) = Phi(z) + z phi(z), in double.
+  // db = sum over rows of seed * gelu'(z) in double: with u = c (z + 0.044715 z^3),
+  // c = sqrt(2 / pi), gelu(z) = z (1 + tanh u) / 2 and
+  // gelu'(z) = (1 + tanh u) / 2 + z (1 - tanh^2 u) c (1 + 3 * 0.044715 z^2) / 2.
   const Array &x = layer.ins[0], &w = layer.ins[1], &b = layer.ins[2], &seed = layer.ins[3];
   const int64_t m = x.shape()[0], k = x.shape()[1], n = w.shape()[1];
   for (int64_t j = 0; j < n; j += 13) {
@@ -86,7 +90,8 @@ TEST(FusionRecompute, GeluBackwardRecomputesWhatTheForwardPassWouldWrite) {
     for (int64_t i = 0; i < m; ++i) {
       double z = b.data<float>()[j];
       for (int64_t p = 0; p < k; ++p) z += double(x.data<float>()[i * k + p]) * w.data<float>()[p * n + j];
-      const double d = 0.5 * (1 + std::erf(z / std::sqrt(2.0))) + z * std::exp(-z * z / 2) / std::sqrt(2 * M_PI);
+      const double c = std::sqrt(2 / M_PI), t = std::tanh(c * (z + 0.044715 * z * z * z));
+      const double d = 0.5 * (1 + t) + 0.5 * z * (1 - t * t) * c * (1 + 3 * 0.044715 * z * z);
       db += seed.data<float>()[i * n + j] * d;
     }
     EXPECT_NEAR(fused[3].data<float>()[j], db, 1e-4 * (1 + std::abs(db))) << "column " << j;

@@ -111,6 +111,8 @@ inline std::vector<GradCase> cases() {
   unary("sigmoid", Op::Sigmoid, Dom::any, sigmoid);
   unary("relu", Op::Relu, Dom::away_from_zero, relu);
   unary("erf", Op::Erf, Dom::any, erf);
+  unary("gelu", Op::Gelu, Dom::any, gelu_exact);
+  unary("gelu_grad", Op::GeluGrad, Dom::any, gelu_exact_grad);
   // Through f32: central differences need a step far above f32's rounding.
   cs.push_back({"cast f64->f32->f64", {Op::Cast}, {{{2, 3}}},
                 [](V x) { return cast(cast(x[0], DType::f32) * 3.0, DType::f64); }, 1e-2, 1e-4, 1e-4});

@@ -230,6 +230,8 @@ std::vector<SweepCase> cases() {
   unary("sin", Op::Sin, sin, false, 1e-5);
   unary("cos", Op::Cos, cos, false, 1e-5);
   unary("erf", Op::Erf, erf, false, 1e-5);
+  unary("gelu", Op::Gelu, gelu_exact, false, 1e-5);
+  unary("gelu_grad", Op::GeluGrad, gelu_exact_grad, false, 1e-5);
   unary("sigmoid", Op::Sigmoid, sigmoid, false, 1e-5);
   unary("relu", Op::Relu, relu, false, 0);
   unary("sign", Op::Sign, sign, false, 0);

@@ -45,6 +45,11 @@ Tans jvp_erf(const JvpArgs& a) {
   const Tensor& x = a.ins[0];
   return {mul(t0(a), exp(neg(x * x)) * 1.1283791670955126)};
 }
+Tans jvp_gelu(const JvpArgs& a) { return {mul(t0(a), gelu_exact_grad(a.ins[0]))}; }
+Tans jvp_gelu_grad(const JvpArgs& a) {
+  const Tensor& x = a.ins[0];
+  return {mul(t0(a), exp(x * x * -0.5) * 0.3989422804014327 * (2.0 - x * x))};
+}
 Tans jvp_sigmoid(const JvpArgs& a) { return {mul(t0(a), a.out * (1.0 - a.out))}; }
 Tans jvp_relu(const JvpArgs& a) { return {where(a.out > 0.0, t0(a), zero(t0(a)))}; }
 // Float-to-float casts cast the tangent; casts to or from integers carry none; a bf16 result

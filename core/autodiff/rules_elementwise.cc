@@ -58,6 +58,12 @@ Cts rule_erf(const VjpArgs& a) {
   const Tensor& x = a.ins[0];
   return {mul(a.ct, exp(neg(x * x)) * 1.1283791670955126)};
 }
+Cts rule_gelu(const VjpArgs& a) { return {mul(a.ct, gelu_exact_grad(a.ins[0]))}; }
+// gelu''(x) = phi(x) (2 - x^2)
+Cts rule_gelu_grad(const VjpArgs& a) {
+  const Tensor& x = a.ins[0];
+  return {mul(a.ct, exp(x * x * -0.5) * 0.3989422804014327 * (2.0 - x * x))};
+}
 Cts rule_sigmoid(const VjpArgs& a) { return {mul(a.ct, a.out * (1.0 - a.out))}; }
 // relu'(0) = 0, as in JAX and PyTorch. The mask comes from the output (y > 0 iff x > 0), so
 // the pre-activation need not stay alive for the backward pass and relu can run in place.

@@ -35,6 +35,10 @@ Tensor iota(DType dtype, const Shape& shape, int64_t axis = 0, Loc loc = Loc::cu
 #undef FJIT_BUILDER_custom
 Tensor cast(const Tensor& x, DType dtype, Loc loc = Loc::current());
 Tensor square(const Tensor& x, Loc loc = Loc::current());
+// The ops gelu and gelu_grad: x * Phi(x) and its derivative Phi(x) + x phi(x), Phi the normal
+// CDF (erf) and phi its density (nn's gelu is the first; see core/nn/activations.h).
+Tensor gelu_exact(const Tensor& x, Loc loc = Loc::current());
+Tensor gelu_exact_grad(const Tensor& x, Loc loc = Loc::current());
 
 // Binary (broadcasting).
 Tensor add(const Tensor& a, const Tensor& b, Loc loc = Loc::current());

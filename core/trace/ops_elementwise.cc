@@ -56,6 +56,8 @@ Tensor iota(DType dtype, const Shape& shape, int64_t axis, Loc loc) {
 #undef FJIT_BUILDER_unary
 #undef FJIT_BUILDER_custom
 Tensor square(const Tensor& x, Loc loc) { return binary("square", Op::Mul, x, x, &loc); }
+Tensor gelu_exact(const Tensor& x, Loc loc) { return unary("gelu", Op::Gelu, x, &loc); }
+Tensor gelu_exact_grad(const Tensor& x, Loc loc) { return unary("gelu_grad", Op::GeluGrad, x, &loc); }
 
 Tensor cast(const Tensor& x, DType dtype, Loc loc) {
   if (x.defined() && x.dtype() == dtype) return x;

@@ -31,6 +31,21 @@ struct SinE { template <class X> static auto eval(const X& x) { return x.sin(); 
 struct CosE { template <class X> static auto eval(const X& x) { return x.cos(); } };
 // Eigen's erf: a vectorized rational approximation in f32, std::erf per element in f64.
 struct ErfE { template <class X> static auto eval(const X& x) { return x.erf(); } };
+// GELU, (x * 0.5) * (erf(x * 1/sqrt(2)) + 1), each step rounded as nn's composite of these ops
+// rounds it; its derivative (erf(x/sqrt(2)) + 1) * 0.5 + x * exp(-x^2 / 2) / sqrt(2 pi).
+struct GeluE {
+  template <class X> static auto eval(const X& x) {
+    using T = typename X::Scalar;
+    return (x * T(0.5)) * ((x * T(M_SQRT1_2)).erf() + T(1));
+  }
+};
+struct GeluGradE {
+  template <class X> static auto eval(const X& x) {
+    using T = typename X::Scalar;
+    return ((x * T(M_SQRT1_2)).erf() + T(1)) * T(0.5) +
+           x * ((x * x) * T(-0.5)).exp() * T(0.3989422804014327);
+  }
+};
 // Stable for large |x|: Eigen's f32 logistic is exp(x) below -9 and saturates to 1 above
 // ~15.7; its f64 one is 1/(1+exp(-x)), which gives 1/inf = 0 for x << 0, never NaN.
 struct SigmoidE { template <class X> static auto eval(const X& x) { return x.logistic(); } };
@@ -235,6 +250,8 @@ bool select_unary(Instr& instr) {
     case Op::Sin: instr.fn = float_unary<SinE>(t); break;
     case Op::Cos: instr.fn = float_unary<CosE>(t); break;
     case Op::Erf: instr.fn = float_unary<ErfE>(t); break;
+    case Op::Gelu: instr.fn = float_unary<GeluE>(t); break;
+    case Op::GeluGrad: instr.fn = float_unary<GeluGradE>(t); break;
     case Op::StopGradient: instr.fn = &copy_kernel; break;  // the identity; no gradient flows
     case Op::Sigmoid: instr.fn = float_unary<SigmoidE>(t); break;
     case Op::LogicalNot:

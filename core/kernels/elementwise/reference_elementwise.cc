@@ -72,6 +72,10 @@ T unary_value(Op op, T x) {
       case Op::Sin: return std::sin(x);
       case Op::Cos: return std::cos(x);
       case Op::Erf: return std::erf(x);
+      case Op::Gelu: return x * T(0.5) * (std::erf(x * T(M_SQRT1_2)) + T(1));
+      case Op::GeluGrad:
+        return (std::erf(x * T(M_SQRT1_2)) + T(1)) * T(0.5) +
+               x * std::exp(-x * x * T(0.5)) * T(0.3989422804014327);
       case Op::Sigmoid:
         return x >= 0 ? T(1) / (T(1) + std::exp(-x)) : std::exp(x) / (T(1) + std::exp(x));
       case Op::Relu: return std::isnan(x) ? x : x > 0 ? x : T(0);
