@@ -1,13 +1,14 @@
-// Activations that are composites of ops: GELU, SiLU and the softmax family. (relu, tanh, sigmoid
-// and the other one-op activations are ops of the table, in core/trace/ops.h.)
+// Activations built from ops: GELU, SiLU and the softmax family. (relu, tanh, sigmoid and the
+// other one-op activations are ops of the table, in core/trace/ops.h; so is the exact GELU.)
 #pragma once
 
 #include "core/trace/ops.h"
 
 namespace fjit {
 
-// GELU: x * Phi(x) with the exact normal CDF (erf), or its tanh approximation
-// 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) when `approximate`.
+// GELU: x * Phi(x) with the exact normal CDF (erf), the op gelu (gelu_exact, whose VJP is one
+// op too), or its tanh approximation 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) when
+// `approximate`, a composite.
 Tensor gelu(const Tensor& x, bool approximate = false, Loc loc = Loc::current());
 
 // SiLU (swish): x * sigmoid(x), the gate of Llama's SwiGLU MLP.
