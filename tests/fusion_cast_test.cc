@@ -1,6 +1,6 @@
 // Casts computed inside fused elementwise passes (core/compile/passes/cast_hoisting.cc moves a
-// cast before the reshapes and narrowing transposes it reads; the fusion then makes it in the
-// pass that computes its operand). Oracles: the traced graph, casts in their original places,
+// cast before the reshapes and narrowing transposes it reads, and places a narrowing cast right
+// after its operand; the fusion then makes it in the pass that computes its operand). Oracles: the traced graph, casts in their original places,
 // evaluated node by node by the reference kernels (the reference cast rounds each f32 to
 // nearest-even bf16 on its own), and the same graph compiled without fusion. Every bf16 result
 // must be bit-identical to both. The programs use only correctly rounded ops (add, sub, mul),
@@ -94,6 +94,34 @@ TEST(FusionCast, NarrowingCastMovesBeforeTransposes) {
     EXPECT_TRUE(fused[k].bit_equal(want[k])) << "result " << k << "\n" << c.fused->plan_string();
     EXPECT_TRUE(plain[k].bit_equal(want[k])) << "result " << k;
   }
+}
+
+// A value that a column sum (a bias gradient) reads before the cast, in the order the trace
+// made them: the cast is placed right after the value (cast_hoisting.cc's placement), so the
+// fused pass computing the value makes the cast and writes the value for the sum.
+TEST(FusionCast, CastReadAfterAColumnSumIsMadeInTheValuesPass) {
+  std::mt19937 rng(17);
+  TraceContext ctx({});
+  Tensor x = ctx.parameter(DType::f32, {64, 300}, "x");
+  Tensor g = ctx.parameter(DType::f32, {64, 300}, "g");
+  Tensor y = x * g + x;
+  Tensor bias_grad = sum(y, {0});
+  Tensor z = cast(y, DType::bf16);
+  ctx.graph.outputs = {bias_grad.id(), z.id()};
+  Compiled c = compile_both(ctx.graph);
+  EXPECT_EQ(count_plain_casts(*c.fused), 0) << c.fused->plan_string();
+  EXPECT_EQ(count_label(*c.fused, "fused["), 1) << c.fused->plan_string();
+  std::vector<Array> ins = {random_array(DType::f32, {64, 300}, rng, -300, 300),
+                            random_array(DType::f32, {64, 300}, rng)};
+  add_edge_values(ins[0]);
+  const auto fused = run(*c.fused, ins), plain = run(*c.plain, ins);
+  const auto want = reference(ctx.graph, ins);
+  // The cast's bits are the reference's; the column sum is the unfused plan's, and the
+  // reference's (which sums in another order) within rounding.
+  EXPECT_TRUE(fused[1].bit_equal(want[1])) << c.fused->plan_string();
+  EXPECT_TRUE(plain[1].bit_equal(want[1]));
+  EXPECT_TRUE(fused[0].bit_equal(plain[0])) << c.fused->plan_string();
+  EXPECT_LT(max_diff(fused[0], want[0]), 1e-4);  // 64 terms up to 1e5, with cancellation
 }
 
 // A bf16 operand widened to f32 is read by the fused pass that uses it (no f32 copy of it is

@@ -76,6 +76,7 @@ Graph optimize(const Graph& traced, bool verify, std::vector<CheckSite>* sites) 
   pipeline.push_back(make_relu_pool_grad());
   pipeline.push_back(make_patches_products());
   pipeline.push_back(make_cast_hoisting());
+  pipeline.push_back(make_cast_placement());
   pipeline.push_back(make_dead_code_elimination());
   Graph g = traced;
   for (const auto& pass : pipeline) {

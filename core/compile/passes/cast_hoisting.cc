@@ -69,8 +69,41 @@ class CastHoisting : public Pass {
   }
 };
 
+// Cast placement: a narrowing cast of an elementwise value is placed right after that value
+// in the graph's order, which is the order of the instructions. The fusion planner can then
+// make the cast in the pass that computes the value and write the value too, for its other
+// readers, which all come after the cast (a further result of a group must be read after the
+// group's instruction, core/compile/fusion/fusion.h). Without it, a column sum (a bias
+// gradient) that reads the value before the cast in the trace's order leaves the cast a pass
+// over the f32 value of its own. The cast is the same node, only earlier.
+class CastPlacement : public Pass {
+ public:
+  const char* name() const override { return "cast-placement"; }
+
+  Graph run(const Graph& g) const override {
+    std::vector<std::vector<int>> casts(g.size());
+    for (int id = 0; id < g.size(); ++id) {
+      const Node& n = g.node(id);
+      if (n.op != Op::Cast) continue;
+      const Node& x = g.node(n.inputs[0]);
+      if (op_is_elementwise(x.op) && dtype_size(n.dtype) < dtype_size(x.dtype))
+        casts[n.inputs[0]].push_back(id);
+    }
+    return rewrite(g, [&](Graph& out, int old_id, Node n) {
+      const int id = out.add(std::move(n));
+      for (int c : casts[old_id]) {
+        Node cast = g.node(c);
+        cast.inputs = {id};
+        out.add(std::move(cast));  // the same node again when the walk reaches c
+      }
+      return id;
+    });
+  }
+};
+
 }  // namespace
 
 std::unique_ptr<Pass> make_cast_hoisting() { return std::make_unique<CastHoisting>(); }
+std::unique_ptr<Pass> make_cast_placement() { return std::make_unique<CastPlacement>(); }
 
 }  // namespace fjit

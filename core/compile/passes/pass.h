@@ -33,6 +33,9 @@ std::unique_ptr<Pass> make_algebraic_simplification();
 // Casts moved before the reshapes (and narrowing casts before the transposes) they read, so
 // that fusion can make them in the pass that computes their operand (cast_hoisting.cc).
 std::unique_ptr<Pass> make_cast_hoisting();
+// Narrowing casts of elementwise values placed right after them in the graph's order, so that
+// fusion can make the cast in the value's own pass (cast_hoisting.cc).
+std::unique_ptr<Pass> make_cast_placement();
 // Adds of zero-padded values in disjoint ranges of one axis (slice adjoints) made one concat
 // (padded_sums.cc).
 std::unique_ptr<Pass> make_padded_sums();
