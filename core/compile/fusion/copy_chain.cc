@@ -30,23 +30,13 @@ struct View {
   bool cast = false;
 };
 
-std::vector<int64_t> row_strides(const Shape& s) {
-  std::vector<int64_t> st(s.size());
-  int64_t m = 1;
-  for (size_t k = s.size(); k-- > 0;) {
-    st[k] = m;
-    m *= s[k];
-  }
-  return st;
-}
-
 // Re-expresses v's source view over `shape` (its source's shape) dimension by dimension:
 // on success each position k reads dimension dim[k] with step coef[k] (coef 0 for extent 1),
 // from the multi-index `base`, and no dimension's index leaves its extent. Splits a
 // position's extent in two where it walks across dimensions (v's ext, srcs and dsts with it).
 bool align(View& v, const Shape& shape, std::vector<int>& dim, std::vector<int64_t>& coef,
            std::vector<int64_t>& base) {
-  const std::vector<int64_t> st = row_strides(shape);
+  const std::vector<int64_t> st = row_major_strides(shape);
   const int r = static_cast<int>(shape.size());
   base.assign(r, 0);
   for (int64_t rest = v.src_base, d = 0; d < r; ++d) {
@@ -96,7 +86,7 @@ bool through(View& v, const Node& n, const Node& x) {
   std::vector<int> dim;
   std::vector<int64_t> coef, base;
   if (!align(v, n.shape, dim, coef, base)) return false;
-  const std::vector<int64_t> xs = row_strides(x.shape);
+  const std::vector<int64_t> xs = row_major_strides(x.shape);
   const int r = static_cast<int>(n.shape.size());
   std::vector<int64_t> w(r);  // x's elements per step of n's dimension d
   int64_t b = 0;
@@ -149,7 +139,7 @@ void Planner::try_copy(int root) {
   const Node& tn = g_.node(top);
   View whole;
   whole.ext = tn.shape;
-  whole.srcs = whole.dsts = row_strides(tn.shape);
+  whole.srcs = whole.dsts = row_major_strides(tn.shape);
   std::vector<View> todo;
   if (tn.op == Op::Concat) {
     ++moves;
@@ -159,7 +149,7 @@ void Planner::try_copy(int root) {
       const Node& pn = g_.node(part);
       View v = whole;
       v.ext[a] = pn.shape[a];
-      v.srcs = row_strides(pn.shape);
+      v.srcs = row_major_strides(pn.shape);
       v.dst_base = at * whole.dsts[a];
       at += pn.shape[a];
       if (pn.size() == 0) continue;
