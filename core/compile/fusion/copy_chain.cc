@@ -231,9 +231,7 @@ void Planner::try_copy(int root) {
       p.src.pop_back();
       p.dst.pop_back();
     }
-    int64_t elems = p.run;
-    for (int64_t e : p.ext) elems *= e;
-    if (p.run < kMinRun && elems * kMinRun > rn.size()) return;
+    if (p.run < kMinRun && p.run * num_elements(p.ext) * kMinRun > rn.size()) return;
     pieces.push_back(std::move(p));
   }
   std::sort(members.begin(), members.end());

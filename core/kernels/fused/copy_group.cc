@@ -9,13 +9,12 @@
 #include "core/base/isa.h"
 #include "core/kernels/elementwise/cast_bf16.h"
 #include "core/kernels/split_work.h"
+#include "core/kernels/strided_walk.h"
 
 namespace fjit {
 namespace {
 
 using RoundFn = void (*)(const uint32_t*, uint16_t*, int64_t);
-
-constexpr size_t kMaxPositions = 32;  // dimensions of a piece's positions
 
 struct Plan {
   std::vector<CopyPiece> pieces;
@@ -24,27 +23,12 @@ struct Plan {
   int64_t es = 0;  // bytes per element of the result
 };
 
-int64_t positions(const CopyPiece& p) {
-  int64_t n = 1;
-  for (int64_t e : p.ext) n *= e;
-  return n;
-}
-
 // Moves the runs of positions [c0, c1) of piece p.
 void move_runs(const Plan& P, const CopyPiece& p, const std::byte* x, std::byte* out, int64_t c0,
                int64_t c1) {
-  const int n = static_cast<int>(p.ext.size());
   const int64_t in_es = p.convert == CopyPiece::kToBf16 ? 4 : P.es, run = p.run;
-  int64_t idx[kMaxPositions] = {};
-  int64_t io = p.src_base, oo = p.dst_base;
-  int64_t rest = c0;
-  for (int d = n - 1; d >= 0; --d) {
-    idx[d] = rest % p.ext[d];
-    rest /= p.ext[d];
-    io += idx[d] * p.src[d];
-    oo += idx[d] * p.dst[d];
-  }
-  for (int64_t c = c0; c < c1; ++c) {
+  kernels::strided_walk(static_cast<int>(p.ext.size()), p.ext.data(), p.src.data(), p.dst.data(),
+                        p.src_base, p.dst_base, c0, c1, [&](int64_t io, int64_t oo) {
     const std::byte* s = x + io * in_es;
     std::byte* d = out + oo * P.es;
     switch (p.convert) {
@@ -59,15 +43,7 @@ void move_runs(const Plan& P, const CopyPiece& p, const std::byte* x, std::byte*
         break;
       }
     }
-    for (int k = n - 1; k >= 0; --k) {
-      io += p.src[k];
-      oo += p.dst[k];
-      if (++idx[k] < p.ext[k]) break;
-      io -= p.src[k] * p.ext[k];
-      oo -= p.dst[k] * p.ext[k];
-      idx[k] = 0;
-    }
-  }
+  });
 }
 
 void run_copy_group(const Instr& in, const Frame& f) {
@@ -107,7 +83,7 @@ bool select_copy_group(Instr& instr, std::vector<CopyPiece> pieces) {
   for (CopyPiece& p : pieces) {
     if (p.operand < 0 || p.operand >= static_cast<int>(instr.ins.size()) || p.run < 1 ||
         p.ext.size() != p.src.size() || p.ext.size() != p.dst.size() ||
-        p.ext.size() > kMaxPositions)
+        p.ext.size() > static_cast<size_t>(kernels::kMaxWalkDims))
       return false;
     const ValueType& x = instr.ins[p.operand];
     const DType to = instr.out.dtype;
@@ -120,7 +96,7 @@ bool select_copy_group(Instr& instr, std::vector<CopyPiece> pieces) {
     if (p.src_base + lo < 0 || p.src_base + hi >= x.size()) return false;
     view_span(p, p.dst, &lo, &hi);
     if (p.dst_base + lo < 0 || p.dst_base + hi >= instr.out.size()) return false;
-    const int64_t n = positions(p);
+    const int64_t n = num_elements(p.ext);
     covered += n * p.run;
     P->first.push_back(P->first.back() + n);
   }

@@ -15,6 +15,7 @@
 #include <stdexcept>
 
 #include "core/kernels/split_work.h"
+#include "core/kernels/strided_walk.h"
 #include "core/kernels/structural/structural.h"
 
 namespace fjit::kernels::st {
@@ -26,27 +27,7 @@ namespace {
 template <class Body> inline void walk(const Instr& in, int64_t c0, int64_t c1, Body&& body) {
   const int n = static_cast<int>(in.v[0]);
   const int64_t* ext = in.v.data() + 1;
-  const int64_t* is = ext + n;
-  const int64_t* os = is + n;
-  int64_t idx[kMaxKernelRank] = {};
-  int64_t io = in.p[0], oo = 0;
-  for (int64_t d = n - 1, rest = c0; d >= 0; --d) {  // position c0's index
-    idx[d] = rest % ext[d];
-    rest /= ext[d];
-    io += idx[d] * is[d];
-    oo += idx[d] * os[d];
-  }
-  for (int64_t c = c0; c < c1; ++c) {
-    body(io, oo);
-    for (int d = n - 1; d >= 0; --d) {
-      io += is[d];
-      oo += os[d];
-      if (++idx[d] < ext[d]) break;
-      io -= is[d] * ext[d];
-      oo -= os[d] * ext[d];
-      idx[d] = 0;
-    }
-  }
+  strided_walk(n, ext, ext + n, ext + 2 * n, in.p[0], 0, c0, c1, body);
 }
 
 // Every position writes its own part of the output, so the positions split over the intra-op
