@@ -181,5 +181,35 @@ TEST(Isa, BothKernelsGiveTheSameBits) {
   }
 }
 
+// AVX-512 has two tiles, 12 and 8 rows; the driver takes the 8-row one where it pads op(A)'s
+// rows less (64, 128, 200 rows) and the 12-row one otherwise (216). Both sum each element the
+// same way, so an m-row product's rows are a 216-row product's first rows, bit for bit.
+TEST(Isa, BothAvx512TilesGiveTheSameBits) {
+  if (detected_isa() != Isa::avx512) GTEST_SKIP() << "this CPU has no AVX-512";
+  EXPECT_EQ(gemm::ukernel_avx512_8().kc, gemm::ukernel_avx512().kc);
+  EXPECT_EQ(packed_tile_count(Isa::avx512, 64, 32), 8);    // 8-row tiles
+  EXPECT_EQ(packed_tile_count(Isa::avx512, 216, 32), 18);  // 12-row tiles
+  const int64_t tall = 216, n = 100;
+  for (int64_t k : {40, 256, 600})
+    for (int t = 0; t < 4; ++t) {
+      const bool ta = t & 1, tb = t & 2;
+      const std::vector<float> a_tall = random_vector(tall * k, 3 + t), b = random_vector(k * n, 9);
+      std::vector<float> whole(tall * n);
+      packed_sgemm(Isa::avx512, ta, tb, tall, n, k, a_tall.data(), b.data(), whole.data(), false, 1);
+      for (int64_t m : {8, 64, 128, 200}) {
+        std::vector<float> a(a_tall.begin(), a_tall.begin() + m * k);  // op(A)'s first m rows
+        if (ta)
+          for (int64_t p = 0; p < k; ++p) std::copy_n(a_tall.data() + p * tall, m, a.data() + p * m);
+        for (int threads : {1, 2, 3}) {
+          std::vector<float> c(m * n, -1.f);
+          packed_sgemm(Isa::avx512, ta, tb, m, n, k, a.data(), b.data(), c.data(), false, threads);
+          EXPECT_EQ(0, std::memcmp(whole.data(), c.data(), c.size() * sizeof(float)))
+              << m << "x" << n << "x" << k << " ta=" << ta << " tb=" << tb << ", " << threads
+              << " threads";
+        }
+      }
+    }
+}
+
 }  // namespace
 }  // namespace fjit

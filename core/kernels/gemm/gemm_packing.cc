@@ -60,14 +60,20 @@ inline void transpose4x8(const float* src, int64_t lds, float* dst, int64_t ldd)
   _mm_storeu_ps(dst + 7 * ldd, _mm256_extractf128_ps(s3, 1));
 }
 
-// dst[p * W + j] = src[p * lds + j] for j < W, p < kc: whole rows, at the width of the kernels.
+// dst[p * W + j] = src[p * lds + j] for j < W, p < kc: whole rows, at the width of the kernels
+// (B slivers of 16 or 32, A panels of 12 or 6), in plain moves: masked stores are slow on some
+// CPUs (AMD's microcode them).
 template <int W>
 void copy_rows(const float* src, int64_t lds, int64_t kc, float* dst) {
+  static_assert(W % 2 == 0, "rows of an even width");
   for (int64_t p = 0; p < kc; ++p) {
     const float* s = src + p * lds;
     float* d = dst + p * W;
 #pragma GCC unroll 4
-    for (int j = 0; j < W; j += 8) _mm256_storeu_ps(d + j, _mm256_loadu_ps(s + j));
+    for (int j = 0; j + 8 <= W; j += 8) _mm256_storeu_ps(d + j, _mm256_loadu_ps(s + j));
+    constexpr int j4 = W / 8 * 8, j2 = W / 4 * 4;
+    if constexpr (W % 8 >= 4) _mm_storeu_ps(d + j4, _mm_loadu_ps(s + j4));
+    if constexpr (W % 4 == 2) std::memcpy(d + j2, s + j2, 2 * sizeof(float));
   }
 }
 
@@ -95,8 +101,15 @@ void pack_across(const float* src, int64_t lds, int64_t rows, int64_t kc, float*
 // A panel whose packed rows are the source's rows: dst[p * w + j] = src[p * lds + j] for
 // j < cols (zero for cols <= j < w), p < kc.
 void pack_along(const float* src, int64_t lds, int64_t cols, int64_t kc, float* dst, int64_t w) {
-  if (cols == w && w == 32) return copy_rows<32>(src, lds, kc, dst);
-  if (cols == w && w == 16) return copy_rows<16>(src, lds, kc, dst);
+  if (cols == w) {
+    switch (w) {
+      case 32: return copy_rows<32>(src, lds, kc, dst);
+      case 16: return copy_rows<16>(src, lds, kc, dst);
+      case 12: return copy_rows<12>(src, lds, kc, dst);
+      case 6: return copy_rows<6>(src, lds, kc, dst);
+      default: break;
+    }
+  }
   if (w <= 16) {  // an A panel (MR wide) or a narrow one: masked moves, no library call per row
     const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
     auto below = [&](int64_t x) {

@@ -46,8 +46,13 @@ constexpr int64_t kThreadFlops = int64_t{1} << 22;
 
 std::atomic<int> g_use{static_cast<int>(PackedGemmUse::without_library)};
 
-const UKernel& kernel_for(Isa isa) {
-  return isa == Isa::avx512 ? gemm::ukernel_avx512() : gemm::ukernel_avx2();
+// The kernel for m rows of C: with AVX-512, the 8-row tile where it pads m less than the
+// 12-row one (m = 64: 64 rows computed, not 72); a function of m and the ISA alone, so the
+// tiling still depends on the shapes only.
+const UKernel& kernel_for(Isa isa, int64_t m) {
+  if (isa != Isa::avx512) return gemm::ukernel_avx2();
+  const int64_t pad12 = (m + 11) / 12 * 12 - m, pad8 = (m + 7) / 8 * 8 - m;
+  return pad8 < pad12 ? gemm::ukernel_avx512_8() : gemm::ukernel_avx512();
 }
 
 // A buffer of floats aligned to 64 bytes, kept per thread (core/base/scratch.h).
@@ -79,7 +84,7 @@ constexpr int64_t kStreamABytes = 384 << 10;
 
 Plan make_plan(Isa isa, bool ta, bool tb, int64_t m, int64_t n, int64_t k, int threads) {
   Plan pl;
-  pl.uk = &kernel_for(isa);
+  pl.uk = &kernel_for(isa, m);
   const int64_t mr = pl.uk->mr, nr = pl.uk->nr;
   pl.m = m, pl.n = n, pl.k = k;
   pl.kblocks = (k + pl.uk->kc - 1) / pl.uk->kc;
@@ -328,7 +333,7 @@ void packed_sgemm_tiles(Isa isa, bool ta, bool tb, int64_t m, int64_t n, int64_t
 }
 
 int64_t packed_tile_count(Isa isa, int64_t m, int64_t n) {
-  const UKernel& uk = kernel_for(isa);
+  const UKernel& uk = kernel_for(isa, m);
   return ((m + uk.mr - 1) / uk.mr) * ((n + uk.nr - 1) / uk.nr);
 }
 
@@ -361,7 +366,8 @@ PackedGemmUse packed_gemm_use() {
 
 const char* packed_gemm_name() {
   thread_local std::string s;
-  s = std::string("fjit packed GEMM, ") + kernel_for(active_isa()).name + " kernel";
+  s = std::string("fjit packed GEMM, ") + kernel_for(active_isa(), 12).name + " kernel";
+  if (active_isa() == Isa::avx512) s += std::string(" (") + gemm::ukernel_avx512_8().name + " where it pads less)";
   return s.c_str();
 }
 

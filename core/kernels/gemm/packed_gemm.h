@@ -72,7 +72,7 @@ enum class PackedGemmUse { never, without_library, always };
 void set_packed_gemm_use(PackedGemmUse use);
 PackedGemmUse packed_gemm_use();
 
-// "fjit packed GEMM, avx512 12x32 kernel".
+// "fjit packed GEMM, avx512 12x32 kernel (avx512 8x32 where it pads less)".
 const char* packed_gemm_name();
 
 // Prepares out[m, n] = op(A) op(B) (a plain f32 MatMul: instr.ins = {A, B}, A possibly

@@ -69,8 +69,11 @@ void amx_block_32x32(int64_t q_begin, int64_t q_end, int64_t pairs16, int64_t bl
 void amx_pack_a_trans(int64_t rows, int64_t k, int64_t pairs16, const uint16_t* a, int64_t lda,
                       uint16_t* ap, int64_t ldp);
 
-// f32 kernels: AVX2 + FMA (every CPU fjit runs on), AVX-512 F/BW/VL/DQ.
+// f32 kernels: AVX2 + FMA (every CPU fjit runs on), AVX-512 F/BW/VL/DQ, and AVX-512's 8-row
+// tile for products whose row count 8 divides with less padding than 12 (packed_gemm.cc
+// chooses by the row count alone; the same kc, so the same bits as the 12-row tile).
 const UKernel& ukernel_avx2();
 const UKernel& ukernel_avx512();
+const UKernel& ukernel_avx512_8();
 
 }  // namespace fjit::gemm

@@ -18,6 +18,7 @@
 #include <algorithm>
 #include <cassert>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <type_traits>
 
@@ -152,8 +153,11 @@ template <class T> void xent_grad_rows(const Instr& in, const Frame& f, int64_t 
       if (v <= kSmallV && small_row(row, v, sr)) {
         const __m256 scale =
             _mm256_set1_ps(static_cast<float>((1.0 / sr.s) * static_cast<double>(c)));
-        _mm256_maskstore_ps(g.data(), sr.k0, _mm256_mul_ps(sr.e0, scale));
-        _mm256_maskstore_ps(g.data() + 8, sr.k1, _mm256_mul_ps(sr.e1, scale));
+        // Through a buffer, not masked stores (which some CPUs, AMD's, run slowly).
+        alignas(32) float buf[kSmallV];
+        _mm256_store_ps(buf, _mm256_mul_ps(sr.e0, scale));
+        _mm256_store_ps(buf + 8, _mm256_mul_ps(sr.e1, scale));
+        std::memcpy(g.data(), buf, static_cast<size_t>(v) * sizeof(float));
         g[k] -= c;
         continue;
       }
