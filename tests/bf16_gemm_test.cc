@@ -182,11 +182,14 @@ TEST(Bf16Gemm, TheAmxPathsRowsHaveTheSameBitsInAnyBlock) {
 // bits of bf16_gemm on the row-major op(A) and op(B): on the AVX512_BF16 path and, under
 // FJIT_ISA=avx2, on the widening one. Rows past one block (and edge tiles) included, and on
 // the AMX tiles the weight gradients computed as (g^T x)^T (a transposed A with fewer columns
-// than rows and a deeper K: the cases 3x37x20x65, 2x100x48x300 and 1x96x40x700).
+// than rows and a deeper K: the cases 3x37x20x65, 2x100x48x300 and 1x96x40x700), and on
+// AVX512_BF16 the narrow products computed transposed (at most 16 columns, fewer than the
+// rows: 1x64x10x128, 2x40x16x301, 1x128x10x64).
 TEST(Bf16Gemm, TheMatmulOpGivesBf16GemmsBitsForEveryTransposeAndBatch) {
   struct Case { int64_t batch, m, n, k; };
   for (const Case& cs : {Case{1, 13, 33, 7}, Case{3, 37, 20, 65}, Case{1, 250, 70, 129}, Case{2, 100, 48, 300},
-                         Case{1, 96, 40, 700}}) {
+                         Case{1, 96, 40, 700}, Case{1, 64, 10, 128}, Case{2, 40, 16, 301},
+                         Case{1, 128, 10, 64}}) {
     for (int t = 0; t < 4; ++t) {
       const bool ta = t & 1, tb = t & 2;
       const int64_t B = cs.batch, m = cs.m, n = cs.n, k = cs.k;

@@ -61,7 +61,7 @@ inline void transpose4x8(const float* src, int64_t lds, float* dst, int64_t ldd)
 }
 
 // dst[p * W + j] = src[p * lds + j] for j < W, p < kc: whole rows, at the width of the kernels
-// (B slivers of 16 or 32, A panels of 12 or 6), in plain moves: masked stores are slow on some
+// (B slivers of 16 or 32, A panels of 12, 8 or 6), in plain moves: masked stores are slow on some
 // CPUs (AMD's microcode them).
 template <int W>
 void copy_rows(const float* src, int64_t lds, int64_t kc, float* dst) {
@@ -106,6 +106,7 @@ void pack_along(const float* src, int64_t lds, int64_t cols, int64_t kc, float* 
       case 32: return copy_rows<32>(src, lds, kc, dst);
       case 16: return copy_rows<16>(src, lds, kc, dst);
       case 12: return copy_rows<12>(src, lds, kc, dst);
+      case 8: return copy_rows<8>(src, lds, kc, dst);
       case 6: return copy_rows<6>(src, lds, kc, dst);
       default: break;
     }
@@ -118,6 +119,17 @@ void pack_along(const float* src, int64_t lds, int64_t cols, int64_t kc, float* 
     const __m256i load0 = below(std::min<int64_t>(cols, 8)),
                   store0 = below(std::min<int64_t>(w, 8));
     const __m256i load1 = below(cols - 8), store1 = below(w - 8);
+    // The masked loads give the zeros past cols; where w is 8, 12 or 16 the stores are plain.
+    if (w == 8 || w == 12 || w == 16) {
+      for (int64_t p = 0; p < kc; ++p) {
+        const float* s = src + p * lds;
+        float* d = dst + p * w;
+        _mm256_storeu_ps(d, _mm256_maskload_ps(s, load0));
+        if (w == 12) _mm_storeu_ps(d + 8, _mm256_castps256_ps128(_mm256_maskload_ps(s + 8, load1)));
+        if (w == 16) _mm256_storeu_ps(d + 8, _mm256_maskload_ps(s + 8, load1));
+      }
+      return;
+    }
     for (int64_t p = 0; p < kc; ++p) {
       const float* s = src + p * lds;
       float* d = dst + p * w;

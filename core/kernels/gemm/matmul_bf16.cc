@@ -47,6 +47,9 @@ int64_t deadline_block_rows(int64_t m, int64_t n, int64_t k, int threads) {
   return std::min(block_rows(m, threads), rows);
 }
 
+// Products at most this many columns wide run transposed on AVX512_BF16 (bf16_kernel).
+constexpr int64_t kNarrowBf16 = 16;
+
 float widen(uint16_t x) {
   const uint32_t bits = uint32_t{x} << 16;
   float f;
@@ -150,15 +153,22 @@ void bf16_kernel(const Instr& in, const Frame& f) {
   const int64_t deadline = thread_step_deadline();
   const int want = intra_op_threads();
   if (active_avx512_bf16() && k > 0) {
-    // A weight gradient x^T g with fewer columns than rows (a convolution's: the patches'
-    // width against the channels) on the AMX tiles: computed as (g^T x)^T, which transposes
-    // the narrow g for the tiles' A instead of the wide x, and packs x as B by interleaving
-    // row pairs. The tiles sum each element's products in the order of the depth whichever
-    // operand is which, so the bits are the same (tests/bf16_gemm_test.cc).
-    if (TA && !TB && active_amx_bf16() && n < m && k >= m) {
+    // Two shapes run transposed, as C^T = op(B)^T op(A)^T: the native kernels sum each
+    // element's products in the order of the depth whichever operand is which, so the bits
+    // are the same (tests/bf16_gemm_test.cc).
+    // - On the AMX tiles, a weight gradient x^T g with fewer columns than rows (a
+    //   convolution's: the patches' width against the channels): this transposes the narrow g
+    //   for the tiles' A instead of the wide x, and packs x as B by interleaving row pairs.
+    // - On AVX512_BF16, a narrow product (n <= kNarrowBf16 columns, fewer than its rows: a
+    //   classifier's logits and their weight gradient): its columns then fill the 12-row
+    //   tile's rows, where as columns they would pad a 32-column sliver.
+    const bool amx_gradient = TA && !TB && active_amx_bf16() && n < m && k >= m;
+    const bool narrow = !active_amx_bf16() && n <= kNarrowBf16 && n < m;
+    if (amx_gradient || narrow) {
       thread_local std::vector<float> ct;
       grow_scratch(ct, batch * m * n);
-      native_products({b, sb, n, true, a, sa, m, false, n, m, k, batch}, ct.data(), deadline, want);
+      native_products({b, sb, TB ? k : n, !TB, a, sa, TA ? m : k, !TA, n, m, k, batch}, ct.data(), deadline,
+                      want);
       for (int64_t i = 0; i < batch; ++i)
         for (int64_t r = 0; r < m; ++r)
           for (int64_t col = 0; col < n; ++col) c[(i * m + r) * n + col] = ct[(i * n + col) * m + r];
