@@ -13,6 +13,9 @@ constexpr int kMr = 12, kMr8 = 8, kNr = 32;
 
 #define FJIT_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma")))
 
+// Row r's two accumulators, zero.
+#define FJIT_ZERO(r) __m512 c##r##_0 = _mm512_setzero_ps(), c##r##_1 = _mm512_setzero_ps();
+
 // One row of the tile: acc_r0/acc_r1 += a[r] * (b0, b1).
 #define FJIT_ROW(r)                                  \
   x = _mm512_set1_ps(a[r]);                          \
@@ -38,14 +41,8 @@ constexpr int kMr = 12, kMr8 = 8, kNr = 32;
 
 FJIT_AVX512 void tile_12x32(int64_t kc, const float* a, const float* b, int64_t ldb, float* c,
                             int64_t ldc, bool add) {
-  __m512 c0_0 = _mm512_setzero_ps(), c0_1 = _mm512_setzero_ps(), c1_0 = _mm512_setzero_ps(),
-         c1_1 = _mm512_setzero_ps(), c2_0 = _mm512_setzero_ps(), c2_1 = _mm512_setzero_ps(),
-         c3_0 = _mm512_setzero_ps(), c3_1 = _mm512_setzero_ps(), c4_0 = _mm512_setzero_ps(),
-         c4_1 = _mm512_setzero_ps(), c5_0 = _mm512_setzero_ps(), c5_1 = _mm512_setzero_ps(),
-         c6_0 = _mm512_setzero_ps(), c6_1 = _mm512_setzero_ps(), c7_0 = _mm512_setzero_ps(),
-         c7_1 = _mm512_setzero_ps(), c8_0 = _mm512_setzero_ps(), c8_1 = _mm512_setzero_ps(),
-         c9_0 = _mm512_setzero_ps(), c9_1 = _mm512_setzero_ps(), c10_0 = _mm512_setzero_ps(),
-         c10_1 = _mm512_setzero_ps(), c11_0 = _mm512_setzero_ps(), c11_1 = _mm512_setzero_ps();
+  FJIT_ZERO(0) FJIT_ZERO(1) FJIT_ZERO(2) FJIT_ZERO(3) FJIT_ZERO(4) FJIT_ZERO(5)
+  FJIT_ZERO(6) FJIT_ZERO(7) FJIT_ZERO(8) FJIT_ZERO(9) FJIT_ZERO(10) FJIT_ZERO(11)
   for (int64_t p = 0; p < kc; ++p) {
     const __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16);
     __m512 x;
@@ -61,14 +58,8 @@ FJIT_AVX512 void tile_12x32(int64_t kc, const float* a, const float* b, int64_t 
 // A read in place: rows 3q .. 3q + 2 at aq[0], aq[lda], aq[2 * lda].
 FJIT_AVX512 void tile_12x32_rows(int64_t kc, const float* a, int64_t lda, const float* b,
                                  int64_t ldb, float* c, int64_t ldc, bool add) {
-  __m512 c0_0 = _mm512_setzero_ps(), c0_1 = _mm512_setzero_ps(), c1_0 = _mm512_setzero_ps(),
-         c1_1 = _mm512_setzero_ps(), c2_0 = _mm512_setzero_ps(), c2_1 = _mm512_setzero_ps(),
-         c3_0 = _mm512_setzero_ps(), c3_1 = _mm512_setzero_ps(), c4_0 = _mm512_setzero_ps(),
-         c4_1 = _mm512_setzero_ps(), c5_0 = _mm512_setzero_ps(), c5_1 = _mm512_setzero_ps(),
-         c6_0 = _mm512_setzero_ps(), c6_1 = _mm512_setzero_ps(), c7_0 = _mm512_setzero_ps(),
-         c7_1 = _mm512_setzero_ps(), c8_0 = _mm512_setzero_ps(), c8_1 = _mm512_setzero_ps(),
-         c9_0 = _mm512_setzero_ps(), c9_1 = _mm512_setzero_ps(), c10_0 = _mm512_setzero_ps(),
-         c10_1 = _mm512_setzero_ps(), c11_0 = _mm512_setzero_ps(), c11_1 = _mm512_setzero_ps();
+  FJIT_ZERO(0) FJIT_ZERO(1) FJIT_ZERO(2) FJIT_ZERO(3) FJIT_ZERO(4) FJIT_ZERO(5)
+  FJIT_ZERO(6) FJIT_ZERO(7) FJIT_ZERO(8) FJIT_ZERO(9) FJIT_ZERO(10) FJIT_ZERO(11)
   const float *a0 = a, *a3 = a + 3 * lda, *a6 = a + 6 * lda, *a9 = a + 9 * lda;
   const int64_t l1 = lda, l2 = 2 * lda;
   for (int64_t p = 0; p < kc; ++p) {
@@ -87,12 +78,8 @@ FJIT_AVX512 void tile_12x32_rows(int64_t kc, const float* a, int64_t lda, const 
 
 FJIT_AVX512 void tile_8x32(int64_t kc, const float* a, const float* b, int64_t ldb, float* c,
                            int64_t ldc, bool add) {
-  __m512 c0_0 = _mm512_setzero_ps(), c0_1 = _mm512_setzero_ps(), c1_0 = _mm512_setzero_ps(),
-         c1_1 = _mm512_setzero_ps(), c2_0 = _mm512_setzero_ps(), c2_1 = _mm512_setzero_ps(),
-         c3_0 = _mm512_setzero_ps(), c3_1 = _mm512_setzero_ps(), c4_0 = _mm512_setzero_ps(),
-         c4_1 = _mm512_setzero_ps(), c5_0 = _mm512_setzero_ps(), c5_1 = _mm512_setzero_ps(),
-         c6_0 = _mm512_setzero_ps(), c6_1 = _mm512_setzero_ps(), c7_0 = _mm512_setzero_ps(),
-         c7_1 = _mm512_setzero_ps();
+  FJIT_ZERO(0) FJIT_ZERO(1) FJIT_ZERO(2) FJIT_ZERO(3) FJIT_ZERO(4) FJIT_ZERO(5)
+  FJIT_ZERO(6) FJIT_ZERO(7)
   for (int64_t p = 0; p < kc; ++p) {
     const __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16);
     __m512 x;
@@ -107,12 +94,8 @@ FJIT_AVX512 void tile_8x32(int64_t kc, const float* a, const float* b, int64_t l
 // A read in place: rows 2q, 2q + 1 at aq[0], aq[lda].
 FJIT_AVX512 void tile_8x32_rows(int64_t kc, const float* a, int64_t lda, const float* b,
                                 int64_t ldb, float* c, int64_t ldc, bool add) {
-  __m512 c0_0 = _mm512_setzero_ps(), c0_1 = _mm512_setzero_ps(), c1_0 = _mm512_setzero_ps(),
-         c1_1 = _mm512_setzero_ps(), c2_0 = _mm512_setzero_ps(), c2_1 = _mm512_setzero_ps(),
-         c3_0 = _mm512_setzero_ps(), c3_1 = _mm512_setzero_ps(), c4_0 = _mm512_setzero_ps(),
-         c4_1 = _mm512_setzero_ps(), c5_0 = _mm512_setzero_ps(), c5_1 = _mm512_setzero_ps(),
-         c6_0 = _mm512_setzero_ps(), c6_1 = _mm512_setzero_ps(), c7_0 = _mm512_setzero_ps(),
-         c7_1 = _mm512_setzero_ps();
+  FJIT_ZERO(0) FJIT_ZERO(1) FJIT_ZERO(2) FJIT_ZERO(3) FJIT_ZERO(4) FJIT_ZERO(5)
+  FJIT_ZERO(6) FJIT_ZERO(7)
   const float *a0 = a, *a2 = a + 2 * lda, *a4 = a + 4 * lda, *a6 = a + 6 * lda;
   const int64_t l1 = lda;
   for (int64_t p = 0; p < kc; ++p) {
@@ -127,6 +110,7 @@ FJIT_AVX512 void tile_8x32_rows(int64_t kc, const float* a, int64_t lda, const f
   FJIT_STORE(6) FJIT_STORE(7)
 }
 
+#undef FJIT_ZERO
 #undef FJIT_ROW
 #undef FJIT_ROW_AT
 #undef FJIT_STORE
