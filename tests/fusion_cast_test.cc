@@ -1,10 +1,11 @@
 // Casts computed inside fused elementwise passes (core/compile/passes/cast_hoisting.cc moves a
 // cast before the reshapes and narrowing transposes it reads, and places a narrowing cast right
-// after its operand; the fusion then makes it in the pass that computes its operand). Oracles: the traced graph, casts in their original places,
-// evaluated node by node by the reference kernels (the reference cast rounds each f32 to
-// nearest-even bf16 on its own), and the same graph compiled without fusion. Every bf16 result
-// must be bit-identical to both. The programs use only correctly rounded ops (add, sub, mul),
-// whose fast and reference kernels agree bit for bit. Run with FJIT_ISA=avx2 too.
+// after its operand; the fusion then makes it in the pass that computes its operand). Oracles:
+// the traced graph, casts in their original places, evaluated node by node by the reference
+// kernels (the reference cast rounds each f32 to nearest-even bf16 on its own), and the same
+// graph compiled without fusion. Every bf16 result must be bit-identical to both. The programs
+// use only correctly rounded ops (add, sub, mul), whose fast and reference kernels agree bit
+// for bit. Run with FJIT_ISA=avx2 too.
 #include <gtest/gtest.h>
 
 #include <cmath>

@@ -61,8 +61,8 @@ inline void transpose4x8(const float* src, int64_t lds, float* dst, int64_t ldd)
 }
 
 // dst[p * W + j] = src[p * lds + j] for j < W, p < kc: whole rows, at the width of the kernels
-// (B slivers of 16 or 32, A panels of 12, 8 or 6), in plain moves: masked stores are slow on some
-// CPUs (AMD's microcode them).
+// (B slivers of 16 or 32, A panels of 12, 8 or 6), in plain moves: masked stores
+// (vmaskmovps) are slow on AMD's Zen 4 (bench/RESULTS.md, issue 29 on the Zen 4).
 template <int W>
 void copy_rows(const float* src, int64_t lds, int64_t kc, float* dst) {
   static_assert(W % 2 == 0, "rows of an even width");

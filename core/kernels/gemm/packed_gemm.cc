@@ -366,8 +366,10 @@ PackedGemmUse packed_gemm_use() {
 
 const char* packed_gemm_name() {
   thread_local std::string s;
-  s = std::string("fjit packed GEMM, ") + kernel_for(active_isa(), 12).name + " kernel";
-  if (active_isa() == Isa::avx512) s += std::string(" (") + gemm::ukernel_avx512_8().name + " where it pads less)";
+  const bool wide = active_isa() == Isa::avx512;
+  const UKernel& uk = wide ? gemm::ukernel_avx512() : gemm::ukernel_avx2();
+  s = std::string("fjit packed GEMM, ") + uk.name + " kernel";
+  if (wide) s += std::string(" (") + gemm::ukernel_avx512_8().name + " where it pads less)";
   return s.c_str();
 }
 
