@@ -147,10 +147,10 @@ TEST(PatchesProducts, InputGradientsFoldIntoTheImage) {
   }
 }
 
-// Under the bf16 policy the products take bf16 operands (and give f32 results): the forward and
-// weight-gradient products keep their kernels (matmul_bf16.h) and their patches; the input
-// gradient folds where the bf16 products run natively (AVX512_BF16, AMX), with the bits of
-// bf16_gemm_packed_b and then the adjoint's sums in order.
+// Under the bf16 policy the products take bf16 operands (and give f32 results). At most 16
+// output channels, the forward and weight-gradient products keep their kernels (matmul_bf16.h)
+// and their patches; the input gradient folds where the bf16 products run natively
+// (AVX512_BF16, AMX), with the bits of bf16_gemm_packed_b and then the adjoint's sums in order.
 TEST(PatchesProducts, Bf16InputGradientsFoldWhereTheProductsAreNative) {
   auto step = jit([](const Tensor& x, const Tensor& w) {
     return grad(
@@ -193,6 +193,79 @@ TEST(PatchesProducts, Bf16InputGradientsFoldWhereTheProductsAreNative) {
   PatchesOperand o = operand({12, 9, 9, 8, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 0.f}, {});
   expect_same_bits(std::vector<float>(got.data<float>(), got.data<float>() + got.size()),
                    adjoint_by_loops(o, cols), "bf16 input gradient");
+}
+
+// Wider convolutions under the bf16 policy, on AVX512_BF16 without the AMX tiles: the forward
+// and weight-gradient products read the bf16 image (patches_gemm_bf16.cc), no patches op is
+// left, and both give the bits of the bf16 matmul over the materialized patches (the plan made
+// without the pass), on 1 and 3 threads; and again after the ISA limit drops to AVX2 (the
+// kernel then multiplies the patches on the matmul's widening path). The depths (pixels) span
+// several of the weight gradient's depth chunks, the last one odd.
+TEST(PatchesProducts, Bf16ForwardAndWeightGradientsReadTheImage) {
+  if (!active_avx512_bf16() || active_amx_bf16()) GTEST_SKIP() << "the AVX512_BF16 path's fold";
+  struct Conv {
+    Shape x, w, y;
+    int64_t stride;
+    bool same;
+  };
+  for (const Conv& cv : {Conv{{5, 13, 11, 16}, {3, 3, 16, 40}, {5, 13, 11, 40}, 1, true},  // 715 pixels
+                         Conv{{3, 20, 20, 8}, {3, 3, 8, 33}, {3, 9, 9, 33}, 2, false}}) {
+    const ConvOptions opts{.strides = {cv.stride, cv.stride},
+                           .padding = cv.same ? Padding::same() : Padding::valid()};
+    auto make = [opts] {
+      return jit([opts](const Tensor& x, const Tensor& w, const Tensor& c) {
+        PrecisionScope s({.compute = DType::bf16});
+        const Tensor y = conv2d(x, w, opts);
+        const Tensor dw = grad([opts](const Tensor& f, const Tensor& v, const Tensor& ct) {
+          PrecisionScope inner({.compute = DType::bf16});
+          return sum(conv2d(v, f, opts) * ct);
+        })(w, x, c);
+        return std::make_tuple(y, dw);
+      });
+    };
+    const Array x = random_array(cv.x, 21), w = random_array(cv.w, 22), c = random_array(cv.y, 23);
+    const Shape& ys = cv.y;
+    auto folded = make();
+    const auto [y1, dw1] = folded(x, w, c);
+    ASSERT_EQ(y1.shape(), ys);
+    const Graph& graph = *folded.core().last_entry()->exe->graph;
+    EXPECT_EQ(count_ops(graph, Op::Patches, false), 0) << graph.to_string();
+    EXPECT_EQ(count_ops(graph, Op::MatMul, true), 2) << graph.to_string();
+    const PackedGemmUse saved_use = packed_gemm_use();
+    set_packed_gemm_use(PackedGemmUse::never);
+    auto plain = make();
+    const auto [y0, dw0] = plain(x, w, c);
+    set_packed_gemm_use(saved_use);
+    EXPECT_GE(count_ops(*plain.core().last_entry()->exe->graph, Op::Patches, false), 1);
+    EXPECT_TRUE(y1.bit_equal(y0));
+    EXPECT_TRUE(dw1.bit_equal(dw0));
+    const int saved = intra_op_threads();
+    set_intra_op_threads(3);
+    const auto [y3, dw3] = folded(x, w, c);
+    set_intra_op_threads(saved);
+    EXPECT_TRUE(y3.bit_equal(y0));
+    EXPECT_TRUE(dw3.bit_equal(dw0));
+    // Values: the convolution of x and w rounded to bf16, summed in double.
+    if (!cv.same) {
+      auto rounded = jit([](const Tensor& v) { return cast(cast(v, DType::bf16), DType::f32); });
+      const Array xr = rounded(x), wr = rounded(w);
+      for (int64_t i = 0; i < y1.size(); i += 7) {
+        const int64_t f = i % ys[3], ox = i / ys[3] % ys[2], oy = i / ys[3] / ys[2] % ys[1];
+        const double want = conv_at(xr, wr, cv.stride, i / ys[3] / ys[2] / ys[1], oy, ox, f);
+        EXPECT_NEAR(y1.data<float>()[i], want, 1e-5 * (1 + std::abs(want)));
+      }
+    }
+    // The plan made on AVX512_BF16, run on the widening path: the widening path's bits.
+    set_isa_limit(Isa::avx2);
+    const auto [yw, dww] = folded(x, w, c);
+    set_packed_gemm_use(PackedGemmUse::never);
+    auto plain_wide = make();
+    const auto [yw0, dww0] = plain_wide(x, w, c);
+    set_packed_gemm_use(saved_use);
+    set_isa_limit(Isa::avx512);
+    EXPECT_TRUE(yw.bit_equal(yw0));
+    EXPECT_TRUE(dww.bit_equal(dww0));
+  }
 }
 
 // The reference kernels (the oracle of replay and of the tests that evaluate a compiled graph

@@ -25,9 +25,10 @@ void require_same_dtype(std::span<const ValueType> ins) {
     if (t.dtype != ins[0].dtype) fail("dtype mismatch: " + types(ins));
 }
 
-// With attrs.window set (the compiler's patches-products pass, patches_gemm.h), f32 only:
-// index 0, operand 0 is an image and op(A) its patches reshaped to [N*OH*OW, KH*KW*C]; index 1,
-// the result is the image `hint` whose patches' cotangent the product is (patches_adjoint).
+// With attrs.window set (the compiler's patches-products pass, patches_gemm.h): index 0,
+// operand 0 is an image (f32 or bf16) and op(A) its patches reshaped to [N*OH*OW, KH*KW*C];
+// index 1, the result is the f32 image `hint` whose patches' cotangent the product is
+// (patches_adjoint).
 ValueType matmul_type(const Attrs& a, std::span<const ValueType> ins, const ValueType& hint) {
   if (!a.window.empty() && a.index == 1) {
     Attrs plain = a;
@@ -43,7 +44,8 @@ ValueType matmul_type(const Attrs& a, std::span<const ValueType> ins, const Valu
   }
   if (!a.window.empty()) {
     const ValueType cols = patches_type(Op::Patches, a, ins[0], ins[0]);
-    if (cols.dtype != DType::f32) fail("an image operand's patches must be f32, got " + types(ins));
+    if (cols.dtype != DType::f32 && cols.dtype != DType::bf16)
+      fail("an image operand's patches must be f32 or bf16, got " + types(ins));
     const ValueType flat{cols.dtype, {cols.shape[0] * cols.shape[1] * cols.shape[2], cols.shape[3]}};
     Attrs plain = a;
     plain.window.clear();

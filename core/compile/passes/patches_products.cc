@@ -1,11 +1,11 @@
 // Convolution products read their image, not its patches.
 //
 // A convolution traces to matmul(reshape(patches(x)), W), and its weight gradient to
-// matmul(reshape(patches(x)), g) with trans_a. Each such f32 product becomes a matmul of the
-// image itself, the patches' window (and padding value) in its attributes: matmul's shape rule
-// reads operand 0 as that image's patches (core/ir/shape_rules.cc), and its kernel gathers each
-// block of op(A) from the image as it packs it (core/kernels/gemm/patches_gemm.h), with the bits
-// of the packed GEMM over the patches. Once nothing else reads the patches they are dead code,
+// matmul(reshape(patches(x)), g) with trans_a. Each such f32 product (and bf16 one, see
+// image_product) becomes a matmul of the image itself, the patches' window (and padding value)
+// in its attributes: matmul's shape rule reads operand 0 as that image's patches
+// (core/ir/shape_rules.cc), and its kernel gathers each block of op(A) from the image as it
+// packs it (core/kernels/gemm/patches_gemm.h), with the bits of the product over the patches. Once nothing else reads the patches they are dead code,
 // and the image's KH*KW-fold copy is never written nor read back. With FJIT_GEMM=eigen (no
 // packed GEMM) nothing changes.
 //
@@ -23,6 +23,14 @@ namespace {
 // gathered value by value, and the patches (KH*KW copies of a thin image) are small beside the
 // products' own traffic. Measured: bench/conv_products, the CNN's one-channel first layer.
 constexpr int64_t kMinChannels = 8;
+
+// Whether a product of `t` operands with n columns reads an image for its patches: f32, or
+// bf16 on AVX512_BF16 without the AMX tiles (patches_gemm_bf16.cc; the AMX tiles keep the
+// patches, as do products of at most 16 columns, which the bf16 matmul runs transposed).
+bool image_product(DType t, int64_t n) {
+  if (t == DType::f32) return true;
+  return t == DType::bf16 && active_avx512_bf16() && !active_amx_bf16() && n > 16;
+}
 
 class PatchesProducts : public Pass {
  public:
@@ -62,10 +70,11 @@ class PatchesProducts : public Pass {
       }
       if (packed && n.op == Op::MatMul && n.dtype == DType::f32 && n.attrs.window.empty() &&
           n.shape.size() == 2 && out.node(n.inputs[1]).shape.size() == 2 &&
-          out.node(n.inputs[1]).dtype == DType::f32) {
+          image_product(out.node(n.inputs[1]).dtype, n.shape[1])) {
         const Node& flat = out.node(n.inputs[0]);
         const Node& cols = flat.op == Op::Reshape ? out.node(flat.inputs[0]) : flat;
-        if (flat.op == Op::Reshape && cols.op == Op::Patches && cols.dtype == DType::f32 &&
+        if (flat.op == Op::Reshape && cols.op == Op::Patches &&
+            cols.dtype == out.node(n.inputs[1]).dtype &&
             out.node(cols.inputs[0]).shape[3] >= kMinChannels &&
             flat.shape == Shape{cols.shape[0] * cols.shape[1] * cols.shape[2], cols.shape[3]}) {
           n.inputs[0] = cols.inputs[0];

@@ -16,6 +16,8 @@ namespace fjit {
 namespace {
 
 constexpr int64_t kMr = 12;
+// op(A)'s rows (whole 12-row slivers) whose transposed A is packed at once.
+constexpr int64_t kGroupRows = 96;
 
 float widen(uint16_t x) {
   const uint32_t bits = uint32_t{x} << 16;
@@ -25,57 +27,65 @@ float widen(uint16_t x) {
 }
 
 // op(A) [m, k]: A row-major with row stride lda, or with trans_a A^T for A stored [k, m] with
-// row stride lda; bp: op(B) packed by bf16_pack_b.
+// row stride lda; bp: op(B) packed by bf16_pack_b. Each depth block runs over all the rows, in
+// groups of kGroupRows (whole slivers). From a row-major A, a sliver is read in place where it
+// has 12 rows and whole pairs, else its rows are copied, zero-padded, into a buffer; from a
+// transposed A, a group's A is interleaved in one pass along its stored rows.
 void bf16_gemm_on_packed(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda,
                          bool trans_a, const uint16_t* bp, float* c, bool accumulate, int64_t j0, int64_t j1) {
   const gemm::Bf16TileFn tile = gemm::bf16_tile_avx512();
-  const gemm::Bf16PackATFn pack_at = gemm::bf16_pack_a_trans_avx512();
-  const int64_t pairs = (k + 1) / 2, ns = (n + kNr - 1) / kNr, ms = (m + kMr - 1) / kMr;
+  const int64_t pairs = (k + 1) / 2, ns = (n + kNr - 1) / kNr;
   thread_local std::vector<uint32_t> ap_buf;
-  grow_scratch(ap_buf, kPairs * kMr);
-  uint32_t* ap = ap_buf.data();
-  const auto* ap16 = reinterpret_cast<const uint16_t*>(ap);
+  uint32_t* ap = aligned_scratch(ap_buf, kGroupRows / kMr * gemm::bf16_sliver_stride(kPairs));
   alignas(64) float tmp[kMr * kNr];
-  auto a_at = [&](int64_t r, int64_t p) -> uint16_t {
-    if (r >= m || p >= k) return 0;
-    return trans_a ? a[p * lda + r] : a[r * lda + p];
-  };
-  for (int64_t q0 = 0; q0 < pairs; q0 += kPairs) {
-    const int64_t np = std::min(kPairs, pairs - q0);
-    const bool whole_pairs = 2 * (q0 + np) <= k;
-    const uint16_t* bq = bp + q0 * ns * kNr * 2;
+  // Rows row0.. (12 or fewer) against depth block q0's pairs, for C's slivers [j0, j1): op(A)
+  // from `packed` (12 pairs a step) where given, else from the row-major A.
+  auto sliver = [&](int64_t row0, int64_t q0, const uint16_t* packed) {
+    const int64_t np = std::min(kPairs, pairs - q0), depth = std::min(2 * np, k - 2 * q0);
+    const int64_t rows = std::min(kMr, m - row0);
     const bool add = accumulate || q0 > 0;
-    for (int64_t s = 0; s < ms; ++s) {
-      const int64_t row0 = s * kMr, rows = std::min(kMr, m - row0);
-      // The sliver's A: read in place (row-major, whole rows and pairs), or packed.
-      const uint16_t* as = ap16;
-      int64_t a_row = 2, a_pair = 2 * kMr;
-      if (!trans_a && rows == kMr && whole_pairs) {
-        as = a + row0 * lda + 2 * q0;
-        a_row = lda;
-        a_pair = 2;
-      } else if (trans_a && rows == kMr && whole_pairs) {  // two rows of A^T's storage per pair
-        pack_at(np, a + 2 * q0 * lda + row0, lda, ap);
-      } else {
-        for (int64_t q = 0; q < np; ++q)
-          for (int64_t i = 0; i < kMr; ++i) {
-            const int64_t p = 2 * (q0 + q);
-            ap[q * kMr + i] = uint32_t{a_at(row0 + i, p)} | (uint32_t{a_at(row0 + i, p + 1)} << 16);
-          }
+    const uint16_t* as = packed;
+    int64_t a_row = 2, a_pair = 2 * kMr;
+    if (!packed && rows == kMr && depth == 2 * np) {  // in place
+      as = a + row0 * lda + 2 * q0;
+      a_row = lda;
+      a_pair = 2;
+    } else if (!packed) {  // row i's pairs at ap[i * np ...], zero past the depth and rows
+      auto* row_buf = reinterpret_cast<uint16_t*>(ap);
+      for (int64_t i = 0; i < kMr; ++i) {
+        uint16_t* d = row_buf + i * 2 * np;
+        const int64_t have = i < rows ? depth : 0;
+        if (have > 0) std::memcpy(d, a + (row0 + i) * lda + 2 * q0, have * sizeof(uint16_t));
+        std::fill(d + have, d + 2 * np, uint16_t{0});
       }
-      for (int64_t j = j0; j < j1; ++j) {
-        const int64_t col0 = j * kNr, cols = std::min(kNr, n - col0);
-        const uint16_t* bs = bq + j * round16(np) * kNr * 2;
-        float* ct = c + row0 * n + col0;
-        if (rows == kMr && cols == kNr) {
-          tile(np, as, a_row, a_pair, bs, ct, n, add);
-          continue;
-        }
-        tile(np, as, a_row, a_pair, bs, tmp, kNr, false);
-        for (int64_t r = 0; r < rows; ++r)
-          for (int64_t col = 0; col < cols; ++col)
-            ct[r * n + col] = add ? ct[r * n + col] + tmp[r * kNr + col] : tmp[r * kNr + col];
+      as = row_buf;
+      a_row = 2 * np;
+      a_pair = 2;
+    }
+    const uint16_t* bq = bp + q0 * ns * kNr * 2;
+    for (int64_t j = j0; j < j1; ++j) {
+      const int64_t col0 = j * kNr, cols = std::min(kNr, n - col0);
+      const uint16_t* bs = bq + j * round16(np) * kNr * 2;
+      float* ct = c + row0 * n + col0;
+      if (rows == kMr && cols == kNr) {
+        tile(np, as, a_row, a_pair, bs, ct, n, add);
+        continue;
       }
+      tile(np, as, a_row, a_pair, bs, tmp, kNr, false);
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t col = 0; col < cols; ++col)
+          ct[r * n + col] = add ? ct[r * n + col] + tmp[r * kNr + col] : tmp[r * kNr + col];
+    }
+  };
+  const gemm::Bf16PackATFn pack_at = gemm::bf16_pack_a_trans_avx512();
+  const auto* ap16 = reinterpret_cast<const uint16_t*>(ap);
+  for (int64_t q0 = 0; q0 < pairs; q0 += kPairs) {
+    const int64_t np = std::min(kPairs, pairs - q0), depth = std::min(2 * np, k - 2 * q0);
+    for (int64_t g0 = 0; g0 < m; g0 += kGroupRows) {
+      const int64_t g_rows = std::min(kGroupRows, m - g0);
+      if (trans_a) pack_at(np, depth, a + 2 * q0 * lda + g0, lda, g_rows, ap);
+      for (int64_t row0 = g0; row0 < g0 + g_rows; row0 += kMr)
+        sliver(row0, q0, trans_a ? ap16 + 2 * ((row0 - g0) / kMr) * gemm::bf16_sliver_stride(np) : nullptr);
     }
   }
 }

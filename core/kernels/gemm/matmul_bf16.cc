@@ -142,13 +142,10 @@ void native_products(const Operands& o, float* out, int64_t deadline, int want) 
   in_two_phases(2 * batch * m * n * k >= (int64_t{1} << 21) ? threads : 1, pieces, pack, items, run);
 }
 
-// p: [0]=M [1]=K [2]=N [3]=batch [4]=a batch stride [5]=b batch stride (matmul.cc's plan).
+// batch products out [batch, m, n] = op(A) op(B), entries sa and sb apart (matmul.cc's plan).
 template <bool TA, bool TB>
-void bf16_kernel(const Instr& in, const Frame& f) {
-  const int64_t m = in.p[0], k = in.p[1], n = in.p[2], batch = in.p[3], sa = in.p[4], sb = in.p[5];
-  const auto* a = in.in<uint16_t>(f, 0);
-  const auto* b = in.in<uint16_t>(f, 1);
-  float* c = in.output<float>(f);
+void bf16_products(int64_t m, int64_t k, int64_t n, int64_t batch, int64_t sa, int64_t sb, const uint16_t* a,
+                   const uint16_t* b, float* c) {
   // Past the step's deadline the blocks left are skipped (core/base/step_deadline.h).
   const int64_t deadline = thread_step_deadline();
   const int want = intra_op_threads();
@@ -209,7 +206,25 @@ void bf16_kernel(const Instr& in, const Frame& f) {
   in_two_phases(2 * batch * m * n * k >= (int64_t{1} << 21) ? threads : 1, batch, widen_b, items, run);
 }
 
+// p: [0]=M [1]=K [2]=N [3]=batch [4]=a batch stride [5]=b batch stride (matmul.cc's plan).
+template <bool TA, bool TB>
+void bf16_kernel(const Instr& in, const Frame& f) {
+  bf16_products<TA, TB>(in.p[0], in.p[1], in.p[2], in.p[3], in.p[4], in.p[5], in.in<uint16_t>(f, 0),
+                        in.in<uint16_t>(f, 1), in.output<float>(f));
+}
+
 }  // namespace
+
+void bf16_matmul(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const uint16_t* a, const uint16_t* b,
+                 float* c) {
+  if (ta) {
+    if (tb) bf16_products<true, true>(m, k, n, 1, 0, 0, a, b, c);
+    else bf16_products<true, false>(m, k, n, 1, 0, 0, a, b, c);
+  } else {
+    if (tb) bf16_products<false, true>(m, k, n, 1, 0, 0, a, b, c);
+    else bf16_products<false, false>(m, k, n, 1, 0, 0, a, b, c);
+  }
+}
 
 bool select_bf16_matmul(Instr& instr) {
   const bool ta = instr.attrs.trans_a, tb = instr.attrs.trans_b;

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <array>
 #include <cassert>
+#include <cstring>
 #include <type_traits>
 #include <vector>
 
@@ -34,14 +35,14 @@ inline void copy_run(const float* __restrict s, float* __restrict d, int64_t len
 // Calls emit(r, q, s, len) for the runs of patches(x)[r0 + r, c0 + q ...] (r < nr, q < nc), in
 // order along each row: len values read from s, or the padding's value where s is null. A run
 // is one window position's channels (one value where the image has one channel).
-template <class Emit>
-void walk(const PatchesOperand& o, int64_t r0, int64_t nr, int64_t c0, int64_t nc, Emit&& emit) {
+template <class T, class Emit>
+void walk(const PatchesOperand& o, const T* x, int64_t r0, int64_t nr, int64_t c0, int64_t nc, Emit&& emit) {
   const int64_t per_image = o.oh * o.ow;
   int64_t b = r0 / per_image, y = (r0 % per_image) / o.ow, xo = r0 % o.ow;
   // Where column c0 falls: window row i0, column j0, channel cc0 (no division per tap below).
   const int64_t i0 = c0 / o.c / o.kw, j0 = c0 / o.c % o.kw, cc0 = c0 % o.c;
   for (int64_t r = 0; r < nr; ++r) {
-    const float* image = o.x + b * o.h * o.w * o.c;
+    const T* image = x + b * o.h * o.w * o.c;
     const int64_t y0 = y * o.sh - o.top, x0 = xo * o.sw - o.left;
     int64_t i = i0, j = j0;
     for (int64_t q = 0, cc = cc0; q < nc; cc = 0) {
@@ -62,8 +63,9 @@ void walk(const PatchesOperand& o, int64_t r0, int64_t nr, int64_t c0, int64_t n
 // A one-channel image's patches, value by value: put(r, q, value) for every element of the
 // block in row-major order. Each tap's offset is tabled once; the bounds are tested only for
 // windows that cross the image's edge.
-template <class Put>
-void walk_grey(const PatchesOperand& o, int64_t r0, int64_t nr, int64_t c0, int64_t nc, Put&& put) {
+template <class T, class Put>
+void walk_grey(const PatchesOperand& o, const T* x, T pad, int64_t r0, int64_t nr, int64_t c0, int64_t nc,
+               Put&& put) {
   thread_local std::vector<int64_t> tab;  // per column q: the tap's row, column and offset
   if (static_cast<int64_t>(tab.size()) < 3 * nc) tab.resize(3 * nc);
   for (int64_t q = 0, i = c0 / o.kw, j = c0 % o.kw; q < nc; ++q) {
@@ -74,15 +76,15 @@ void walk_grey(const PatchesOperand& o, int64_t r0, int64_t nr, int64_t c0, int6
   const int64_t per_image = o.oh * o.ow;
   int64_t b = r0 / per_image, y = (r0 % per_image) / o.ow, xo = r0 % o.ow;
   for (int64_t r = 0; r < nr; ++r) {
-    const float* image = o.x + b * o.h * o.w;
+    const T* image = x + b * o.h * o.w;
     const int64_t y0 = y * o.sh - o.top, x0 = xo * o.sw - o.left;
     if (y0 >= 0 && y0 + (o.kh - 1) * o.dh < o.h && x0 >= 0 && x0 + (o.kw - 1) * o.dw < o.w) {
-      const float* at = image + y0 * o.w + x0;
+      const T* at = image + y0 * o.w + x0;
       for (int64_t q = 0; q < nc; ++q) put(r, q, at[t[3 * q + 2]]);
     } else {
       for (int64_t q = 0; q < nc; ++q) {
         const int64_t iy = y0 + t[3 * q], ix = x0 + t[3 * q + 1];
-        put(r, q, iy >= 0 && iy < o.h && ix >= 0 && ix < o.w ? image[iy * o.w + ix] : o.pad);
+        put(r, q, iy >= 0 && iy < o.h && ix >= 0 && ix < o.w ? image[iy * o.w + ix] : pad);
       }
     }
     if (++xo == o.ow) {
@@ -97,9 +99,8 @@ void walk_grey(const PatchesOperand& o, int64_t r0, int64_t nr, int64_t c0, int6
 void PatchesOperand::block(int64_t r0, int64_t nr, int64_t c0, int64_t nc, float* dst,
                            int64_t ldd) const {
   if (c == 1)
-    return walk_grey(*this, r0, nr, c0, nc,
-                     [&](int64_t r, int64_t q, float v) { dst[r * ldd + q] = v; });
-  walk(*this, r0, nr, c0, nc, [&](int64_t r, int64_t q, const float* s, int64_t len) {
+    return walk_grey(*this, x, pad, r0, nr, c0, nc, [&](int64_t r, int64_t q, float v) { dst[r * ldd + q] = v; });
+  walk(*this, x, r0, nr, c0, nc, [&](int64_t r, int64_t q, const float* s, int64_t len) {
     float* d = dst + r * ldd + q;
     if (len == 1)
       *d = s ? *s : pad;
@@ -108,6 +109,33 @@ void PatchesOperand::block(int64_t r0, int64_t nr, int64_t c0, int64_t nc, float
     else
       std::fill_n(d, len, pad);
   });
+}
+
+void PatchesOperand::block(int64_t r0, int64_t nr, int64_t c0, int64_t nc, uint16_t* dst,
+                           int64_t ldd) const {
+  if (c == 1)
+    return walk_grey(*this, x_bf16, pad_bf16, r0, nr, c0, nc,
+                     [&](int64_t r, int64_t q, uint16_t v) { dst[r * ldd + q] = v; });
+  walk(*this, x_bf16, r0, nr, c0, nc, [&](int64_t r, int64_t q, const uint16_t* s, int64_t len) {
+    uint16_t* d = dst + r * ldd + q;
+    if (!s) {
+      std::fill_n(d, len, pad_bf16);
+      return;
+    }
+    int64_t i = 0;  // whole 32-byte pieces inline, not a library call per run
+    for (; i + 16 <= len; i += 16) std::memcpy(d + i, s + i, 32);
+    for (; i < len; ++i) d[i] = s[i];
+  });
+}
+
+// v = {N, H, W, C, OH, OW} then the window attribute.
+PatchesOperand patches_geometry(const Instr& in) {
+  const std::vector<int64_t>& v = in.v;
+  PatchesOperand a;
+  a.n = v[0], a.h = v[1], a.w = v[2], a.c = v[3], a.oh = v[4], a.ow = v[5];
+  a.kh = v[6], a.kw = v[7], a.sh = v[8], a.sw = v[9], a.dh = v[10], a.dw = v[11];
+  a.top = v[12], a.left = v[14];
+  return a;
 }
 
 void PatchesOperand::slivers(int64_t r0, int64_t nr, int64_t c0, int64_t nc, float* dst,
@@ -120,9 +148,9 @@ void PatchesOperand::slivers(int64_t r0, int64_t nr, int64_t c0, int64_t nc, flo
     if (static_cast<int64_t>(place.size()) < nc) place.resize(nc);
     for (int64_t q = 0; q < nc; ++q) place[q] = (q / w) * slab + q % w;
     const int64_t* p = place.data();
-    walk_grey(*this, r0, nr, c0, nc, [&](int64_t r, int64_t q, float v) { dst[r * w + p[q]] = v; });
+    walk_grey(*this, x, pad, r0, nr, c0, nc, [&](int64_t r, int64_t q, float v) { dst[r * w + p[q]] = v; });
   } else {
-    walk(*this, r0, nr, c0, nc, [&](int64_t r, int64_t q, const float* s, int64_t len) {
+    walk(*this, x, r0, nr, c0, nc, [&](int64_t r, int64_t q, const float* s, int64_t len) {
       if (q == 0) d = dst + r * w, at = 0;
       while (len > 0) {  // the run's pieces, one per sliver it crosses
         const int64_t piece = std::min(len, w - at);
@@ -158,16 +186,10 @@ void PatchesOperand::slivers(int64_t r0, int64_t nr, int64_t c0, int64_t nc, flo
 
 namespace {
 
-// The image's geometry as select_patches_matmul stored it: v = {N, H, W, C, OH, OW} then the
-// window attribute.
 PatchesOperand geometry(const Instr& in, const float* x) {
-  const std::vector<int64_t>& v = in.v;
-  PatchesOperand a;
+  PatchesOperand a = patches_geometry(in);
   a.x = x;
   a.pad = static_cast<float>(in.attrs.scalar);
-  a.n = v[0], a.h = v[1], a.w = v[2], a.c = v[3], a.oh = v[4], a.ow = v[5];
-  a.kh = v[6], a.kw = v[7], a.sh = v[8], a.sw = v[9], a.dh = v[10], a.dw = v[11];
-  a.top = v[12], a.left = v[14];
   return a;
 }
 
@@ -218,7 +240,7 @@ void input_grad_kernel(const Instr& in, const Frame& f) {
         packed_sgemm(isa, false, TB, rows, taps, k, g + b * per_image * k, w, cols.data(), false, 1);
       std::fill(img + b * image_elems, img + be * image_elems, 0.f);
       // The runs walk() finds in the image are where each tap's channels go.
-      walk(o, b * per_image, rows, 0, taps, [&](int64_t r, int64_t q, const float* at, int64_t len) {
+      walk(o, o.x, b * per_image, rows, 0, taps, [&](int64_t r, int64_t q, const float* at, int64_t len) {
         if (at) add_run(cols.data() + r * taps + q, const_cast<float*>(at), len);
       });
     }
@@ -285,8 +307,8 @@ bool select_patches_matmul(Instr& instr) {
   const Shape& cs = instr.out.shape;
   const std::vector<int64_t>& win = instr.attrs.window;
   if (win.size() != 10 || x.size() != 4 || bs.size() != 2 || cs.size() != 2) return false;
-  if (instr.out.dtype != DType::f32 || instr.ins[0].dtype != DType::f32 ||
-      instr.ins[1].dtype != DType::f32)
+  const DType t = instr.ins[0].dtype;
+  if (instr.out.dtype != DType::f32 || (t != DType::f32 && t != DType::bf16) || instr.ins[1].dtype != t)
     return false;
   const bool ta = instr.attrs.trans_a, tb = instr.attrs.trans_b;
   const auto [pixels, taps] = store_image(instr, x);
@@ -297,7 +319,9 @@ bool select_patches_matmul(Instr& instr) {
   instr.p[1] = k;
   instr.p[2] = n;
   instr.p[6] = static_cast<int64_t>(active_isa());
-  if (ta)
+  if (t == DType::bf16)
+    instr.fn = bf16_patches_matmul_kernel(ta, tb);
+  else if (ta)
     instr.fn = tb ? patches_matmul_kernel<true, true> : patches_matmul_kernel<true, false>;
   else
     instr.fn = tb ? patches_matmul_kernel<false, true> : patches_matmul_kernel<false, false>;

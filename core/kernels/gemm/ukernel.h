@@ -41,9 +41,15 @@ struct UKernel {
 using Bf16TileFn = void (*)(int64_t pairs, const uint16_t* a, int64_t a_row, int64_t a_pair,
                             const uint16_t* b, float* c, int64_t ldc, bool add);
 Bf16TileFn bf16_tile_avx512();
-// Its A packing from a transposed A (12 rows of op(A) are 12 neighbouring columns of A's
-// storage): for each pair q < pairs, ap[q * 12 + i] = a[2q * lda + i] | a[(2q + 1) * lda + i] << 16.
-using Bf16PackATFn = void (*)(int64_t pairs, const uint16_t* a, int64_t lda, uint32_t* ap);
+// Its A packing from a transposed A (op(A)'s rows are neighbouring columns of A's storage),
+// in 12-row slivers bf16_sliver_stride(pairs) elements apart: for each pair q < pairs and row
+// i < 12 of sliver s < ceil(width / 12), ap[s * stride + q * 12 + i] = a[2q * lda + 12s + i] |
+// a[(2q + 1) * lda + 12s + i] << 16, with A's element taken as 0 at a column 12s + i >= width
+// or a stored row 2q + 1 >= depth (an odd depth's last pair), neither of which is read.
+using Bf16PackATFn = void (*)(int64_t pairs, int64_t depth, const uint16_t* a, int64_t lda, int64_t width,
+                              uint32_t* ap);
+// A sliver's pairs and four elements of padding, rounded up to whole 64-byte lines.
+constexpr int64_t bf16_sliver_stride(int64_t pairs) { return (pairs * 12 + 4 + 15) / 16 * 16; }
 Bf16PackATFn bf16_pack_a_trans_avx512();
 
 // The AMX bf16 kernels (bf16_gemm.h's AMX path; call only where active_amx_bf16()).
