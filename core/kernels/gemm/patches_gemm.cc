@@ -34,7 +34,9 @@ inline void copy_run(const float* __restrict s, float* __restrict d, int64_t len
 
 // Calls emit(r, q, s, len) for the runs of patches(x)[r0 + r, c0 + q ...] (r < nr, q < nc), in
 // order along each row: len values read from s, or the padding's value where s is null. A run
-// is one window position's channels (one value where the image has one channel).
+// is one window position's channels (one value where the image has one channel), or a whole
+// window row's where that row lies inside the image undilated (its KW*C values are neighbours
+// in the image).
 template <class T, class Emit>
 void walk(const PatchesOperand& o, const T* x, int64_t r0, int64_t nr, int64_t c0, int64_t nc, Emit&& emit) {
   const int64_t per_image = o.oh * o.ow;
@@ -45,9 +47,17 @@ void walk(const PatchesOperand& o, const T* x, int64_t r0, int64_t nr, int64_t c
     const T* image = x + b * o.h * o.w * o.c;
     const int64_t y0 = y * o.sh - o.top, x0 = xo * o.sw - o.left;
     int64_t i = i0, j = j0;
+    const bool row_inside = o.dw == 1 && x0 >= 0 && x0 + o.kw <= o.w;  // every window column
     for (int64_t q = 0, cc = cc0; q < nc; cc = 0) {
+      const int64_t iy = y0 + i * o.dh;
+      if (row_inside && j == 0 && cc == 0 && nc - q >= o.kw * o.c && iy >= 0 && iy < o.h) {
+        emit(r, q, image + (iy * o.w + x0) * o.c, o.kw * o.c);
+        q += o.kw * o.c;
+        ++i;
+        continue;
+      }
       const int64_t len = std::min(o.c - cc, nc - q);
-      const int64_t iy = y0 + i * o.dh, ix = x0 + j * o.dw;
+      const int64_t ix = x0 + j * o.dw;
       const bool inside = iy >= 0 && iy < o.h && ix >= 0 && ix < o.w;
       emit(r, q, inside ? image + (iy * o.w + ix) * o.c + cc : nullptr, len);
       q += len;

@@ -8,7 +8,9 @@
 // the values the materialized patches would have given them, so every product has the bits
 // of packed_sgemm over the patches, and the patches (KH*KW times the image) are never written
 // out nor read back. The input gradient's product, the patches' cotangent, is likewise folded
-// into the image a few images at a time as it is made, never written out whole.
+// into the image a few images at a time as it is made, never written out whole. bf16 products
+// (the mixed-precision policy's) gather whole blocks of patches rows into a buffer that stays in
+// cache and multiply them there (patches_gemm_bf16.cc).
 #pragma once
 
 #include <cstdint>
