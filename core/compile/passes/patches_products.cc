@@ -5,9 +5,9 @@
 // image_product) becomes a matmul of the image itself, the patches' window (and padding value)
 // in its attributes: matmul's shape rule reads operand 0 as that image's patches
 // (core/ir/shape_rules.cc), and its kernel gathers each block of op(A) from the image as it
-// packs it (core/kernels/gemm/patches_gemm.h), with the bits of the product over the patches. Once nothing else reads the patches they are dead code,
-// and the image's KH*KW-fold copy is never written nor read back. With FJIT_GEMM=eigen (no
-// packed GEMM) nothing changes.
+// packs it (core/kernels/gemm/patches_gemm.h), with the bits of the product over the patches.
+// Once nothing else reads the patches they are dead code, and the image's KH*KW-fold copy is
+// never written nor read back. With FJIT_GEMM=eigen (no packed GEMM) nothing changes.
 //
 // A convolution's input gradient traces to patches_adjoint(reshape(matmul(g, W, trans_b))):
 // where the product is read there alone, the three become one matmul whose result is the

@@ -1,6 +1,6 @@
 // bf16_gemm.h's packing of op(B) (bf16_layout.h), its AVX512_BF16 driver and the choice of
-// path. AVX512_BF16: A per sliver of 12 rows as 32-bit pairs, edge tiles through a temporary
-// tile, as the packed f32 GEMM does. AMX: bf16_gemm_amx.cc.
+// path. AVX512_BF16: A read in place or packed per sliver of 12 rows as 32-bit pairs, edge
+// tiles through a temporary tile, as the packed f32 GEMM does. AMX: bf16_gemm_amx.cc.
 #include "core/kernels/gemm/bf16_gemm.h"
 
 #include <algorithm>

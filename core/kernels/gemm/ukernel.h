@@ -36,8 +36,8 @@ struct UKernel {
 
 // The bf16 kernel (bf16_gemm.h), AVX512_BF16 only: a 12 x 32 f32 tile from a and b (per depth
 // pair, 32 columns of two bf16 each). Row i's bf16 pair q is the 32 bits at
-// a + i * a_row + q * a_pair (uint16 units): packed (a_row 2, a_pair 24) or A read in place
-// (a_row = its row stride, a_pair 2).
+// a + i * a_row + q * a_pair (uint16 units): packed by slivers (a_row 2, a_pair 24), copied by
+// rows (a_row 2 * pairs, a_pair 2) or A read in place (a_row = its row stride, a_pair 2).
 using Bf16TileFn = void (*)(int64_t pairs, const uint16_t* a, int64_t a_row, int64_t a_pair,
                             const uint16_t* b, float* c, int64_t ldc, bool add);
 Bf16TileFn bf16_tile_avx512();
