@@ -131,7 +131,8 @@ TEST(Bf16Gemm, TransposedAMatchesADoubleLoop) {
         worst = std::max(worst, std::fabs(s - c[i * cs.n + j]));
       }
     EXPECT_LE(worst, 1e-6 * cs.k + 1e-6) << cs.m << "x" << cs.n << "x" << cs.k;
-    if (active_avx512_bf16()) {  // the widening path packs op(A) as stored: sums may differ in order
+    // (The widening path packs op(A) as stored, so its sums may differ in order.)
+    if (active_avx512_bf16()) {
       EXPECT_EQ(0, std::memcmp(c.data(), c_rows.data(), c.size() * sizeof(float)))
           << cs.m << "x" << cs.n << "x" << cs.k;
     }

@@ -208,8 +208,9 @@ TEST(PatchesProducts, Bf16ForwardAndWeightGradientsReadTheImage) {
     int64_t stride;
     bool same;
   };
-  for (const Conv& cv : {Conv{{5, 13, 11, 16}, {3, 3, 16, 40}, {5, 13, 11, 40}, 1, true},  // 715 pixels
-                         Conv{{3, 20, 20, 8}, {3, 3, 8, 33}, {3, 9, 9, 33}, 2, false}}) {
+  for (const Conv& cv :
+       {Conv{{5, 13, 11, 16}, {3, 3, 16, 40}, {5, 13, 11, 40}, 1, true},  // 715 pixels
+        Conv{{3, 20, 20, 8}, {3, 3, 8, 33}, {3, 9, 9, 33}, 2, false}}) {
     const ConvOptions opts{.strides = {cv.stride, cv.stride},
                            .padding = cv.same ? Padding::same() : Padding::valid()};
     auto make = [opts] {

@@ -85,7 +85,8 @@ void bf16_gemm_on_packed(int64_t m, int64_t n, int64_t k, const uint16_t* a, int
       const int64_t g_rows = std::min(kGroupRows, m - g0);
       if (trans_a) pack_at(np, depth, a + 2 * q0 * lda + g0, lda, g_rows, ap);
       for (int64_t row0 = g0; row0 < g0 + g_rows; row0 += kMr)
-        sliver(row0, q0, trans_a ? ap16 + 2 * ((row0 - g0) / kMr) * gemm::bf16_sliver_stride(np) : nullptr);
+        sliver(row0, q0,
+               trans_a ? ap16 + 2 * ((row0 - g0) / kMr) * gemm::bf16_sliver_stride(np) : nullptr);
     }
   }
 }

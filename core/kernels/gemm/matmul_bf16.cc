@@ -144,8 +144,8 @@ void native_products(const Operands& o, float* out, int64_t deadline, int want) 
 
 // batch products out [batch, m, n] = op(A) op(B), entries sa and sb apart (matmul.cc's plan).
 template <bool TA, bool TB>
-void bf16_products(int64_t m, int64_t k, int64_t n, int64_t batch, int64_t sa, int64_t sb, const uint16_t* a,
-                   const uint16_t* b, float* c) {
+void bf16_products(int64_t m, int64_t k, int64_t n, int64_t batch, int64_t sa, int64_t sb,
+                   const uint16_t* a, const uint16_t* b, float* c) {
   // Past the step's deadline the blocks left are skipped (core/base/step_deadline.h).
   const int64_t deadline = thread_step_deadline();
   const int want = intra_op_threads();
@@ -215,14 +215,18 @@ void bf16_kernel(const Instr& in, const Frame& f) {
 
 }  // namespace
 
-void bf16_matmul(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const uint16_t* a, const uint16_t* b,
-                 float* c) {
+void bf16_matmul(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const uint16_t* a,
+                 const uint16_t* b, float* c) {
   if (ta) {
-    if (tb) bf16_products<true, true>(m, k, n, 1, 0, 0, a, b, c);
-    else bf16_products<true, false>(m, k, n, 1, 0, 0, a, b, c);
+    if (tb)
+      bf16_products<true, true>(m, k, n, 1, 0, 0, a, b, c);
+    else
+      bf16_products<true, false>(m, k, n, 1, 0, 0, a, b, c);
   } else {
-    if (tb) bf16_products<false, true>(m, k, n, 1, 0, 0, a, b, c);
-    else bf16_products<false, false>(m, k, n, 1, 0, 0, a, b, c);
+    if (tb)
+      bf16_products<false, true>(m, k, n, 1, 0, 0, a, b, c);
+    else
+      bf16_products<false, false>(m, k, n, 1, 0, 0, a, b, c);
   }
 }
 

@@ -20,8 +20,8 @@ namespace fjit::kernels::st {
 // One product C [m, n] = op(A) op(B) as the op computes it (the same bits, on up to
 // intra_op_threads() threads): op(A) from A [m, k] or, ta, stored [k, m]; op(B) from B [k, n]
 // or, tb, stored [n, k].
-void bf16_matmul(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const uint16_t* a, const uint16_t* b,
-                 float* c);
+void bf16_matmul(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const uint16_t* a,
+                 const uint16_t* b, float* c);
 
 // Requires Instr::p filled as select_matmul's plan_gemm does and bf16 operands; sets instr.fn.
 bool select_bf16_matmul(Instr& instr);

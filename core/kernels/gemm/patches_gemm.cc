@@ -38,7 +38,8 @@ inline void copy_run(const float* __restrict s, float* __restrict d, int64_t len
 // window row's where that row lies inside the image undilated (its KW*C values are neighbours
 // in the image).
 template <class T, class Emit>
-void walk(const PatchesOperand& o, const T* x, int64_t r0, int64_t nr, int64_t c0, int64_t nc, Emit&& emit) {
+void walk(const PatchesOperand& o, const T* x, int64_t r0, int64_t nr, int64_t c0, int64_t nc,
+          Emit&& emit) {
   const int64_t per_image = o.oh * o.ow;
   int64_t b = r0 / per_image, y = (r0 % per_image) / o.ow, xo = r0 % o.ow;
   // Where column c0 falls: window row i0, column j0, channel cc0 (no division per tap below).
@@ -74,8 +75,8 @@ void walk(const PatchesOperand& o, const T* x, int64_t r0, int64_t nr, int64_t c
 // block in row-major order. Each tap's offset is tabled once; the bounds are tested only for
 // windows that cross the image's edge.
 template <class T, class Put>
-void walk_grey(const PatchesOperand& o, const T* x, T pad, int64_t r0, int64_t nr, int64_t c0, int64_t nc,
-               Put&& put) {
+void walk_grey(const PatchesOperand& o, const T* x, T pad, int64_t r0, int64_t nr, int64_t c0,
+               int64_t nc, Put&& put) {
   thread_local std::vector<int64_t> tab;  // per column q: the tap's row, column and offset
   if (static_cast<int64_t>(tab.size()) < 3 * nc) tab.resize(3 * nc);
   for (int64_t q = 0, i = c0 / o.kw, j = c0 % o.kw; q < nc; ++q) {
@@ -109,7 +110,8 @@ void walk_grey(const PatchesOperand& o, const T* x, T pad, int64_t r0, int64_t n
 void PatchesOperand::block(int64_t r0, int64_t nr, int64_t c0, int64_t nc, float* dst,
                            int64_t ldd) const {
   if (c == 1)
-    return walk_grey(*this, x, pad, r0, nr, c0, nc, [&](int64_t r, int64_t q, float v) { dst[r * ldd + q] = v; });
+    return walk_grey(*this, x, pad, r0, nr, c0, nc,
+                     [&](int64_t r, int64_t q, float v) { dst[r * ldd + q] = v; });
   walk(*this, x, r0, nr, c0, nc, [&](int64_t r, int64_t q, const float* s, int64_t len) {
     float* d = dst + r * ldd + q;
     if (len == 1)
@@ -158,7 +160,8 @@ void PatchesOperand::slivers(int64_t r0, int64_t nr, int64_t c0, int64_t nc, flo
     if (static_cast<int64_t>(place.size()) < nc) place.resize(nc);
     for (int64_t q = 0; q < nc; ++q) place[q] = (q / w) * slab + q % w;
     const int64_t* p = place.data();
-    walk_grey(*this, x, pad, r0, nr, c0, nc, [&](int64_t r, int64_t q, float v) { dst[r * w + p[q]] = v; });
+    walk_grey(*this, x, pad, r0, nr, c0, nc,
+              [&](int64_t r, int64_t q, float v) { dst[r * w + p[q]] = v; });
   } else {
     walk(*this, x, r0, nr, c0, nc, [&](int64_t r, int64_t q, const float* s, int64_t len) {
       if (q == 0) d = dst + r * w, at = 0;
@@ -250,9 +253,10 @@ void input_grad_kernel(const Instr& in, const Frame& f) {
         packed_sgemm(isa, false, TB, rows, taps, k, g + b * per_image * k, w, cols.data(), false, 1);
       std::fill(img + b * image_elems, img + be * image_elems, 0.f);
       // The runs walk() finds in the image are where each tap's channels go.
-      walk(o, o.x, b * per_image, rows, 0, taps, [&](int64_t r, int64_t q, const float* at, int64_t len) {
-        if (at) add_run(cols.data() + r * taps + q, const_cast<float*>(at), len);
-      });
+      walk(o, o.x, b * per_image, rows, 0, taps,
+           [&](int64_t r, int64_t q, const float* at, int64_t len) {
+             if (at) add_run(cols.data() + r * taps + q, const_cast<float*>(at), len);
+           });
     }
   });
 }
@@ -318,7 +322,8 @@ bool select_patches_matmul(Instr& instr) {
   const std::vector<int64_t>& win = instr.attrs.window;
   if (win.size() != 10 || x.size() != 4 || bs.size() != 2 || cs.size() != 2) return false;
   const DType t = instr.ins[0].dtype;
-  if (instr.out.dtype != DType::f32 || (t != DType::f32 && t != DType::bf16) || instr.ins[1].dtype != t)
+  if (instr.out.dtype != DType::f32 || (t != DType::f32 && t != DType::bf16) ||
+      instr.ins[1].dtype != t)
     return false;
   const bool ta = instr.attrs.trans_a, tb = instr.attrs.trans_b;
   const auto [pixels, taps] = store_image(instr, x);

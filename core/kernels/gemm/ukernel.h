@@ -46,8 +46,8 @@ Bf16TileFn bf16_tile_avx512();
 // i < 12 of sliver s < ceil(width / 12), ap[s * stride + q * 12 + i] = a[2q * lda + 12s + i] |
 // a[(2q + 1) * lda + 12s + i] << 16, with A's element taken as 0 at a column 12s + i >= width
 // or a stored row 2q + 1 >= depth (an odd depth's last pair), neither of which is read.
-using Bf16PackATFn = void (*)(int64_t pairs, int64_t depth, const uint16_t* a, int64_t lda, int64_t width,
-                              uint32_t* ap);
+using Bf16PackATFn = void (*)(int64_t pairs, int64_t depth, const uint16_t* a, int64_t lda,
+                              int64_t width, uint32_t* ap);
 // A sliver's pairs and four elements of padding, rounded up to whole 64-byte lines.
 constexpr int64_t bf16_sliver_stride(int64_t pairs) { return (pairs * 12 + 4 + 15) / 16 * 16; }
 Bf16PackATFn bf16_pack_a_trans_avx512();

@@ -60,8 +60,8 @@ FJIT_BF16 void tile_bf16_12x32(int64_t pairs, const uint16_t* a, int64_t a_row, 
 // hold four slivers (valignd). Each sliver's pair is written as a whole vector whose last four
 // lanes spill into the next pair's place, which the next pair overwrites (or into the
 // sliver's padding, ukernel.h).
-FJIT_BF16 void pack_a_trans_slivers(int64_t pairs, int64_t depth, const uint16_t* a, int64_t lda, int64_t width,
-                                    uint32_t* ap) {
+FJIT_BF16 void pack_a_trans_slivers(int64_t pairs, int64_t depth, const uint16_t* a, int64_t lda,
+                                    int64_t width, uint32_t* ap) {
   const __mmask16 all = 0xFFFF;
   const int64_t slivers = (width + 11) / 12, stride = bf16_sliver_stride(pairs);
   auto columns = [&](const uint16_t* r0, bool second, int64_t i) FJIT_BF16 {
@@ -69,8 +69,9 @@ FJIT_BF16 void pack_a_trans_slivers(int64_t pairs, int64_t depth, const uint16_t
     const __mmask16 live = left >= 16 ? all : left > 0 ? __mmask16((1u << left) - 1) : __mmask16(0);
     // maskz forms throughout: GCC 12 warns on the plain forms' undefined pass-through operand.
     const __m512i lo = _mm512_maskz_cvtepu16_epi32(all, _mm256_maskz_loadu_epi16(live, r0 + i));
-    const __m512i hi = second ? _mm512_maskz_cvtepu16_epi32(all, _mm256_maskz_loadu_epi16(live, r0 + lda + i))
-                              : _mm512_setzero_si512();
+    const __m512i hi =
+        second ? _mm512_maskz_cvtepu16_epi32(all, _mm256_maskz_loadu_epi16(live, r0 + lda + i))
+               : _mm512_setzero_si512();
     return _mm512_or_si512(lo, _mm512_maskz_slli_epi32(all, hi, 16));
   };
   for (int64_t q = 0; q < pairs; ++q) {
@@ -81,9 +82,12 @@ FJIT_BF16 void pack_a_trans_slivers(int64_t pairs, int64_t depth, const uint16_t
       const __m512i v0 = columns(r0, second, 12 * s), v1 = columns(r0, second, 12 * s + 16),
                     v2 = columns(r0, second, 12 * s + 32);
       _mm512_storeu_si512(d, v0);
-      if (s + 1 < slivers) _mm512_storeu_si512(d + stride, _mm512_maskz_alignr_epi32(all, v1, v0, 12));
-      if (s + 2 < slivers) _mm512_storeu_si512(d + 2 * stride, _mm512_maskz_alignr_epi32(all, v2, v1, 8));
-      if (s + 3 < slivers) _mm512_storeu_si512(d + 3 * stride, _mm512_maskz_alignr_epi32(all, v2, v2, 4));
+      if (s + 1 < slivers)
+        _mm512_storeu_si512(d + stride, _mm512_maskz_alignr_epi32(all, v1, v0, 12));
+      if (s + 2 < slivers)
+        _mm512_storeu_si512(d + 2 * stride, _mm512_maskz_alignr_epi32(all, v2, v1, 8));
+      if (s + 3 < slivers)
+        _mm512_storeu_si512(d + 3 * stride, _mm512_maskz_alignr_epi32(all, v2, v2, 4));
     }
   }
 }
