@@ -32,6 +32,13 @@ inline void copy_run(const float* __restrict s, float* __restrict d, int64_t len
   }
 }
 
+// The same for bf16: whole 32-byte pieces inline, not a library call per run.
+inline void copy_run(const uint16_t* __restrict s, uint16_t* __restrict d, int64_t len) {
+  int64_t q = 0;
+  for (; q + 16 <= len; q += 16) std::memcpy(d + q, s + q, 32);
+  for (; q < len; ++q) d[q] = s[q];
+}
+
 // Calls emit(r, q, s, len) for the runs of patches(x)[r0 + r, c0 + q ...] (r < nr, q < nc), in
 // order along each row: len values read from s, or the padding's value where s is null. A run
 // is one window position's channels (one value where the image has one channel), or a whole
@@ -105,15 +112,15 @@ void walk_grey(const PatchesOperand& o, const T* x, T pad, int64_t r0, int64_t n
   }
 }
 
-}  // namespace
-
-void PatchesOperand::block(int64_t r0, int64_t nr, int64_t c0, int64_t nc, float* dst,
-                           int64_t ldd) const {
-  if (c == 1)
-    return walk_grey(*this, x, pad, r0, nr, c0, nc,
-                     [&](int64_t r, int64_t q, float v) { dst[r * ldd + q] = v; });
-  walk(*this, x, r0, nr, c0, nc, [&](int64_t r, int64_t q, const float* s, int64_t len) {
-    float* d = dst + r * ldd + q;
+// dst[r * ldd + q] = patches(x)[r0 + r, c0 + q] (PatchesOperand::block), for f32 or bf16 x.
+template <class T>
+void gather(const PatchesOperand& o, const T* x, T pad, int64_t r0, int64_t nr, int64_t c0,
+            int64_t nc, T* dst, int64_t ldd) {
+  if (o.c == 1)
+    return walk_grey(o, x, pad, r0, nr, c0, nc,
+                     [&](int64_t r, int64_t q, T v) { dst[r * ldd + q] = v; });
+  walk(o, x, r0, nr, c0, nc, [&](int64_t r, int64_t q, const T* s, int64_t len) {
+    T* d = dst + r * ldd + q;
     if (len == 1)
       *d = s ? *s : pad;
     else if (s)
@@ -123,21 +130,16 @@ void PatchesOperand::block(int64_t r0, int64_t nr, int64_t c0, int64_t nc, float
   });
 }
 
+}  // namespace
+
+void PatchesOperand::block(int64_t r0, int64_t nr, int64_t c0, int64_t nc, float* dst,
+                           int64_t ldd) const {
+  gather(*this, x, pad, r0, nr, c0, nc, dst, ldd);
+}
+
 void PatchesOperand::block(int64_t r0, int64_t nr, int64_t c0, int64_t nc, uint16_t* dst,
                            int64_t ldd) const {
-  if (c == 1)
-    return walk_grey(*this, x_bf16, pad_bf16, r0, nr, c0, nc,
-                     [&](int64_t r, int64_t q, uint16_t v) { dst[r * ldd + q] = v; });
-  walk(*this, x_bf16, r0, nr, c0, nc, [&](int64_t r, int64_t q, const uint16_t* s, int64_t len) {
-    uint16_t* d = dst + r * ldd + q;
-    if (!s) {
-      std::fill_n(d, len, pad_bf16);
-      return;
-    }
-    int64_t i = 0;  // whole 32-byte pieces inline, not a library call per run
-    for (; i + 16 <= len; i += 16) std::memcpy(d + i, s + i, 32);
-    for (; i < len; ++i) d[i] = s[i];
-  });
+  gather(*this, x_bf16, pad_bf16, r0, nr, c0, nc, dst, ldd);
 }
 
 // v = {N, H, W, C, OH, OW} then the window attribute.

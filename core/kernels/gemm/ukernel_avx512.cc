@@ -4,6 +4,7 @@
 // Intrinsics only: no templates, no inline library functions (ukernel.h says why).
 #include <immintrin.h>
 
+#include "core/kernels/gemm/tile_macros.h"
 #include "core/kernels/gemm/ukernel.h"
 
 namespace fjit::gemm {
@@ -12,9 +13,6 @@ namespace {
 constexpr int kMr = 12, kMr8 = 8, kNr = 32;
 
 #define FJIT_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma")))
-
-// Row r's two accumulators, zero.
-#define FJIT_ZERO(r) __m512 c##r##_0 = _mm512_setzero_ps(), c##r##_1 = _mm512_setzero_ps();
 
 // One row of the tile: acc_r0/acc_r1 += a[r] * (b0, b1).
 #define FJIT_ROW(r)                                  \
@@ -26,18 +24,6 @@ constexpr int kMr = 12, kMr8 = 8, kNr = 32;
   x = _mm512_set1_ps(value);                         \
   c##r##_0 = _mm512_fmadd_ps(x, b0, c##r##_0);       \
   c##r##_1 = _mm512_fmadd_ps(x, b1, c##r##_1);
-
-#define FJIT_STORE(r)                                                    \
-  {                                                                      \
-    float* row = c + (r) * ldc;                                          \
-    __m512 lo = c##r##_0, hi = c##r##_1;                                 \
-    if (add) {                                                           \
-      lo = _mm512_add_ps(_mm512_loadu_ps(row), lo);                      \
-      hi = _mm512_add_ps(_mm512_loadu_ps(row + 16), hi);                 \
-    }                                                                    \
-    _mm512_storeu_ps(row, lo);                                           \
-    _mm512_storeu_ps(row + 16, hi);                                      \
-  }
 
 FJIT_AVX512 void tile_12x32(int64_t kc, const float* a, const float* b, int64_t ldb, float* c,
                             int64_t ldc, bool add) {

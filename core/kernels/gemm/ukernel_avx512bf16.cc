@@ -5,6 +5,7 @@
 
 #include <cstdint>
 
+#include "core/kernels/gemm/tile_macros.h"
 #include "core/kernels/gemm/ukernel.h"
 
 namespace fjit::gemm {
@@ -12,27 +13,11 @@ namespace {
 
 #define FJIT_BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,fma")))
 
-// Row r's two accumulators, zero: named variables, not an array, which GCC would keep on the
-// stack around the loop.
-#define FJIT_ZERO(r) __m512 c##r##_0 = _mm512_setzero_ps(), c##r##_1 = _mm512_setzero_ps();
-
 // Row r's pair: both accumulators += the pair (broadcast) . (b0, b1), per column.
 #define FJIT_ROW(r)                                                                    \
   x = (__m512bh)_mm512_set1_epi32(_mm_cvtsi128_si32(_mm_loadu_si32(a + (r) * a_row))); \
   c##r##_0 = _mm512_dpbf16_ps(c##r##_0, x, b0);                                        \
   c##r##_1 = _mm512_dpbf16_ps(c##r##_1, x, b1);
-
-#define FJIT_STORE(r)                                    \
-  {                                                      \
-    float* row = c + (r) * ldc;                          \
-    __m512 lo = c##r##_0, hi = c##r##_1;                 \
-    if (add) {                                           \
-      lo = _mm512_add_ps(_mm512_loadu_ps(row), lo);      \
-      hi = _mm512_add_ps(_mm512_loadu_ps(row + 16), hi); \
-    }                                                    \
-    _mm512_storeu_ps(row, lo);                           \
-    _mm512_storeu_ps(row + 16, hi);                      \
-  }
 
 // a: row i's bf16 pair q at a + i * a_row + q * a_pair; b: per pair q, 32 columns x 2 bf16.
 FJIT_BF16 void tile_bf16_12x32(int64_t pairs, const uint16_t* a, int64_t a_row, int64_t a_pair,
