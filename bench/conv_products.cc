@@ -1,6 +1,7 @@
 // A convolution's f32 products with their patches written out and read from the image, side
 // by side (core/kernels/gemm/patches_gemm.h): the CNN's three 3x3 SAME layers at batch 128,
-// each product both ways in rounds that alternate which goes first.
+// each product both ways in rounds that alternate which goes first; on a CPU with AVX512_BF16
+// also the bf16 forward and weight-gradient products (patches_gemm_bf16.cc).
 //
 //   taskset -c 0 build/bench/conv_products [--rounds 7] [--threads 1]
 //
@@ -24,6 +25,7 @@
 
 #include "core/base/isa.h"
 #include "core/base/threads.h"
+#include "core/kernels/gemm/matmul_bf16.h"
 #include "core/kernels/gemm/packed_gemm.h"
 #include "core/kernels/gemm/patches_gemm.h"
 #include "parallel/fjit.h"
@@ -80,6 +82,45 @@ void compare(const std::string& what, int rounds, const std::function<void()>& w
 
 bool same_bits(const float* a, const float* b, int64_t n) {
   return std::memcmp(a, b, n * sizeof(float)) == 0;
+}
+
+// The bf16 forward and weight-gradient products (the layers' bf16 policy, AVX512_BF16): written
+// out, the bf16 patches gathered whole and multiplied by the bf16 matmul's code (bf16_matmul);
+// from the image, the jitted product, which the compiler gives the image (patches_gemm_bf16.cc).
+void bf16_products(const std::string& shape, int rounds, PatchesOperand o, const Window& win,
+                   const std::vector<float>& x, const std::vector<float>& w,
+                   const std::vector<float>& g, int64_t f) {
+  const int64_t pixels = o.pixels(), taps = o.taps();
+  auto to_bf16 = jit([](const Tensor& v) { return cast(v, DType::bf16); });
+  const Array xb = to_bf16(Array::from_vector(x, {o.n, o.h, o.w, o.c}));
+  const Array wb = to_bf16(Array::from_vector(w, {taps, f}));
+  const Array gb = to_bf16(Array::from_vector(g, {pixels, f}));
+  o.x_bf16 = static_cast<const uint16_t*>(xb.raw());
+  std::vector<uint16_t> cols(pixels * taps);
+  std::vector<float> y(pixels * f), d(taps * f);
+  const auto* wp = static_cast<const uint16_t*>(wb.raw());
+  const auto* gp = static_cast<const uint16_t*>(gb.raw());
+  for (const bool ta : {false, true}) {
+    auto product = jit([&](const Tensor& image, const Tensor& b) {
+      return matmul(reshape(patches(image, win), {pixels, taps}), b, DType::f32, ta);
+    });
+    const Array& b = ta ? gb : wb;
+    Array out = product(xb, b);
+    bool reads_image = true;  // the compiler leaves thin images their patches
+    for (const Node& n : product.core().last_entry()->exe->graph->nodes())
+      reads_image = reads_image && n.op != Op::Patches;
+    float* mine = ta ? d.data() : y.data();
+    compare(
+        shape + (ta ? " bf16 weight gradient" : " bf16 forward") + (reads_image ? "" : " (not fused)"),
+        rounds,
+        [&] {
+          o.block(0, pixels, 0, taps, cols.data(), taps);
+          if (ta) kernels::st::bf16_matmul(true, false, taps, f, pixels, cols.data(), gp, mine);
+          else kernels::st::bf16_matmul(false, false, pixels, f, taps, cols.data(), wp, mine);
+        },
+        [&] { product.run_into(out, xb, b); },
+        [&] { return same_bits(mine, out.data<float>(), out.size()); });
+  }
 }
 
 }  // namespace
@@ -148,6 +189,7 @@ int main(int argc, char** argv) {
         shape + (folds ? " input gradient" : " input gradient (not folded)"), rounds, [&] { unfolded.run_into(out1, ga, wa); },
         [&] { folded.run_into(out2, ga, wa); },
         [&] { return std::get<0>(out1).bit_equal(out2); });
+    if (active_avx512_bf16()) bf16_products(shape, rounds, o, win, x, w, g, l.f);
   }
   return 0;
 }
