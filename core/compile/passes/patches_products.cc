@@ -14,6 +14,7 @@
 // image (attrs.index 1), made a few images at a time and folded into the image while in cache.
 #include "core/base/isa.h"
 #include "core/compile/passes/pass.h"
+#include "core/kernels/gemm/matmul_bf16.h"
 #include "core/kernels/gemm/packed_gemm.h"
 
 namespace fjit {
@@ -26,10 +27,12 @@ constexpr int64_t kMinChannels = 8;
 
 // Whether a product of `t` operands with n columns reads an image for its patches: f32, or
 // bf16 on AVX512_BF16 without the AMX tiles (patches_gemm_bf16.cc; the AMX tiles keep the
-// patches, as do products of at most 16 columns, which the bf16 matmul runs transposed).
+// patches, as do products of at most kNarrowBf16 columns, which the bf16 matmul runs
+// transposed).
 bool image_product(DType t, int64_t n) {
   if (t == DType::f32) return true;
-  return t == DType::bf16 && active_avx512_bf16() && !active_amx_bf16() && n > 16;
+  return t == DType::bf16 && active_avx512_bf16() && !active_amx_bf16() &&
+         n > kernels::st::kNarrowBf16;
 }
 
 class PatchesProducts : public Pass {

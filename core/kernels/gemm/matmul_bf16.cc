@@ -47,9 +47,6 @@ int64_t deadline_block_rows(int64_t m, int64_t n, int64_t k, int threads) {
   return std::min(block_rows(m, threads), rows);
 }
 
-// Products at most this many columns wide run transposed on AVX512_BF16 (bf16_kernel).
-constexpr int64_t kNarrowBf16 = 16;
-
 float widen(uint16_t x) {
   const uint32_t bits = uint32_t{x} << 16;
   float f;

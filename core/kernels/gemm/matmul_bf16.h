@@ -17,6 +17,10 @@
 
 namespace fjit::kernels::st {
 
+// Products at most this many columns wide (and fewer than their rows) run transposed on
+// AVX512_BF16, C^T = op(B)^T op(A)^T, so that their columns fill the 12-row tile's rows.
+inline constexpr int64_t kNarrowBf16 = 16;
+
 // One product C [m, n] = op(A) op(B) as the op computes it (the same bits, on up to
 // intra_op_threads() threads): op(A) from A [m, k] or, ta, stored [k, m]; op(B) from B [k, n]
 // or, tb, stored [n, k].
